@@ -1,0 +1,124 @@
+"""One session, start to finish: turns → tree → samples, plus what happened.
+
+Pure: no I/O, no printing.  ``rebuild`` (many sessions, files) and
+``inspect`` (one session, shown to a person) both call :func:`rebuild_session`,
+so there is exactly one implementation of the algorithm.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from .linearize import ForkCause, Linearization, LinearizedSample, linearize
+from .policy import Policy
+from .router import SessionTree, route
+from .turns import SessionInfo, Turn
+
+__all__ = ["SessionReport", "SessionResult", "rebuild_session"]
+
+
+@dataclass(slots=True)
+class SessionReport:
+    """Counts of what routing and linearization did to one session."""
+
+    turns: int = 0
+    #: Turns with an empty ``prompt_messages`` (no node, no turn index).
+    skipped_turns: int = 0
+    leaves: int = 0
+    samples: int = 0
+    #: Segments that produced no sample (nothing trained after the first prompt).
+    dropped_segments: int = 0
+    trained_tokens: int = 0
+    #: Response-region tokens with loss 0 (prompt tails, reused outputs).
+    context_tokens: int = 0
+    forks: dict[str, int] = field(default_factory=lambda: {c.value: 0 for c in ForkCause})
+    realigns: int = 0
+    rewrite_merges: int = 0
+    ambiguous_rewrites: int = 0
+    #: Distinct turns trained somewhere, and turns that were never trained.
+    turns_trained: int = 0
+    turns_context_only: int = 0
+    #: True when the session had no sessions row (reward 0.0).
+    missing_sessions_row: bool = False
+
+    @property
+    def fork_total(self) -> int:
+        return sum(self.forks.values())
+
+    def add(self, other: SessionReport) -> None:
+        """Accumulate ``other`` into this report (corpus totals)."""
+        for name in (
+            "turns",
+            "skipped_turns",
+            "leaves",
+            "samples",
+            "dropped_segments",
+            "trained_tokens",
+            "context_tokens",
+            "realigns",
+            "rewrite_merges",
+            "ambiguous_rewrites",
+            "turns_trained",
+            "turns_context_only",
+        ):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for cause, count in other.forks.items():
+            self.forks[cause] = self.forks.get(cause, 0) + count
+
+
+@dataclass(slots=True)
+class SessionResult:
+    session_id: str
+    info: SessionInfo
+    tree: SessionTree
+    linearization: Linearization
+    #: Per-sample reward, aligned with ``samples``.
+    rewards: list[float]
+    report: SessionReport
+
+    @property
+    def samples(self) -> list[LinearizedSample]:
+        return self.linearization.samples
+
+
+def rebuild_session(
+    session_id: str, turns: Sequence[Turn], info: SessionInfo | None, policy: Policy
+) -> SessionResult:
+    """Route and linearize one session's valid turns (in ``seq`` order)."""
+    info = info if info is not None else SessionInfo(finished=False)
+    tree = route(turns, policy)
+    lin = linearize(tree, policy)
+
+    samples = lin.samples
+    if policy.reward_mode == "split" and samples:
+        reward = info.reward / len(samples)
+    else:
+        reward = info.reward
+    rewards = [reward] * len(samples)
+
+    report = SessionReport(
+        turns=len(turns),
+        skipped_turns=len(tree.skipped),
+        leaves=len(tree.leaves()),
+        samples=len(samples),
+        dropped_segments=lin.dropped_segments,
+        rewrite_merges=len(tree.merges),
+        ambiguous_rewrites=len(tree.ambiguous_rewrites),
+        missing_sessions_row=not info.finished,
+    )
+    for sample in samples:
+        trained = int(sample.loss_mask.sum())
+        report.trained_tokens += trained
+        report.context_tokens += sample.response_length - trained
+    kinds = Counter(d.kind for d in lin.decisions)
+    report.realigns = kinds["realign"]
+    for decision in lin.decisions:
+        if decision.cause is not None:
+            report.forks[decision.cause.value] += 1
+    trained_seqs = {seq for s in samples for seq in s.trained_seqs}
+    attached = [t.seq for t in tree.turns]
+    report.turns_trained = len(trained_seqs)
+    report.turns_context_only = len(attached) - len(trained_seqs)
+    return SessionResult(session_id, info, tree, lin, rewards, report)

@@ -1,0 +1,117 @@
+"""Errors raised by tito, and the exit codes the CLI maps them to.
+
+Every error tito raises on purpose derives from :class:`TitoError`::
+
+    TitoError
+     ├── LogError                 a log file cannot be used at all (rebuild aborts)
+     │    ├── UnreadableLogError  not Parquet, truncated, unreadable, empty
+     │    └── SchemaError         a required column is missing or has the wrong type
+     ├── InvalidSessionError      one session's rows are unusable (the session is rejected)
+     ├── UnknownSessionError      a session id (or prefix) matches nothing, or too much
+     └── OutputError              the output cannot be written where asked
+
+Each carries the file, row and session it is about when those are known, so
+that the message can name them.  Exceptions become exit codes in one place:
+``tito_cli.cli``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+__all__ = [
+    "EXIT_BAD_INPUT",
+    "EXIT_INTERNAL",
+    "EXIT_OK",
+    "EXIT_OUTPUT",
+    "EXIT_REJECTED",
+    "EXIT_USAGE",
+    "InvalidSessionError",
+    "LogError",
+    "OutputError",
+    "SchemaError",
+    "TitoError",
+    "UnknownSessionError",
+    "UnreadableLogError",
+]
+
+#: Everything worked.
+EXIT_OK = 0
+#: A bug in tito (an unexpected exception).
+EXIT_INTERNAL = 1
+#: Bad command-line usage (typer/click's own code).
+EXIT_USAGE = 2
+#: Output was written, but at least one session was rejected as invalid.
+EXIT_REJECTED = 3
+#: A log file could not be read or has the wrong schema; nothing was written.
+EXIT_BAD_INPUT = 4
+#: The output path cannot be written (exists without --overwrite, or an OS error).
+EXIT_OUTPUT = 5
+
+
+class TitoError(Exception):
+    """Root of tito's errors.  ``tip`` is a concrete fix, when there is one."""
+
+    exit_code = EXIT_INTERNAL
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        file: str | Path | None = None,
+        row: int | None = None,
+        session_id: str | None = None,
+        tip: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.file = str(file) if file is not None else None
+        self.row = row
+        self.session_id = session_id
+        self.tip = tip
+
+    def __str__(self) -> str:
+        where = []
+        if self.file is not None:
+            where.append(self.file)
+        if self.row is not None:
+            where.append(f"row {self.row}")
+        if self.session_id is not None:
+            where.append(f"session {self.session_id!r}")
+        return f"{', '.join(where)}: {self.message}" if where else self.message
+
+
+class LogError(TitoError):
+    """A log file cannot be used at all."""
+
+    exit_code = EXIT_BAD_INPUT
+
+
+class UnreadableLogError(LogError):
+    """The file is not a readable Parquet file (truncated, corrupt, not Parquet)."""
+
+
+class SchemaError(LogError):
+    """The file is Parquet but not a turns or sessions table tito understands."""
+
+
+class InvalidSessionError(TitoError):
+    """One session's rows violate the turn-log contract; the session is rejected whole."""
+
+    exit_code = EXIT_REJECTED
+
+
+class UnknownSessionError(TitoError):
+    """A session id or prefix matched no session, or more than one."""
+
+    exit_code = EXIT_USAGE
+
+    def __init__(self, message: str, *, candidates: list[str] | None = None, **kwargs: object) -> None:
+        super().__init__(message, **kwargs)  # type: ignore[arg-type]
+        self.candidates = candidates or []
+
+
+class OutputError(TitoError):
+    """The output cannot be written (exists without overwrite, or the OS refused)."""
+
+    exit_code = EXIT_OUTPUT

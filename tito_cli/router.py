@@ -1,0 +1,184 @@
+"""Routing (SPEC §3): fold a session's turns into a message tree.
+
+Each node holds one chat message.  A *generated* node also holds the turn
+that produced it; every other node is *routing-only*.  Prompts are matched
+message by message from the root, so a resent prompt becomes a sibling leaf,
+a new system prompt (a sub-agent) or a compacted restart starts a new
+subtree, and an assistant echo that no generated node produced is mounted
+routing-only and never trained.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from .policy import Policy
+from .turns import Message, Turn, canonical_json
+
+__all__ = ["MergedRewrite", "Node", "SessionTree", "route"]
+
+
+@dataclass(frozen=True, slots=True)
+class MergedRewrite:
+    """A short assistant rewrite absorbed by the generated node it replaced."""
+
+    abandoned_turn_index: int
+    abandoned_response_tokens: int
+    abandoned_seq: int
+
+
+@dataclass(eq=False, slots=True)
+class Node:
+    role: str | None
+    message: Message | None
+    #: Canonical JSON of ``message``; ``None`` matches nothing (a generated
+    #: node whose response message is null, and the root).
+    key: str | None
+    parent: Node | None = None
+    #: Position among the parent's children: "first child" means lowest position.
+    position: int = 0
+    children: list[Node] = field(default_factory=list)
+    turn: Turn | None = None
+    turn_index: int | None = None
+    merged_rewrite: MergedRewrite | None = None
+    #: Tool specs of the turn that mounted a system node (informational only).
+    tools: Any = None
+    #: Children by (role, key), each list in insertion order.
+    _index: dict[tuple[str | None, str], list[Node]] = field(default_factory=dict, repr=False)
+
+    @property
+    def generated(self) -> bool:
+        return self.turn is not None
+
+    def find_child(self, role: str | None, key: str) -> Node | None:
+        matches = self._index.get((role, key))
+        return matches[0] if matches else None
+
+    def add_child(self, child: Node) -> Node:
+        child.parent = self
+        child.position = len(self.children)
+        self.children.append(child)
+        if child.key is not None:
+            self._index.setdefault((child.role, child.key), []).append(child)
+        return child
+
+    def _rekey_child(self, child: Node, message: Message) -> None:
+        if child.key is not None:
+            self._index[(child.role, child.key)].remove(child)
+        child.message = message
+        child.key = canonical_json(message)
+        # Keep each index list in insertion order, so find_child stays "first child".
+        siblings = self._index.setdefault((child.role, child.key), [])
+        at = bisect.bisect([s.position for s in siblings], child.position)
+        siblings.insert(at, child)
+
+    def walk(self) -> Iterator[Node]:
+        """This node and its descendants, depth-first, children in insertion order."""
+        stack: list[Node] = [self]
+        while stack:
+            node = stack.pop()
+            yield node
+            stack.extend(reversed(node.children))
+
+    def chain(self) -> list[Node]:
+        """The path from the root's child down to this node."""
+        path: list[Node] = []
+        node: Node | None = self
+        while node is not None and node.parent is not None:
+            path.append(node)
+            node = node.parent
+        path.reverse()
+        return path
+
+
+@dataclass(slots=True)
+class SessionTree:
+    root: Node
+    #: Turns attached, in seq order (absorbed ones included); turn index = position + 1.
+    turns: list[Turn] = field(default_factory=list)
+    #: Seqs of turns skipped because their prompt had no messages.
+    skipped: list[int] = field(default_factory=list)
+    #: Nodes that absorbed a short rewrite, in the order it happened.
+    merges: list[Node] = field(default_factory=list)
+    #: Seqs of turns whose first unmatched assistant message had several
+    #: rewrite candidates (nothing absorbed; worth a warning).
+    ambiguous_rewrites: list[int] = field(default_factory=list)
+
+    def leaves(self) -> list[Node]:
+        return [n for n in self.root.walk() if not n.children and n is not self.root]
+
+
+def route(turns: Iterable[Turn], policy: Policy) -> SessionTree:
+    """Build the routing tree of one session from its turns in ``seq`` order."""
+    tree = SessionTree(root=Node(role=None, message=None, key=None))
+    threshold = policy.fork_threshold
+    for turn in turns:
+        messages = turn.prompt_messages
+        if not messages:
+            tree.skipped.append(turn.seq)
+            continue
+        keys = turn.keys()
+
+        # Find the mount point: the deepest node matching a prefix of the prompt.
+        node = tree.root
+        i = 0
+        while i < len(messages):
+            child = node.find_child(messages[i].get("role"), keys[i])
+            if child is None:
+                break
+            node = child
+            i += 1
+
+        # A short assistant rewrite is absorbed by the one generated leaf it replaces.
+        if threshold > 0 and i < len(messages) and messages[i].get("role") == "assistant":
+            candidates = [
+                c
+                for c in node.children
+                if c.role == "assistant"
+                and c.turn is not None
+                and not c.children
+                and len(c.turn.output_ids) < threshold
+            ]
+            if len(candidates) == 1:
+                absorbed = candidates[0]
+                old_turn = absorbed.turn
+                assert old_turn is not None and absorbed.turn_index is not None
+                absorbed.merged_rewrite = MergedRewrite(
+                    abandoned_turn_index=absorbed.turn_index,
+                    abandoned_response_tokens=len(old_turn.output_ids),
+                    abandoned_seq=old_turn.seq,
+                )
+                absorbed.turn = None
+                node._rekey_child(absorbed, messages[i])
+                tree.merges.append(absorbed)
+                node = absorbed
+                i += 1
+            elif len(candidates) > 1:
+                tree.ambiguous_rewrites.append(turn.seq)
+
+        # Mount the rest of the prompt routing-only, one below the other.
+        tools_pending = turn.tools is not None
+        for message, key in zip(messages[i:], keys[i:]):
+            role = message.get("role")
+            child = Node(role=role, message=message, key=key)
+            if tools_pending and role == "system":
+                child.tools = turn.tools
+                tools_pending = False
+            node = node.add_child(child)
+
+        # Attach the turn as a new generated leaf.
+        response = turn.response_message
+        tree.turns.append(turn)
+        node.add_child(
+            Node(
+                role="assistant",
+                message=response,
+                key=canonical_json(response) if response is not None else None,
+                turn=turn,
+                turn_index=len(tree.turns),
+            )
+        )
+    return tree
