@@ -1,0 +1,3 @@
+from tito_cli.cli import main
+
+main()

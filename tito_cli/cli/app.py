@@ -1,0 +1,96 @@
+"""The typer application, its consoles, and the one place errors become exit codes."""
+
+from __future__ import annotations
+
+import functools
+import sys
+import traceback
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import typer
+from rich.console import Console
+
+from ..errors import EXIT_INTERNAL, TitoError, UnknownSessionError
+
+__all__ = ["EXIT_CODES_HELP", "app", "err_console", "guarded", "out_console", "state"]
+
+EXIT_CODES_HELP = (
+    "Exit status: 0 ok; 1 internal error (a bug: please report it with -v output); "
+    "2 usage error or unknown session; 3 output written but some sessions were rejected "
+    "(see the rejects report); 4 a log file is unreadable or has the wrong schema (nothing written); "
+    "5 the output cannot be written (exists without --overwrite, or the OS refused)."
+)
+
+app = typer.Typer(
+    name="tito",
+    help="Rebuild token-level RL training samples, offline, from recorded agent-session turn logs.\n\n"
+    + EXIT_CODES_HELP,
+    no_args_is_help=True,
+    add_completion=False,
+    # Locals here can be whole token arrays: never print them.
+    pretty_exceptions_show_locals=False,
+    rich_markup_mode="rich",
+)
+
+#: Data goes to stdout, diagnostics (progress, summaries of what happened, errors) to stderr.
+out_console = Console(highlight=False)
+err_console = Console(stderr=True, highlight=False)
+
+
+class _State:
+    verbose: bool = False
+
+
+state = _State()
+
+
+@app.callback()
+def _global_options(
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Show Python tracebacks for errors."),
+) -> None:
+    state.verbose = verbose
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def report_error(error: TitoError) -> None:
+    err_console.print(f"[bold red]ERROR[/] {error}", markup=True, highlight=False, soft_wrap=True)
+    if isinstance(error, UnknownSessionError) and error.candidates:
+        err_console.print("candidates:", soft_wrap=True)
+        for candidate in error.candidates:
+            err_console.print(f"  {candidate}", markup=False, soft_wrap=True)
+    if error.tip:
+        err_console.print(f"[bold]TIP[/] {error.tip}", soft_wrap=True)
+
+
+def guarded(command: F) -> F:
+    """Turn tito's errors into an ``ERROR`` line and an exit code; tracebacks only with ``-v``."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except (typer.Exit, typer.Abort, SystemExit):
+            raise
+        except TitoError as error:
+            if state.verbose:
+                traceback.print_exc(file=sys.stderr)
+            report_error(error)
+            raise typer.Exit(error.exit_code) from None
+        except KeyboardInterrupt:
+            err_console.print("interrupted")
+            raise typer.Exit(130) from None
+        except Exception as error:
+            if state.verbose:
+                traceback.print_exc(file=sys.stderr)
+            err_console.print(
+                f"[bold red]ERROR[/] internal error: {type(error).__name__}: {error}",
+                markup=True,
+                soft_wrap=True,
+            )
+            err_console.print("[bold]TIP[/] run again with -v for the traceback, and please report it.")
+            raise typer.Exit(EXIT_INTERNAL) from None
+
+    return wrapper  # type: ignore[return-value]
