@@ -1,0 +1,62 @@
+"""``tito rebuild``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from ..errors import EXIT_OK, EXIT_REJECTED
+from ..policy import DEFAULT_FORK_THRESHOLD, Policy
+from ..rebuild import rebuild as rebuild_logs
+from ..render.summary import render_rebuild_summary
+from .app import EXIT_CODES_HELP, app, err_console, guarded
+
+
+@app.command(help="Route and linearize every session of a turn log into a samples Parquet file.\n\n" + EXIT_CODES_HELP)
+@guarded
+def rebuild(
+    logs: list[Path] = typer.Argument(
+        ..., help="Turn-log folders or Parquet files; folders are searched recursively for *.parquet."
+    ),
+    out: Path = typer.Option(..., "--out", "-o", help="The samples Parquet file to write (SPEC §5)."),
+    fork_threshold: int = typer.Option(
+        DEFAULT_FORK_THRESHOLD,
+        "--fork-threshold",
+        min=0,
+        help="Drift (tokens) inside the latest response shorter than this is realigned, longer forks; "
+        "also bounds short-rewrite absorption. 0 disables both.",
+    ),
+    reward_mode: str = typer.Option(
+        "split",
+        "--reward-mode",
+        help="'split': each sample gets reward / samples of its session; 'full': each gets the whole reward.",
+    ),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing output file."),
+) -> None:
+    if reward_mode not in ("split", "full"):
+        raise typer.BadParameter("must be 'split' or 'full'", param_hint="--reward-mode")
+    policy = Policy(fork_threshold=fork_threshold, reward_mode=reward_mode)  # type: ignore[arg-type]
+
+    if err_console.is_terminal:
+        with Progress(
+            TextColumn("rebuilding"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("turns"),
+            TimeElapsedColumn(),
+            console=err_console,
+            transient=True,
+        ) as bar:
+            task = bar.add_task("rebuild", total=None)
+
+            def progress(done: int, total: int) -> None:
+                bar.update(task, completed=done, total=total)
+
+            summary = rebuild_logs(logs, out, policy, overwrite=overwrite, progress=progress)
+    else:
+        summary = rebuild_logs(logs, out, policy, overwrite=overwrite)
+
+    err_console.print(render_rebuild_summary(summary))
+    raise typer.Exit(EXIT_REJECTED if summary.rejected else EXIT_OK)

@@ -1,0 +1,1 @@
+"""Renderers: they build text or rich renderables and never print; the CLI prints them."""

@@ -1,0 +1,62 @@
+"""The closing summary of ``tito rebuild``."""
+
+from __future__ import annotations
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from ..linearize import ForkCause
+from ..rebuild import RebuildSummary
+
+__all__ = ["render_rebuild_summary"]
+
+_FORK_LABELS = {
+    ForkCause.PROMPT_REGION.value: "in the prompt region",
+    ForkCause.BEFORE_LATEST_RESPONSE.value: "before the latest response",
+    ForkCause.DRIFT_TOO_LONG.value: "drift too long",
+}
+
+
+def render_rebuild_summary(summary: RebuildSummary) -> RenderableType:
+    t = summary.totals
+    table = Table.grid(padding=(0, 2))
+    table.add_column(justify="left")
+    table.add_column(justify="right")
+
+    def row(label: str, value: int | str) -> None:
+        table.add_row(label, f"{value:,}" if isinstance(value, int) else value)
+
+    row("sessions rebuilt", summary.sessions)
+    row("turns", t.turns)
+    if t.skipped_turns:
+        row("  skipped (empty prompt)", t.skipped_turns)
+    row("samples", t.samples)
+    row("trained tokens", t.trained_tokens)
+    row("context tokens", t.context_tokens)
+    row("forks", t.fork_total)
+    for cause, label in _FORK_LABELS.items():
+        row(f"  {label}", t.forks.get(cause, 0))
+    row("realigns", t.realigns)
+    row("rewrite merges", t.rewrite_merges)
+    if t.ambiguous_rewrites:
+        row("ambiguous rewrites (not merged)", t.ambiguous_rewrites)
+    row("sessions without samples", summary.sessions_without_samples)
+    row("sessions without a sessions row", summary.sessions_without_row)
+    if summary.rows_without_turns:
+        row("sessions rows without turns", len(summary.rows_without_turns))
+    row("rejected sessions", len(summary.rejected))
+
+    parts: list[RenderableType] = [table]
+    if summary.rejected:
+        parts.append(Text(""))
+        parts.append(Text(f"rejected (details in {summary.rejects_file}):", style="bold yellow"))
+        shown = summary.rejected[:10]
+        for reject in shown:
+            where = f"{reject.file}, row {reject.row}" if reject.file is not None else "?"
+            parts.append(Text(f"  {reject.session_id}: {reject.reason} [{where}]"))
+        if len(summary.rejected) > len(shown):
+            parts.append(Text(f"  … and {len(summary.rejected) - len(shown)} more"))
+    parts.append(Text(""))
+    parts.append(Text(f"wrote {summary.out}", style="bold"))
+    return Group(*parts)

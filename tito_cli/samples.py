@@ -1,0 +1,136 @@
+"""Writing samples (SPEC §5): one Parquet row per sample, slime ``Sample`` column names."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .atomic import atomic_path
+from .engine import SessionResult
+from .linearize import LinearizedSample
+from .policy import Policy
+from .schema import SAMPLES_SCHEMA, table_metadata
+
+__all__ = ["SamplesWriter", "provenance"]
+
+
+def provenance(sample: LinearizedSample) -> dict[str, Any]:
+    """Where a sample came from: leaf, segment, the turns packed and those trained, the fork."""
+    return {
+        "leaf": sample.leaf,
+        "segment": sample.segment,
+        "turns": list(sample.seqs),
+        "trained_turns": list(sample.trained_seqs),
+        "fork": sample.fork.value if sample.fork is not None else None,
+    }
+
+
+def sample_metadata(result: SessionResult, sample: LinearizedSample) -> str:
+    """The session's metadata plus provenance under ``"tito"``, as deterministic JSON."""
+    meta = dict(result.info.metadata or {})
+    meta["tito"] = provenance(sample)
+    return json.dumps(meta, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
+def _list_array(parts: Sequence[np.ndarray], value_type: pa.DataType) -> pa.Array:
+    offsets = np.zeros(len(parts) + 1, dtype=np.int64)
+    np.cumsum([len(p) for p in parts], out=offsets[1:])
+    if offsets[-1] > np.iinfo(np.int32).max:
+        raise OverflowError("a row group of samples holds more than 2**31 tokens")
+    values = np.concatenate(parts) if parts else np.zeros(0)
+    return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(values, type=value_type))
+
+
+class SamplesWriter:
+    """Streams sessions' samples into a Parquet file that appears atomically on :meth:`close`.
+
+    Rows are buffered and written as row groups of about ``row_group_tokens``
+    tokens, so memory stays bounded by a row group, not the corpus.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        policy: Policy,
+        *,
+        tokenizer: str | None = None,
+        row_group_tokens: int = 16 << 20,
+    ) -> None:
+        self.path = Path(path)
+        self.row_group_tokens = row_group_tokens
+        meta = table_metadata("samples", tokenizer)
+        meta[b"tito.policy"] = json.dumps(
+            {"fork_threshold": policy.fork_threshold, "reward_mode": policy.reward_mode}, sort_keys=True
+        ).encode()
+        self.schema = SAMPLES_SCHEMA.with_metadata(meta)
+        self._atomic = atomic_path(self.path)
+        self._tmp = self._atomic.__enter__()
+        self._writer = pq.ParquetWriter(self._tmp, self.schema, compression="zstd")
+        self._rows: list[tuple[SessionResult, int]] = []
+        self._buffered_tokens = 0
+        self.samples_written = 0
+
+    def add(self, result: SessionResult) -> None:
+        for i, sample in enumerate(result.samples):
+            self._rows.append((result, i))
+            self._buffered_tokens += len(sample.tokens)
+        if self._buffered_tokens >= self.row_group_tokens:
+            self._write_row_group()
+
+    def _write_row_group(self) -> None:
+        if not self._rows:
+            return
+        samples = [r.samples[i] for r, i in self._rows]
+        infos = [r.info for r, _ in self._rows]
+        columns = {
+            "session_id": pa.array([r.session_id for r, _ in self._rows], pa.string()),
+            "sample_index": pa.array([i for _, i in self._rows], pa.int32()),
+            "tokens": _list_array([s.tokens for s in samples], pa.int32()),
+            "response_length": pa.array([s.response_length for s in samples], pa.int32()),
+            "loss_mask": _list_array([s.loss_mask for s in samples], pa.int8()),
+            "rollout_log_probs": _list_array([s.rollout_log_probs for s in samples], pa.float32()),
+            "reward": pa.array([r.rewards[i] for r, i in self._rows], pa.float64()),
+            "index": pa.array([info.index for info in infos], pa.int64()),
+            "group_index": pa.array([info.group_index for info in infos], pa.int64()),
+            "label": pa.array([info.label for info in infos], pa.string()),
+            "status": pa.array(["completed"] * len(samples), pa.string()),
+            "metadata": pa.array([sample_metadata(r, r.samples[i]) for r, i in self._rows], pa.string()),
+        }
+        self._writer.write_table(pa.table(columns, schema=self.schema))
+        self.samples_written += len(samples)
+        self._rows = []
+        self._buffered_tokens = 0
+
+    def close(self) -> None:
+        """Write what is buffered and move the file into place."""
+        self._write_row_group()
+        self._writer.close()
+        self._atomic.__exit__(None, None, None)
+
+    def abort(self) -> None:
+        """Drop the temporary file; the target (and any previous output) is left untouched."""
+        try:
+            self._writer.close()
+        finally:
+            try:
+                self._atomic.__exit__(RuntimeError, RuntimeError("aborted"), None)
+            except RuntimeError:
+                pass
+
+    def __enter__(self) -> SamplesWriter:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
