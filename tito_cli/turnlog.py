@@ -244,11 +244,24 @@ class TurnLog:
             infos.pop(sid, None)
         return SessionsTable(infos, invalid)
 
-    def iter_sessions(self) -> Iterator[SessionRows]:
-        """Every session's raw rows, sessions in code-point order of id, rows in ``seq`` order."""
+    def session_ids(self) -> list[str]:
+        """Every session id that has turns, in code-point order."""
+        ids: set[str] = set()
+        for log_file in self.turn_files:
+            try:
+                column = pq.read_table(log_file.path, columns=["session_id"]).column("session_id")
+            except (OSError, pa.ArrowException) as exc:
+                raise UnreadableLogError(f"cannot read ({exc})", file=log_file.path) from None
+            ids.update(v for v in pc.unique(column).to_pylist() if v is not None)
+        return sorted(ids)
+
+    def iter_sessions(self, only: set[str] | None = None) -> Iterator[SessionRows]:
+        """Every session's raw rows (or those in ``only``), in code-point order of id, rows in ``seq`` order."""
         tables = []
         for number, log_file in enumerate(self.turn_files):
             table = _read(log_file)
+            if only is not None:
+                table = table.filter(pc.is_in(table.column("session_id"), pa.array(sorted(only), pa.string())))
             if table.num_rows == 0:
                 continue
             if table.column("session_id").null_count:

@@ -44,7 +44,7 @@ def rebuild(
             TextColumn("rebuilding"),
             BarColumn(),
             MofNCompleteColumn(),
-            TextColumn("turns"),
+            TextColumn("sessions"),
             TimeElapsedColumn(),
             console=err_console,
             transient=True,

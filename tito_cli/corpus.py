@@ -1,0 +1,108 @@
+"""Many sessions: open a log once, then rebuild its sessions one by one.
+
+``rebuild`` (samples file), ``inspect``, ``ls``, ``stats`` and the golden
+dumps all go through :func:`iter_session_results`, so every command sees
+exactly the samples ``rebuild`` writes.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from .engine import SessionResult, rebuild_session
+from .errors import InvalidSessionError, UnknownSessionError
+from .policy import Policy
+from .turnlog import SessionsTable, TurnLog, parse_session
+
+__all__ = ["Corpus", "Reject", "find_session_id"]
+
+
+@dataclass(frozen=True, slots=True)
+class Reject:
+    """A session left out of the output, and why."""
+
+    session_id: str
+    reason: str
+    file: str | None
+    row: int | None
+
+    def to_dict(self) -> dict[str, object]:
+        return {"session_id": self.session_id, "file": self.file, "row": self.row, "reason": self.reason}
+
+
+class Corpus:
+    """A turn log opened for rebuilding: files classified, sessions table read."""
+
+    def __init__(self, log: TurnLog, policy: Policy | None = None) -> None:
+        self.log = log
+        self.policy = policy or Policy()
+        self.sessions_table: SessionsTable = log.read_sessions()
+
+    @classmethod
+    def open(
+        cls,
+        inputs: Iterable[str | os.PathLike[str]],
+        policy: Policy | None = None,
+        *,
+        exclude: Iterable[Path] = (),
+    ) -> Corpus:
+        return cls(TurnLog.open([Path(p) for p in inputs], exclude=exclude), policy)
+
+    @property
+    def tokenizer(self) -> str | None:
+        return self.log.tokenizer
+
+    def session_ids(self) -> list[str]:
+        """Every session id with turns, in code-point order."""
+        return self.log.session_ids()
+
+    def results(self, only: Iterable[str] | None = None) -> Iterator[SessionResult | Reject]:
+        """Rebuild each session (or those in ``only``), in session-id order.
+
+        Yields a :class:`SessionResult` per valid session and a :class:`Reject`
+        per invalid one (including sessions whose sessions row is unusable).
+        """
+        wanted = None if only is None else set(only)
+        invalid_rows = self.sessions_table.invalid
+        for rows in self.log.iter_sessions(only=wanted):
+            sid = rows.session_id
+            if sid in invalid_rows:
+                reason, ref = invalid_rows[sid]
+                yield Reject(sid, reason, ref.file, ref.row)
+                continue
+            try:
+                turns = parse_session(rows)
+            except InvalidSessionError as exc:
+                yield Reject(sid, exc.message, exc.file, exc.row)
+                continue
+            yield rebuild_session(sid, turns, self.sessions_table.infos.get(sid), self.policy)
+
+    def session(self, session_id_or_prefix: str) -> SessionResult | Reject:
+        """One session by exact id or unique prefix."""
+        sid = find_session_id(self.session_ids(), session_id_or_prefix)
+        for result in self.results(only=[sid]):
+            return result
+        raise UnknownSessionError(f"no session {sid!r}")  # pragma: no cover - ids come from the log
+
+
+def find_session_id(session_ids: list[str], query: str) -> str:
+    """Resolve an exact id or a unique prefix; raise listing candidates otherwise."""
+    if query in session_ids:
+        return query
+    matches = [sid for sid in session_ids if sid.startswith(query)]
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        close = [sid for sid in session_ids if query.lower() in sid.lower()][:20]
+        raise UnknownSessionError(
+            f"no session matches {query!r} ({len(session_ids)} sessions in the log)",
+            candidates=close,
+            tip="run 'tito ls' to list the sessions" if not close else None,
+        )
+    raise UnknownSessionError(
+        f"{query!r} matches {len(matches)} sessions; give more of the id",
+        candidates=matches[:20] + ([f"… and {len(matches) - 20} more"] if len(matches) > 20 else []),
+    )
