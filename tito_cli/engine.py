@@ -16,7 +16,7 @@ from .policy import Policy
 from .router import SessionTree, route
 from .turns import SessionInfo, Turn
 
-__all__ = ["SessionReport", "SessionResult", "rebuild_session"]
+__all__ = ["SessionReport", "SessionResult", "rebuild_session", "seq_gaps"]
 
 
 @dataclass(slots=True)
@@ -42,10 +42,32 @@ class SessionReport:
     turns_context_only: int = 0
     #: True when the session had no sessions row (reward 0.0).
     missing_sessions_row: bool = False
+    #: Seqs absent between the session's first and last turn.  Allowed (seq
+    #: only orders turns) but worth a note: turns may have been lost.
+    missing_seqs: int = 0
+    #: The missing seqs as inclusive ranges ``(first, last)``; per session only.
+    seq_gaps: tuple[tuple[int, int], ...] = ()
 
     @property
     def fork_total(self) -> int:
         return sum(self.forks.values())
+
+    def notes(self) -> list[str]:
+        """Why a valid session yields no samples, and other things its user should know."""
+        notes = []
+        if self.samples == 0:
+            if self.skipped_turns == self.turns:
+                why = f"all {self.turns} turns have an empty prompt_messages (skipped, SPEC §3 step 1)"
+            else:
+                why = (
+                    f"no trained output token after the first prompt in any of {self.dropped_segments} "
+                    "segments (empty outputs, or outputs already trained elsewhere)"
+                )
+            notes.append(f"no samples: {why}")
+        if self.seq_gaps:
+            ranges = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in self.seq_gaps)
+            notes.append(f"seq gaps: {self.missing_seqs} seqs missing ({ranges}); turns may have been lost")
+        return notes
 
     def add(self, other: SessionReport) -> None:
         """Accumulate ``other`` into this report (corpus totals)."""
@@ -62,6 +84,7 @@ class SessionReport:
             "ambiguous_rewrites",
             "turns_trained",
             "turns_context_only",
+            "missing_seqs",
         ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         for cause, count in other.forks.items():
@@ -98,8 +121,11 @@ def rebuild_session(
         reward = info.reward
     rewards = [reward] * len(samples)
 
+    gaps = seq_gaps([t.seq for t in turns])
     report = SessionReport(
         turns=len(turns),
+        missing_seqs=sum(b - a + 1 for a, b in gaps),
+        seq_gaps=tuple(gaps),
         skipped_turns=len(tree.skipped),
         leaves=len(tree.leaves()),
         samples=len(samples),
@@ -122,3 +148,8 @@ def rebuild_session(
     report.turns_trained = len(trained_seqs)
     report.turns_context_only = len(attached) - len(trained_seqs)
     return SessionResult(session_id, info, tree, lin, rewards, report)
+
+
+def seq_gaps(seqs: Sequence[int]) -> list[tuple[int, int]]:
+    """Inclusive ranges of seqs missing between consecutive ones (``seqs`` ascending, unique)."""
+    return [(a + 1, b - 1) for a, b in zip(seqs, seqs[1:]) if b - a > 1]

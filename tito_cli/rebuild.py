@@ -38,6 +38,9 @@ class RebuildSummary:
     #: Sessions rows whose session has no turns (nothing to rebuild).
     rows_without_turns: list[str] = field(default_factory=list)
     rejected: list[Reject] = field(default_factory=list)
+    #: (session id, note) for valid sessions worth a word: no samples and why, seq gaps,
+    #: sessions rows without turns.  In session-id order.
+    notes: list[tuple[str, str]] = field(default_factory=list)
     tokenizer: str | None = None
 
 
@@ -86,10 +89,13 @@ def rebuild(
                 summary.totals.add(result.report)
                 summary.sessions_without_row += result.report.missing_sessions_row
                 summary.sessions_without_samples += not result.samples
+                summary.notes.extend((result.session_id, note) for note in result.report.notes())
             if progress is not None:
                 progress(done, len(session_ids))
 
     summary.rows_without_turns = sorted(set(corpus.sessions_table.infos) - set(session_ids))
+    summary.notes.extend((sid, "sessions row without turns (nothing to rebuild)") for sid in summary.rows_without_turns)
+    summary.notes.sort(key=lambda note: note[0])
     # Sessions rows that are unusable, for sessions that have no turns, are reported too.
     rejected_ids = {r.session_id for r in rejected}
     for sid, (reason, ref) in corpus.sessions_table.invalid.items():

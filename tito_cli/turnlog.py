@@ -127,6 +127,10 @@ def classify_file(path: Path) -> LogFile:
         raise UnreadableLogError(f"not a readable Parquet file ({exc})", file=path) from None
     meta = {k.decode(errors="replace"): v.decode(errors="replace") for k, v in (schema.metadata or {}).items()}
     names = set(schema.names)
+    if len(names) != len(schema.names):
+        # Which one would a reader take?  Neither: refuse the file.
+        twice = sorted(n for n in names if schema.names.count(n) > 1)
+        raise SchemaError(f"column {twice[0]!r} appears {schema.names.count(twice[0])} times", file=path)
     table = meta.get(META_TABLE)
     if table is None:
         if "seq" in names and "prompt_ids" in names:
@@ -432,7 +436,13 @@ class _MessageParser:
                     messages, keys = prev_messages, prev_keys
                     break
                 if rest.startswith(","):
-                    tail = json.loads("[" + rest[1:])
+                    try:
+                        tail = json.loads("[" + rest[1:])
+                    except json.JSONDecodeError:
+                        continue  # the full parse below reports the error at its true position
+                    if not tail:
+                        # "[a, b,]": a trailing comma, not JSON.  Let the full parse say so.
+                        continue
                     messages = prev_messages + tail
                     keys = prev_keys + [canonical_json(m) if isinstance(m, dict) else "" for m in tail]
                     break
@@ -453,7 +463,8 @@ def _parse_json(raw: str | None, what: str, expected: type | None) -> Any:
         value = json.loads(raw)
     except json.JSONDecodeError as exc:
         raise ValueError(f"{what} is not valid JSON ({exc})") from None
-    if expected is not None and not isinstance(value, expected):
+    # JSON null means the same as a null cell: these columns are all nullable.
+    if expected is not None and value is not None and not isinstance(value, expected):
         raise ValueError(f"{what} is not a JSON {'object' if expected is dict else 'array'}")
     return value
 
@@ -495,8 +506,8 @@ def parse_session(rows: SessionRows) -> list[Turn]:
                 if not isinstance(message.get("role"), str):
                     raise ValueError(f"prompt message {position} has no string 'role'")
             response = _parse_json(raw.response_message, "response_message", dict)
-            tools = _parse_json(raw.tools, "tools", None)
-            metadata = _parse_json(raw.metadata, "metadata", None)
+            tools = _parse_json(raw.tools, "tools", list)
+            metadata = _parse_json(raw.metadata, "metadata", dict)
             logprobs = raw.output_logprobs
             if logprobs is not None and logprobs.size == 0:
                 logprobs = None

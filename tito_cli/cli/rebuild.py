@@ -58,5 +58,6 @@ def rebuild(
     else:
         summary = rebuild_logs(logs, out, policy, overwrite=overwrite)
 
-    err_console.print(render_rebuild_summary(summary))
+    # soft_wrap: long paths and reasons stay on one line (greppable) when stderr is a file.
+    err_console.print(render_rebuild_summary(summary), soft_wrap=True)
     raise typer.Exit(EXIT_REJECTED if summary.rejected else EXIT_OK)

@@ -57,6 +57,13 @@ def render_rebuild_summary(summary: RebuildSummary) -> RenderableType:
             parts.append(Text(f"  {reject.session_id}: {reject.reason} [{where}]"))
         if len(summary.rejected) > len(shown):
             parts.append(Text(f"  … and {len(summary.rejected) - len(shown)} more"))
+    if summary.notes:
+        parts.append(Text(""))
+        parts.append(Text("notes:", style="bold"))
+        for sid, note in summary.notes[:10]:
+            parts.append(Text(f"  {sid}: {note}"))
+        if len(summary.notes) > 10:
+            parts.append(Text(f"  … and {len(summary.notes) - 10} more"))
     parts.append(Text(""))
     parts.append(Text(f"wrote {summary.out}", style="bold"))
     return Group(*parts)

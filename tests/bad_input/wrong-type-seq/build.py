@@ -1,0 +1,13 @@
+"""seq stored as strings."""
+
+import pyarrow as pa
+
+from tests.bad_input.kit import case, write_good, write_turns
+
+
+def build(log):
+    write_good(log)
+    turns = case("cases-threshold-1024/case-3.7", "s")
+    for t in turns:
+        t["seq"] = str(t["seq"])
+    write_turns(log / "turns-broken.parquet", turns, types={"seq": pa.string()})
