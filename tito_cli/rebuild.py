@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .atomic import atomic_path
+from .atomic import atomic_path, remove_stale_temporaries
 from .corpus import Corpus, Reject
 from .engine import SessionReport
 from .errors import OutputError
@@ -42,6 +42,8 @@ class RebuildSummary:
     #: sessions rows without turns.  In session-id order.
     notes: list[tuple[str, str]] = field(default_factory=list)
     tokenizer: str | None = None
+    #: Leftover temporaries of a killed earlier rebuild of the same output, removed.
+    stale_temporaries_removed: list[Path] = field(default_factory=list)
 
 
 def rejects_path(out: Path) -> Path:
@@ -72,8 +74,11 @@ def rebuild(
         raise OutputError("the output's folder does not exist", file=out)
 
     corpus = Corpus.open(inputs, policy, exclude=[out])
+    # Temporaries of a rebuild that was killed (SIGKILL, OOM) before it could clean up.
+    stale = remove_stale_temporaries(out) + remove_stale_temporaries(rejects_file)
     session_ids = corpus.session_ids()
     summary = RebuildSummary(out=out, rejects_file=rejects_file, policy=policy, tokenizer=corpus.tokenizer)
+    summary.stale_temporaries_removed = stale
     rejected: list[Reject] = []
     try:
         writer = SamplesWriter(out, policy, tokenizer=corpus.tokenizer)
