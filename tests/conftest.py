@@ -1,0 +1,22 @@
+"""Shared pytest configuration: hypothesis profiles.
+
+``HYPOTHESIS_PROFILE=ci`` (set by ``.ci/run``) runs the full property budget
+(500 examples per property); the default profile is a quick local run.
+"""
+
+from __future__ import annotations
+
+import os
+
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "ci",
+    max_examples=500,
+    deadline=None,
+    derandomize=False,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile("dev", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))

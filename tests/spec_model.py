@@ -1,0 +1,154 @@
+"""SPEC §3–§4 written out literally, as a model to test the engine against.
+
+The engine is optimised (indexed child lookup, segments that never copy
+tokens).  This model is the opposite: plain lists, linear scans, every token
+copied, each line a sentence of the spec.  Property tests feed both the same
+random sessions and demand identical samples.  Keep it naive.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["ModelSample", "model_rebuild"]
+
+
+def _key(message: Any) -> str:
+    return json.dumps(message, sort_keys=True, ensure_ascii=False)
+
+
+@dataclass(eq=False)
+class _Node:
+    role: str | None
+    key: str | None  # None matches nothing
+    children: list[_Node] = field(default_factory=list)
+    turn: Any = None  # the turn of a generated node
+
+
+@dataclass
+class ModelSample:
+    tokens: list[int]
+    response_length: int
+    loss_mask: list[int]
+    rollout_log_probs: list[float]
+    reward: float
+
+
+def _route(turns: list[Any], threshold: int) -> _Node:
+    root = _Node(None, None)
+    for turn in sorted(turns, key=lambda t: t.seq):
+        messages = turn.prompt_messages
+        # 1. An empty prompt is skipped.
+        if not messages:
+            continue
+        # 3. Walk from the root, taking the first child with equal role and message.
+        node, i = root, 0
+        while i < len(messages):
+            match = None
+            for child in node.children:
+                if child.key is not None and child.role == messages[i]["role"] and child.key == _key(messages[i]):
+                    match = child
+                    break
+            if match is None:
+                break
+            node, i = match, i + 1
+        # 4. Absorb a short assistant rewrite into the one candidate leaf.
+        if threshold > 0 and i < len(messages) and messages[i]["role"] == "assistant":
+            candidates = [
+                c
+                for c in node.children
+                if c.role == "assistant" and c.turn is not None and not c.children and len(c.turn.output_ids) < threshold
+            ]
+            if len(candidates) == 1:
+                absorbed = candidates[0]
+                absorbed.turn = None
+                absorbed.key = _key(messages[i])
+                node, i = absorbed, i + 1
+        # 5. Mount the rest routing-only.
+        for message in messages[i:]:
+            child = _Node(message["role"], _key(message))
+            node.children.append(child)
+            node = child
+        # 6. Attach the turn as a new generated assistant leaf.
+        response = turn.response_message
+        node.children.append(_Node("assistant", None if response is None else _key(response), turn=turn))
+    return root
+
+
+def _leaves_with_chains(root: _Node) -> list[list[_Node]]:
+    chains: list[list[_Node]] = []
+
+    def visit(node: _Node, path: list[_Node]) -> None:
+        if not node.children and path:
+            chains.append(path)
+        for child in node.children:
+            visit(child, [*path, child])
+
+    visit(root, [])
+    return chains
+
+
+def model_rebuild(turns: list[Any], threshold: int, reward: float, reward_mode: str) -> list[ModelSample]:
+    """The samples SPEC §4 says a session's turns give, in emission order."""
+    root = _route(turns, threshold)
+    claimed: list[_Node] = []
+    out: list[tuple[list[int], int, list[int], list[float]]] = []
+
+    def close(seg: dict[str, Any]) -> None:
+        tokens, mask, logprobs, first = seg["tokens"], seg["mask"], seg["logprobs"], seg["first_prompt"]
+        if not tokens or 1 not in mask[first:]:
+            return
+        out.append((list(tokens), len(tokens) - first, mask[first:], logprobs[first:]))
+
+    def fresh() -> dict[str, Any]:
+        return {"tokens": [], "mask": [], "logprobs": [], "spans": [], "first_prompt": 0, "turns": 0}
+
+    for chain in _leaves_with_chains(root):
+        seg = fresh()
+        for node in chain:
+            if node.turn is None:
+                continue
+            turn = node.turn
+            prompt = [int(x) for x in turn.prompt_ids]
+            tokens = seg["tokens"]
+            lcp = 0
+            while lcp < min(len(tokens), len(prompt)) and tokens[lcp] == prompt[lcp]:
+                lcp += 1
+            drift = len(tokens) - lcp
+            if drift == 0:
+                can = True
+            elif not seg["spans"] or lcp < seg["spans"][-1][0]:
+                can = False
+            else:
+                can = threshold > 0 and drift < threshold
+            if not can:
+                close(seg)
+                seg = fresh()
+                lcp = 0
+            trained = not any(c is node for c in claimed)
+            if trained:
+                claimed.append(node)
+            # Realign: cut back to lcp; a cut inside the last span shortens it.
+            del seg["tokens"][lcp:], seg["mask"][lcp:], seg["logprobs"][lcp:]
+            if seg["spans"] and seg["spans"][-1][1] > lcp:
+                seg["spans"][-1][1] = lcp
+            for token in prompt[lcp:]:
+                seg["tokens"].append(token)
+                seg["mask"].append(0)
+                seg["logprobs"].append(0.0)
+            start = len(seg["tokens"])
+            recorded = turn.output_logprobs
+            for j, token in enumerate(int(x) for x in turn.output_ids):
+                seg["tokens"].append(token)
+                seg["mask"].append(1 if trained else 0)
+                seg["logprobs"].append(float(recorded[j]) if trained and recorded is not None else 0.0)
+            seg["spans"].append([start, len(seg["tokens"])])
+            if seg["turns"] == 0:
+                seg["first_prompt"] = len(prompt)
+            seg["turns"] += 1
+        close(seg)
+
+    share = reward / len(out) if reward_mode == "split" and out else reward
+    return [ModelSample(t, n, m, lp, share) for t, n, m, lp in out]

@@ -1,0 +1,270 @@
+"""Property tests: random sessions through the reader and the engine.
+
+The generator grows a session the way agent harnesses do: new conversations
+(same or different system prompts), extensions by user/tool messages,
+resent prompts, forks cut at a message of any role, short and long
+assistant rewrites, re-tokenization drift at random positions, empty
+prompts, empty outputs, missing response messages, and logprobs that are
+recorded, empty or absent.  Small alphabets make equal messages and equal
+token runs common, so branches share routing and drift is often "short".
+
+Every generated session must rebuild without error, equal the literal SPEC
+model (``tests/spec_model.py``), and satisfy the invariants a trainer relies
+on.  Budget: ``HYPOTHESIS_PROFILE=ci`` (500 examples each) in CI.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tito_cli.engine import SessionResult, rebuild_session
+from tito_cli.policy import Policy
+from tito_cli.rebuild import rebuild
+from tito_cli.samples import provenance
+from tito_cli.turnlog import RawTurn, SessionRows, parse_session
+from tito_cli.turns import RowRef, SessionInfo, Turn
+
+from .helpers import write_log
+from .spec_model import model_rebuild
+
+ROLE_TOKEN = {"system": 1, "user": 2, "assistant": 3, "tool": 4}
+texts = st.text(alphabet="ab", max_size=2)
+tokens = st.integers(0, 12)
+logprob = st.integers(-2048, 0).map(lambda k: k / 256)  # exact in float32
+
+
+def render(message: dict[str, Any]) -> list[int]:
+    """A toy chat template: role token, then one token per character."""
+    return [ROLE_TOKEN[message["role"]]] + [5 + ord(c) % 4 for c in message["content"]]
+
+
+@st.composite
+def sessions(draw: st.DrawFn) -> dict[str, Any]:
+    """One session's raw turn rows (SPEC §2 values, JSON as text), a policy and a reward."""
+    # Each context is a conversation so far, as (message, token chunk) pairs, plus the
+    # prompt that produced its last turn; new turns grow from any earlier context.
+    contexts: list[tuple[list[tuple[dict[str, Any], list[int]]], int]] = []
+    rows = []
+    # Drawn first so that output lengths can sit right at it (off-by-one territory).
+    threshold = draw(st.sampled_from([0, 1, 2, 3, 4, 5, 6, 8, 10, 12, 1024]))
+    near = min(threshold, 13)
+    sizes = st.sampled_from(sorted({0, 1, 2, 3, 4, 5, 6, max(0, near - 1), near, near + 1}))
+    for seq in range(draw(st.integers(1, 14))):
+        action = draw(
+            st.sampled_from(["new", "extend", "extend", "extend", "extend", "extend", "resend", "fork", "rewrite", "empty"])
+        )
+        parts: list[tuple[dict[str, Any], list[int]]]
+        if action == "empty":
+            parts = []
+        elif action == "new" or not contexts:
+            system = {"role": "system", "content": draw(st.sampled_from(["S", "T"]))}
+            user = {"role": "user", "content": draw(texts)}
+            parts = [(system, render(system)), (user, render(user))]
+        else:
+            # Mostly the latest conversation (deep chains), sometimes any earlier one.
+            context, prompt_len = contexts[-1] if draw(st.integers(0, 3)) else draw(st.sampled_from(contexts))
+            if action == "extend":
+                new = [
+                    {"role": draw(st.sampled_from(["user", "tool"])), "content": draw(texts)}
+                    for _ in range(draw(st.integers(1, 2)))
+                ]
+                parts = context + [(m, render(m)) for m in new]
+                last = len(context) - 1
+                if context[last][1] and draw(st.integers(0, 2)) == 0:
+                    # The template re-renders the latest response differently (drift inside
+                    # the latest span: realigned when short, forked when not), or the token
+                    # just before it (the boundary case: a fork).
+                    message, chunk = context[last]
+                    at = draw(st.integers(-1, len(chunk) - 1))
+                    if at == -1 and last > 0 and context[last - 1][1]:
+                        before, before_chunk = context[last - 1]
+                        parts[last - 1] = (before, [*before_chunk[:-1], draw(tokens)])
+                    else:
+                        at = max(at, 0)
+                        chunk = chunk[:at] + draw(st.lists(tokens, max_size=2)) + chunk[at + draw(st.integers(0, 2)) :]
+                        parts[last] = (message, chunk)
+            elif action == "resend":
+                parts = context[:prompt_len]
+            elif action == "fork":
+                cut = draw(st.integers(1, len(context)))
+                message = {"role": draw(st.sampled_from(list(ROLE_TOKEN))), "content": draw(texts)}
+                parts = context[:cut] + [(message, render(message))]
+            else:  # rewrite: the harness replaces the latest assistant message, then continues
+                rewritten = {"role": "assistant", "content": "r" + draw(texts)}
+                chunk = render(rewritten) + draw(st.lists(tokens, max_size=draw(st.sampled_from([2, 12]))))
+                user = {"role": "user", "content": draw(texts)}
+                parts = context[:prompt_len] + [(rewritten, chunk), (user, render(user))]
+        messages = [m for m, _ in parts]
+        prompt_ids = [t for _, chunk in parts for t in chunk]
+        # Re-tokenization drift: the prompt's ids differ from what was held, somewhere.
+        for _ in range(draw(st.sampled_from([0, 0, 0, 0, 0, 1, 2]))):
+            if not prompt_ids:
+                break
+            at = draw(st.integers(0, len(prompt_ids) - 1))
+            how = draw(st.sampled_from(["replace", "insert", "delete"]))
+            if how == "replace":
+                prompt_ids[at] = draw(tokens)
+            elif how == "insert":
+                prompt_ids.insert(at, draw(tokens))
+            else:
+                del prompt_ids[at]
+        size = draw(sizes)
+        output = draw(st.lists(tokens, min_size=size, max_size=size))
+        # Mostly distinct responses; sometimes one equal to a sibling's (routing takes the first).
+        content = draw(texts) if draw(st.integers(0, 4)) == 0 else f"out{seq}"
+        response = None if draw(st.integers(0, 9)) == 0 else {"role": "assistant", "content": content}
+        lp_kind = draw(st.sampled_from(["recorded", "recorded", "none", "empty"]))
+        logprobs = {"none": None, "empty": [], "recorded": [draw(logprob) for _ in output]}[lp_kind]
+        if not messages and draw(st.booleans()):
+            # Skipped turns are not checked for a logprob count (the reference skips them first).
+            logprobs = [draw(logprob)] * (len(output) + 1)
+        rows.append(
+            {
+                "seq": seq,
+                "prompt_ids": prompt_ids,
+                "output_ids": output,
+                "output_logprobs": logprobs,
+                "prompt_messages": messages,
+                "response_message": response,
+            }
+        )
+        if messages:
+            chunk = [] if response is None else [(response, list(output))]
+            contexts.append((parts + chunk, len(parts)))
+    return {
+        "rows": rows,
+        "threshold": threshold,
+        "reward_mode": draw(st.sampled_from(["split", "full"])),
+        # (Not st.floats: one_of and wide numeric draws make shrinking a failure very slow.)
+        "reward": draw(st.sampled_from([0.0, 1.0, -1.0, 0.3, 1 / 3, 7.25, -123.456])),
+    }
+
+
+def parse(session: dict[str, Any], sid: str = "s") -> list[Turn]:
+    """The rows through the reader's validation, as ``rebuild`` would see them."""
+
+    def ids(values: list[int]) -> np.ndarray:
+        return np.asarray(values, dtype=np.int64)
+
+    raw = [
+        RawTurn(
+            seq=r["seq"],
+            prompt_ids=ids(r["prompt_ids"]),
+            output_ids=ids(r["output_ids"]),
+            output_logprobs=None if r["output_logprobs"] is None else np.asarray(r["output_logprobs"], np.float64),
+            finish_reason="stop",
+            prompt_messages=json.dumps(r["prompt_messages"]),
+            response_message=None if r["response_message"] is None else json.dumps(r["response_message"]),
+            tools=None,
+            metadata=None,
+            source=RowRef("generated", i),
+        )
+        for i, r in enumerate(session["rows"])
+    ]
+    return parse_session(SessionRows(sid, raw))
+
+
+def run(session: dict[str, Any]) -> SessionResult:
+    policy = Policy(fork_threshold=session["threshold"], reward_mode=session["reward_mode"])
+    return rebuild_session("s", parse(session), SessionInfo(reward=session["reward"]), policy)
+
+
+@given(sessions())
+def test_engine_equals_the_literal_spec_model(session: dict[str, Any]) -> None:
+    result = run(session)
+    model = model_rebuild(parse(session), session["threshold"], session["reward"], session["reward_mode"])
+    assert len(result.samples) == len(model)
+    for sample, reward, want in zip(result.samples, result.rewards, model):
+        assert sample.tokens.tolist() == want.tokens
+        assert sample.response_length == want.response_length
+        assert sample.loss_mask.tolist() == want.loss_mask
+        assert sample.rollout_log_probs.tolist() == np.asarray(want.rollout_log_probs, np.float32).tolist()
+        assert reward == want.reward
+
+
+@given(sessions())
+def test_every_sample_is_trainable_and_traceable(session: dict[str, Any]) -> None:
+    result = run(session)
+    turns = {t.seq: t for t in result.tree.turns}
+    trained_anywhere: list[int] = []
+    for sample in result.samples:
+        n = sample.response_length
+        assert len(sample.loss_mask) == len(sample.rollout_log_probs) == n <= len(sample.tokens)
+        assert sample.loss_mask.sum() >= 1, "a sample must train at least one token"
+        offset = len(sample.tokens) - n
+        prov = provenance(sample)
+        assert prov["turns"] == sorted(prov["turns"]) and set(prov["trained_turns"]) <= set(prov["turns"])
+
+        # Every loss-1 token lies in exactly one trained span, and every span is the
+        # output of a turn that provenance lists as trained, at that turn's offset.
+        covered = np.zeros(len(sample.tokens), dtype=np.int8)
+        for span in sample.spans:
+            if not span.trained or span.end <= span.start:
+                continue
+            turn = span.turn
+            assert turn.seq in prov["trained_turns"]
+            assert span.start == len(turn.prompt_ids), "a turn's output follows its own prompt"
+            length = span.end - span.start
+            assert sample.tokens[span.start : span.end].tolist() == turn.output_ids[:length].tolist()
+            recorded = turn.output_logprobs
+            got = sample.rollout_log_probs[span.start - offset : span.end - offset]
+            want = np.zeros(length, np.float32) if recorded is None else recorded[:length]
+            assert got.tolist() == want.tolist()
+            covered[span.start : span.end] += 1
+        assert covered.max(initial=0) <= 1
+        assert covered[offset:].tolist() == sample.loss_mask.tolist()
+        assert not covered[:offset].any(), "nothing in the first prompt is trained"
+        trained_anywhere += prov["trained_turns"]
+        assert all(seq in turns for seq in prov["turns"]), "skipped turns are never packed"
+
+    assert len(trained_anywhere) == len(set(trained_anywhere)), "no turn is trained in two samples"
+    if session["reward_mode"] == "split" and result.samples:
+        assert math.isclose(sum(result.rewards), session["reward"], rel_tol=1e-9, abs_tol=1e-9)
+    if session["reward_mode"] == "full":
+        assert all(r == session["reward"] for r in result.rewards)
+
+
+@given(sessions())
+def test_rebuilding_twice_gives_the_same_samples(session: dict[str, Any]) -> None:
+    first, second = run(session), run(session)
+    assert first.report == second.report
+    assert len(first.samples) == len(second.samples)
+    for a, b in zip(first.samples, second.samples):
+        assert a.tokens.tobytes() == b.tokens.tobytes()
+        assert a.loss_mask.tobytes() == b.loss_mask.tobytes()
+        assert a.rollout_log_probs.tobytes() == b.rollout_log_probs.tobytes()
+        assert provenance(a) == provenance(b)
+
+
+@settings(max_examples=max(10, settings.default.max_examples // 10))
+@given(st.lists(sessions(), min_size=1, max_size=4))
+def test_samples_file_is_byte_identical_across_rebuilds(batch: list[dict[str, Any]]) -> None:
+    """Through Parquet end to end: capture writer, reader, rebuild, samples file."""
+    turns, sessions_rows = [], []
+    for i, session in enumerate(batch):
+        sid = f"s{i}"
+        for r in session["rows"]:
+            turns.append({**r, "session_id": sid})
+        sessions_rows.append({"session_id": sid, "reward": session["reward"]})
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        write_log(root / "logs", turns, sessions_rows, max_rows=5)
+        policy = Policy(fork_threshold=batch[0]["threshold"], reward_mode=batch[0]["reward_mode"])
+        a = rebuild([root / "logs"], root / "a.parquet", policy)
+        b = rebuild([root / "logs"], root / "b.parquet", policy)
+        assert not a.rejected
+        assert (root / "a.parquet").read_bytes() == (root / "b.parquet").read_bytes()
+        # And the file holds what the engine gives each session on its own.
+        assert a.totals.samples == sum(len(run({**s, **_policy_of(batch[0])}).samples) for s in batch)
+
+
+def _policy_of(session: dict[str, Any]) -> dict[str, Any]:
+    return {"threshold": session["threshold"], "reward_mode": session["reward_mode"]}
