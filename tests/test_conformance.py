@@ -54,7 +54,7 @@ def test_folder_matches_reference(folder: Path, tmp_path: Path) -> None:
     for sid, samples in expected.items():
         mine = got.get(sid, [])
         assert len(mine) == len(samples), sid
-        for i, (a, e) in enumerate(zip(mine, samples)):
+        for i, (a, e) in enumerate(zip(mine, samples, strict=True)):
             where = f"{sid} sample {i}"
             assert a["sample_index"] == i, where
             assert a["tokens"] == e["tokens"], where
