@@ -15,7 +15,7 @@ from ..render.summary import render_rebuild_summary
 from .app import EXIT_CODES_HELP, app, err_console, guarded
 
 
-class RewardChoice(str, Enum):
+class RewardChoice(Enum):
     split = "split"
     full = "full"
 
@@ -41,7 +41,7 @@ def rebuild(
     ),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing output file."),
 ) -> None:
-    policy = Policy(fork_threshold=fork_threshold, reward_mode=reward_mode.value)  # type: ignore[arg-type]
+    policy = Policy(fork_threshold=fork_threshold, reward_mode=reward_mode.value)
 
     if err_console.is_terminal:
         with Progress(
