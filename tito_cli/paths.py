@@ -1,0 +1,27 @@
+"""File names derived from session ids (which come from logs, so are untrusted)."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+__all__ = ["safe_filename"]
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def safe_filename(session_id: str, suffix: str = "") -> str:
+    """A file name for ``session_id`` that cannot leave its folder or collide.
+
+    Characters outside ``[A-Za-z0-9._-]`` become ``_``, a leading dot is
+    replaced (no hidden files, no ``..``), and when anything was changed a
+    short hash of the real id is appended so two ids never share a name.
+    """
+    name = _UNSAFE.sub("_", session_id)
+    if name.startswith("."):
+        name = "_" + name[1:]
+    name = name[:150]
+    if name != session_id or not name:
+        digest = hashlib.sha256(session_id.encode("utf-8")).hexdigest()[:10]
+        name = f"{name}-{digest}"
+    return name + suffix
