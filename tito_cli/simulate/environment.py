@@ -214,7 +214,7 @@ class Workspace:
             if long_target and m == 0:
                 count = max(count, rng.randint(20, 26))
             bug_at = rng.randrange(count) if m < bugs else -1
-            tests: list[str] = ["import pytest", "", f"from {project}.{module} import *", ""]
+            tests: list[str] = ["import pytest", "", f"from {project}.{module} import *", "", ""]
             for f in range(count):
                 name = text.function_name()
                 while name in used_functions:
@@ -297,7 +297,8 @@ class Workspace:
 
     def _bash(self, command: str, rng: random.Random) -> str:
         if command.startswith(("find", "ls")):
-            return "\n".join(f"./{p}" for p in self.files)
+            python_only = "*.py" in command
+            return "\n".join(f"./{p}" for p in self.files if not python_only or p.endswith(".py"))
         if command.startswith("python -m pytest"):
             return self._pytest(rng)
         if command.startswith("git diff"):

@@ -2,10 +2,10 @@
 
 A *feature* is a behaviour of the model or the harness that leaves a distinct
 mark on the routing tree or the token drift.  Each profile gives every
-feature a rate; :func:`assign_features` then gives that feature to exactly
-``round(rate * sessions)`` sessions (at least one), chosen at random, so a
-simulation of a few dozen sessions contains every pattern in about the
-intended proportion.
+feature a rate; :func:`assign_features` then gives that feature to
+``rate * sessions`` sessions (rounded up or down at random), chosen at
+random, so a simulation of a few dozen sessions contains every pattern in
+about the intended proportion rather than by luck.
 """
 
 from __future__ import annotations
@@ -114,13 +114,14 @@ class Features:
 
 
 def assign_features(profile: Profile, sessions: int, rng: random.Random) -> list[Features]:
-    """Each feature to exactly ``max(1, round(rate * sessions))`` sessions (capped at ``sessions``)."""
+    """Give each feature to ``rate * sessions`` sessions: the floor, plus one with the fraction's chance."""
     chosen: list[set[str]] = [set() for _ in range(sessions)]
     for name in FEATURES:
         rate = profile.rates.get(name, 0.0)
         if rate <= 0 or sessions == 0:
             continue
-        count = min(sessions, max(1, round(rate * sessions)))
+        whole, fraction = divmod(rate * sessions, 1.0)
+        count = int(whole) + (1 if rng.random() < fraction else 0)
         pool = list(range(sessions))
         # Dependent features go to sessions that have what they build on.
         if name == "truncation":
