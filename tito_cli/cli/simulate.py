@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from ..errors import EXIT_USAGE
 from ..render.simulation import render_simulation_summary
-from ..simulate import DEFAULT_TOKENIZER, PROFILES, resolve_tokenizer
+from ..simulate import DEFAULT_TOKENIZER, resolve_tokenizer
 from ..simulate import simulate as run_simulation
 from .app import EXIT_CODES_HELP, app, err_console, guarded
+
+
+class ProfileChoice(Enum):
+    """The simulator's profiles (``tito_cli.simulate.PROFILES``)."""
+
+    demo = "demo"
+    swe = "swe"
 
 
 @app.command(
@@ -24,8 +33,8 @@ def simulate(
     out: Path = typer.Option(..., "--out", "-o", help="Folder to write the turn log into (created if missing)."),
     sessions: int = typer.Option(32, "--sessions", "-n", min=0, help="How many sessions to simulate."),
     seed: int = typer.Option(0, "--seed", help="Random seed: the same seed (and arguments) gives identical files."),
-    profile: str = typer.Option(
-        "demo",
+    profile: ProfileChoice = typer.Option(
+        ProfileChoice.demo,
         "--profile",
         help="'demo': small sessions of a few thousand tokens; "
         "'swe': long ones (30-60 turns, prompts past 64k tokens) for benchmarks.",
@@ -38,10 +47,9 @@ def simulate(
     ),
     overwrite: bool = typer.Option(False, "--overwrite", help="Delete Parquet files already in --out first."),
 ) -> None:
-    if profile not in PROFILES:
-        raise typer.BadParameter(f"must be one of {', '.join(PROFILES)}", param_hint="--profile")
     if not Path(resolve_tokenizer(tokenizer)).is_dir():
-        raise typer.BadParameter(f"{tokenizer}: no such tokenizer folder", param_hint="--tokenizer")
+        err_console.print(f"[bold red]ERROR[/] --tokenizer {tokenizer}: no such folder", soft_wrap=True)
+        raise typer.Exit(EXIT_USAGE)
 
     if err_console.is_terminal:
         with Progress(
@@ -58,7 +66,9 @@ def simulate(
             def progress(done: int, total: int) -> None:
                 bar.update(task, completed=done, total=total)
 
-            summary = run_simulation(out, sessions, seed, profile, tokenizer=tokenizer, overwrite=overwrite, progress=progress)
+            summary = run_simulation(
+                out, sessions, seed, profile.value, tokenizer=tokenizer, overwrite=overwrite, progress=progress
+            )
     else:
-        summary = run_simulation(out, sessions, seed, profile, tokenizer=tokenizer, overwrite=overwrite)
+        summary = run_simulation(out, sessions, seed, profile.value, tokenizer=tokenizer, overwrite=overwrite)
     err_console.print(render_simulation_summary(summary))

@@ -49,5 +49,7 @@ def render_simulation_summary(summary: SimulationSummary) -> RenderableType:
         if events.get(name):
             row(label, events[name])
     parts: list[RenderableType] = [table, Text("")]
-    parts.append(Text(f"wrote {len(summary.files)} file(s) to {summary.out_dir} (tokenizer: {summary.tokenizer})", style="bold"))
+    parts.append(
+        Text(f"wrote {len(summary.files)} file(s) to {summary.out_dir} (tokenizer: {summary.tokenizer})", style="bold")
+    )
     return Group(*parts)

@@ -29,17 +29,19 @@ from ..capture import TurnLogWriter
 from ..errors import OutputError
 from .chat import Chat
 from .environment import Workspace
-from .profiles import FEATURES, PROFILES, Profile, assign_features
+from .profiles import FEATURES, PROFILES, Features, Profile, assign_features
 from .session import SessionStats, play_session
 
 __all__ = [
     "DEFAULT_TOKENIZER",
     "FEATURES",
     "PROFILES",
+    "Features",
     "SessionStats",
     "SimulationSummary",
     "resolve_tokenizer",
     "simulate",
+    "simulate_session",
 ]
 
 #: The tokenizer shipped with tito, as recorded in the logs (a repo-relative path).
@@ -128,28 +130,12 @@ def simulate(
     features = assign_features(spec, sessions, random.Random(f"tito-simulate:{profile}:{seed}:features"))
     with TurnLogWriter(out, tokenizer=tokenizer, max_age=None, name=f"{profile}-{seed}") as writer:
         for index in range(sessions):
+            # Sessions of a group share the repository; it has a long module if one of them rewrites it.
             group = index // spec.group_size
             members = features[group * spec.group_size : (group + 1) * spec.group_size]
-            # Sessions of a group share the repository (same seed) and differ in everything else.
-            repo_rng = random.Random(f"tito-simulate:{profile}:{seed}:repo:{group}")
-            workspace = Workspace.generate(
-                repo_rng,
-                modules=repo_rng.randint(*spec.modules),
-                functions=spec.functions,
-                body_lines=spec.body_lines,
-                bugs=repo_rng.randint(*spec.bugs),
-                long_target=any("long_write" in f for f in members),
-            )
-            stats = play_session(
-                chat,
-                writer,
-                session_id=f"{profile}-{seed}-{index:04d}",
-                index=index,
-                profile=spec,
-                features=features[index],
-                workspace=workspace,
-                rng=random.Random(f"tito-simulate:{profile}:{seed}:session:{index}"),
-                start=_EPOCH + timedelta(minutes=7 * index),
+            long_target = any("long_write" in f for f in members)
+            stats = simulate_session(
+                chat, writer, profile=spec, seed=seed, index=index, features=features[index], long_target=long_target
             )
             summary.sessions.append(stats)
             chat.forget()
@@ -157,3 +143,41 @@ def simulate(
                 progress(index + 1, sessions)
     summary.files = list(writer.files_written)
     return summary
+
+
+def simulate_session(
+    chat: Chat,
+    writer: TurnLogWriter,
+    *,
+    profile: Profile,
+    seed: int,
+    index: int,
+    features: Features,
+    long_target: bool = False,
+) -> SessionStats:
+    """Simulate session ``index`` of a run with ``seed``, with the given features, into ``writer``.
+
+    Sessions of one group (``index // profile.group_size``) work on the same
+    repository; ``long_target`` gives it a long module to rewrite.
+    """
+    group = index // profile.group_size
+    repo_rng = random.Random(f"tito-simulate:{profile.name}:{seed}:repo:{group}")
+    workspace = Workspace.generate(
+        repo_rng,
+        modules=repo_rng.randint(*profile.modules),
+        functions=profile.functions,
+        body_lines=profile.body_lines,
+        bugs=repo_rng.randint(*profile.bugs),
+        long_target=long_target,
+    )
+    return play_session(
+        chat,
+        writer,
+        session_id=f"{profile.name}-{seed}-{index:04d}",
+        index=index,
+        profile=profile,
+        features=features,
+        workspace=workspace,
+        rng=random.Random(f"tito-simulate:{profile.name}:{seed}:session:{index}"),
+        start=_EPOCH + timedelta(minutes=7 * index),
+    )

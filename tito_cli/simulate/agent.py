@@ -121,9 +121,16 @@ class MainAgent(_Writer):
         remaining = ws.open_bugs()
         lines = ["## Task", task, "", "## Progress", "- Listed the repository and ran the test suite."]
         lines += [f"- Fixed `{b.function}` in `{b.path}`." for b in ws.bugs if ws.fixed(b)]
-        lines += [f"- `{b.test_name}` still fails ({b.message}); `{b.function}` in `{b.path}` is the suspect." for b in remaining]
+        lines += [
+            f"- `{b.test_name}` still fails ({b.message}); `{b.function}` in `{b.path}` is the suspect."
+            for b in remaining
+        ]
         lines += ["", "## Next"]
-        lines.append("- Fix the remaining failures, then run `python -m pytest -q`." if remaining else "- Run the tests once more and report.")
+        lines.append(
+            "- Fix the remaining failures, then run `python -m pytest -q`."
+            if remaining
+            else "- Run the tests once more and report."
+        )
         return "\n".join(lines)
 
     def _investigate(self, bug: Bug, read: set[str], *, delegate: bool) -> Plan:

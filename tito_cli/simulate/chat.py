@@ -20,12 +20,12 @@ import os
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["Chat", "IM_END", "IM_START"]
+__all__ = ["IM_END", "IM_START", "Chat"]
 
 IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"
@@ -54,10 +54,10 @@ class Chat:
 
     # -- prompts -------------------------------------------------------------
 
-    def render(self, messages: list[Message], tools: list[dict[str, Any]] | None) -> str:
+    def render(self, messages: list[Message], tools: list[dict[Any, Any]] | None) -> str:
         """The prompt text for ``messages``, ending with the assistant generation prompt."""
         text = self.tokenizer.apply_chat_template(
-            messages, tools=tools, tokenize=False, add_generation_prompt=True
+            messages, tools=cast(Any, tools), tokenize=False, add_generation_prompt=True
         )
         assert isinstance(text, str)
         return text

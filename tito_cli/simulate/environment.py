@@ -13,7 +13,7 @@ from __future__ import annotations
 import difflib
 import random
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from .text import TextGen
 
@@ -118,10 +118,21 @@ class Bug:
         return 1
 
 
-# Bug shapes: (argument, setup lines, wrong line, right line, tail lines, test call, expected, actual).
-# ``{n}`` is a noun that keeps the lines unique across functions; ``{k}``/``{t}`` a key and its typo.
+class _Shape(NamedTuple):
+    """A kind of bug.  ``{n}`` is a noun that keeps lines unique; ``{k}``/``{t}`` a key and its typo."""
+
+    arguments: str
+    setup: list[str]
+    wrong: str
+    right: str
+    tail: list[str]
+    test_call: str
+    expected: str
+    actual: str
+
+
 _BUG_SHAPES = (
-    (
+    _Shape(
         "values",
         ["    {n}_total = 0", "    for value in values:", "        {n}_total += value"],
         "    return {n}_total + 1",
@@ -131,7 +142,7 @@ _BUG_SHAPES = (
         "6",
         "7",
     ),
-    (
+    _Shape(
         "count, limit",
         ["    {n}_seen = count"],
         "    if {n}_seen > limit:",
@@ -141,7 +152,7 @@ _BUG_SHAPES = (
         "True",
         "False",
     ),
-    (
+    _Shape(
         "record",
         [],
         '    {n}_name = record.get("{t}")',
@@ -151,7 +162,7 @@ _BUG_SHAPES = (
         "'ada'",
         "None",
     ),
-    (
+    _Shape(
         "items",
         [],
         "    {n}_order = sorted(items)",
@@ -233,7 +244,12 @@ class Workspace:
             files[path] = lines
             files[test_path] = tests[:-2]
             passing[test_path] = count - (1 if bug_at >= 0 else 0)
-        files["pyproject.toml"] = ["[project]", f'name = "{project}"', 'version = "0.3.1"', 'requires-python = ">=3.10"']
+        files["pyproject.toml"] = [
+            "[project]",
+            f'name = "{project}"',
+            'version = "0.3.1"',
+            'requires-python = ">=3.10"',
+        ]
         files["README.md"] = [f"# {project}", "", text.sentence(), "", "Run the tests with `python -m pytest -q`."]
         workspace = cls(project=project, files=dict(sorted(files.items())), bugs=planted, passing=passing)
         workspace.original = {p: list(ls) for p, ls in workspace.files.items()}

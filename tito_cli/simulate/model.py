@@ -46,7 +46,9 @@ def output_text(action: Action) -> str:
     for i, (name, arguments) in enumerate(action.calls):
         if action.content or i:
             parts.append("\n")
-        parts.append(f'<tool_call>\n{{"name": "{name}", "arguments": {json.dumps(arguments, ensure_ascii=False)}}}\n</tool_call>')
+        parts.append(
+            f'<tool_call>\n{{"name": "{name}", "arguments": {json.dumps(arguments, ensure_ascii=False)}}}\n</tool_call>'
+        )
     parts.append(IM_END)
     return "".join(parts)
 

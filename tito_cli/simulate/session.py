@@ -158,7 +158,12 @@ class _Session:
                 index=self.index,
                 group_index=self.index // self.profile.group_size,
                 label=self.ws.project,
-                metadata={"profile": self.profile.name, "features": self.features.sorted(), "bugs": len(self.ws.bugs), "fixed": fixed},
+                metadata={
+                    "profile": self.profile.name,
+                    "features": self.features.sorted(),
+                    "bugs": len(self.ws.bugs),
+                    "fixed": fixed,
+                },
             )
         return self.stats
 
@@ -209,7 +214,7 @@ class _Session:
         action: Action,
         *,
         messages: list[Message] | None = None,
-        tools: list[dict[str, Any]] | None | bool = True,
+        tools: list[dict[str, Any]] | bool | None = True,
         abort: bool = False,
         empty: bool = False,
         event: str | None = None,

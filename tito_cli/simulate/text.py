@@ -11,23 +11,30 @@ import random
 
 __all__ = ["TextGen"]
 
-_NOUNS = (
+
+def _words(text: str, sep: str | None = None) -> list[str]:
+    return text.split(sep)
+
+
+_NOUNS = _words(
     "account balance batch buffer cache client config entry event invoice item key ledger line "
     "order payment queue record report request response result row schedule session stock "
     "token total user value window"
-).split()
-_VERBS = (
+)
+_VERBS = _words(
     "apply build check collect compute convert count filter find flush format group load merge "
     "normalize parse read render resolve round score sort split sum update validate write"
-).split()
-_PARTICIPLES = "applied built checked computed converted filtered loaded merged parsed read sorted updated validated written".split()
-_ADJECTIVES = "active cached current default empty final first last local next partial pending raw total valid".split()
-_WORDS = (
+)
+_PARTICIPLES = _words(
+    "applied built checked computed converted filtered loaded merged parsed read sorted updated validated written"
+)
+_ADJECTIVES = _words("active cached current default empty final first last local next partial pending raw total valid")
+_WORDS = _words(
     "the a this that it its we our then so and or but if when because also only just now here "
     "file line test function value result output input change fix call return check run case "
     "expected actual instead before after first last next same different wrong right missing "
     "should would will can does did is are was be been have has not no all each every"
-).split()
+)
 _PROJECTS = ("ledger", "billing", "inventory", "scheduler", "reports", "gateway", "catalog", "notifier", "pipeline")
 _MODULES = (
     "core",
@@ -126,7 +133,8 @@ class TextGen:
         elif r < 0.45:
             text = f"`{self.function_name()}` should {self.rng.choice(_VERBS)} each {noun} once and return the {other}"
         elif r < 0.6:
-            text = f"if the {noun} is empty we {self.rng.choice(_VERBS)} the {self.rng.choice(_ADJECTIVES)} {other} instead"
+            verb, adjective = self.rng.choice(_VERBS), self.rng.choice(_ADJECTIVES)
+            text = f"if the {noun} is empty we {verb} the {adjective} {other} instead"
         elif r < 0.7:
             text = f"this keeps the {noun} and the {other} in the same order"
         else:
