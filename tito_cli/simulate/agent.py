@@ -41,7 +41,7 @@ class Style:
     long_write: bool = False
     #: Get the first fix wrong once, and notice it from the tests.
     wrong_fix: bool = False
-    #: Give up instead of retrying after the wrong fix (the session fails).
+    #: Get the last fix wrong and give up on it (the session fails).
     give_up: bool = False
     #: Start a background sub-agent to look for callers of the first buggy function.
     subagent: bool = False
@@ -95,7 +95,7 @@ class MainAgent(_Writer):
         read: set[str] = set()
         for number, bug in enumerate(ws.bugs):
             yield from self._investigate(bug, read, delegate=self.style.subagent and bug is first_bug)
-            yield from self._fix(bug, first=bug is first_bug)
+            yield from self._fix(bug, first=bug is first_bug, last=number == len(ws.bugs) - 1)
             if not ws.fixed(bug) and self.style.give_up:
                 yield self.act(
                     f"I could not get `{bug.test_name}` to pass: my change to `{bug.function}` did not fix it. "
@@ -170,16 +170,16 @@ class MainAgent(_Writer):
         if delegate:
             yield self.act("Let me get the sub-agent's report.", [_call("agent_output", agent_id="agent-1")])
 
-    def _fix(self, bug: Bug, *, first: bool) -> Plan:
+    def _fix(self, bug: Bug, *, first: bool, last: bool) -> Plan:
         why = f"The line `{bug.wrong.strip()}` is wrong; it should be `{bug.right.strip()}`."
-        if first and self.style.wrong_fix:
+        if (first and self.style.wrong_fix) or (last and self.style.give_up):
             wrong = bug.wrong.replace("(", "( ", 1) if "(" in bug.wrong else bug.wrong + "  # checked"
             yield self.act(
                 f"{why.split(';')[0]}. Let me adjust it.",
                 [_call("edit_file", path=bug.path, old_string=bug.wrong, new_string=wrong)],
             )
             yield self.act("Let me run that test.", [_call("bash", command=f"python -m pytest -q {bug.test_path}")])
-            if self.style.give_up:
+            if last and self.style.give_up:
                 return
             bug_line = wrong
             why = f"My edit did not change the behaviour. {why}"
