@@ -76,7 +76,7 @@ PROFILES = {
         extra_reads=(0, 2),
         max_tokens=4096,
         truncating_max_tokens=(500, 900),
-        compact_at=1500,
+        compact_at=2500,
         group_size=4,
         rates=_RATES,
     ),
