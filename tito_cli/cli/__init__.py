@@ -5,8 +5,10 @@ Each command lives in a module of its own and registers itself on ``app``.
 
 from __future__ import annotations
 
-from . import rebuild  # noqa: F401  (registers the command)
-from . import simulate  # noqa: F401  (registers the command)
+from . import (
+    rebuild,  # noqa: F401  (registers the command)
+    simulate,  # noqa: F401  (registers the command)
+)
 from .app import app
 
 __all__ = ["app", "main"]
