@@ -72,7 +72,8 @@ def guarded(command: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return command(*args, **kwargs)
-        except (typer.Exit, typer.Abort, SystemExit):
+        except (typer.Exit, typer.Abort, SystemExit, typer.BadParameter):
+            # Usage errors raised inside a command (typer.BadParameter) are click's to report (exit 2).
             raise
         except TitoError as error:
             if state.verbose:
