@@ -161,7 +161,10 @@ def main_session(tok: Tokenizer) -> Session:
     }
     s.turn([sys, user, a0, t0], a1, "tool_calls", tools=TOOLS)
 
-    sub = [{"role": "system", "content": SUB_SYSTEM}, {"role": "user", "content": "Find where add is defined"}]
+    sub = [
+        {"role": "system", "content": SUB_SYSTEM},
+        {"role": "user", "content": "Find where add is defined"},
+    ]
     s.turn(sub, {"role": "assistant", "content": "src/utils.py:12"}, "stop")
 
     t1 = {"role": "tool", "content": "src/utils.py:12"}
@@ -176,7 +179,9 @@ def main_session(tok: Tokenizer) -> Session:
     t3 = {"role": "tool", "content": "def add(a, b):\n\treturn a - b\n"}
     nudge = {"role": "user", "content": "Keep the fix minimal."}
     prompt4 = [sys, user, a0, t0, a1, t1, a3, t3, nudge]
-    s.turn(prompt4, {"role": "assistant", "content": "The bug is in add: it subtracts."}, "length", tools=TOOLS)
+    s.turn(
+        prompt4, {"role": "assistant", "content": "The bug is in add: it subtracts."}, "length", tools=TOOLS
+    )
     # The harness retries the truncated turn with the same prompt.
     a5 = {
         "role": "assistant",
@@ -195,7 +200,11 @@ def rewrite_session(tok: Tokenizer) -> Session:
     # The harness keeps a shortened version of the reply in its history.
     short = {"role": "assistant", "content": "Hi!"}
     again = {"role": "user", "content": "List the files."}
-    s.turn([sys, user, short, again], {"role": "assistant", "content": "", "tool_calls": [call("ls")]}, "tool_calls")
+    s.turn(
+        [sys, user, short, again],
+        {"role": "assistant", "content": "", "tool_calls": [call("ls")]},
+        "tool_calls",
+    )
     return s
 
 
@@ -218,7 +227,10 @@ def training_texts() -> list[str]:
     words = [SYSTEM, SUB_SYSTEM, "<think>\n", "\n</think>\n\n", "<tool_call>\n", "\n</tool_call>"]
     words += ["The test test_add fails. Please fix it.", "Run the failing test first to see the error."]
     words += ['{"name": "run_tests", "arguments": {"path": "tests/test_utils.py"}}']
-    words += ["FAILED tests/test_utils.py::test_add - assert add(2, 2) == 4", "def add(a, b):\n\treturn a + b\n"]
+    words += [
+        "FAILED tests/test_utils.py::test_add - assert add(2, 2) == 4",
+        "def add(a, b):\n\treturn a + b\n",
+    ]
     words += ["system\n", "user\n", "assistant\n", "tool\n", "src/utils.py:12", "Keep the fix minimal."]
     return words * 20
 
@@ -228,7 +240,9 @@ def main() -> None:
     TOKENIZER_DIR.mkdir(exist_ok=True)
     from transformers import PreTrainedTokenizerFast
 
-    PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>").save_pretrained(str(TOKENIZER_DIR))
+    PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>").save_pretrained(
+        str(TOKENIZER_DIR)
+    )
     # transformers 5 writes its own class name; the 4.x name loads in both.
     config_path = TOKENIZER_DIR / "tokenizer_config.json"
     config = json.loads(config_path.read_text())

@@ -5,8 +5,12 @@ Each command lives in a module of its own and registers itself on ``app``.
 
 from __future__ import annotations
 
-from . import inspect  # noqa: F401  (registers the command)
-from . import rebuild  # noqa: F401  (registers the command)
+from . import (
+    inspect,  # noqa: F401  (registers the command)
+    ls,  # noqa: F401  (registers the command)
+    rebuild,  # noqa: F401  (registers the command)
+    stats,  # noqa: F401  (registers the command)
+)
 from .app import app
 
 __all__ = ["app", "main"]

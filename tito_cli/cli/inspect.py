@@ -2,26 +2,31 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 import typer
+from rich.console import Group, RenderableType
 from rich.text import Text
 
-from ..corpus import Corpus, Reject
+from ..corpus import Reject
 from ..errors import InvalidSessionError, TitoError
 from ..policy import DEFAULT_FORK_THRESHOLD, Policy
 from ..render.jsonout import dumps
 from ..render.sample_text import render_samples, samples_data
-from ..render.session_view import render_header, render_tree, render_turns, session_header, tree_nodes, turn_rows
+from ..render.session_view import (
+    render_header,
+    render_tree,
+    render_turns,
+    session_header,
+    tree_nodes,
+    turn_rows,
+)
 from ..render.tokens import TokenText, resolve_tokenizer
-from .app import EXIT_CODES_HELP, app, err_console, guarded, out_console
+from .app import EXIT_CODES_HELP, app, err_console, guarded
+from .viewing import LOGS_ENV, is_plain, open_logs, show
 
 VIEWS = ("turns", "tree", "samples")
-
-#: Where commands that read logs look when no folder is given.
-LOGS_ENV = "TITO_LOGS"
 
 
 def parse_views(value: str) -> list[str]:
@@ -29,7 +34,8 @@ def parse_views(value: str) -> list[str]:
     unknown = [v for v in views if v not in VIEWS]
     if unknown or not views:
         raise typer.BadParameter(
-            f"unknown view {', '.join(unknown) or '(none)'}; choose from {', '.join(VIEWS)}", param_hint="--view"
+            f"unknown view {', '.join(unknown) or '(none)'}; choose from {', '.join(VIEWS)}",
+            param_hint="--view",
         )
     return [v for v in VIEWS if v in views]  # always in the same order
 
@@ -53,16 +59,6 @@ def choose_tokenizer(explicit: Path | None, recorded: str | None, logs: Path) ->
         return TokenText.load(str(path)), None
     except TitoError as exc:
         return TokenText(), f"tokenizer {recorded!r} could not be loaded ({exc.message}): showing token ids"
-
-
-def open_logs(logs: Path, policy: Policy) -> Corpus:
-    if not logs.exists():
-        raise TitoError(
-            "no such log folder",
-            file=logs,
-            tip=f"pass the log folder (--logs DIR for inspect) or set {LOGS_ENV}",
-        )
-    return Corpus.open([logs], policy)
 
 
 @app.command(
@@ -125,18 +121,16 @@ def inspect(
 
     if note:
         err_console.print(Text(note, style="dim"))
-    # Colour marks trained tokens on a terminal; plain text (a pipe, NO_COLOR) uses [brackets].
-    plain = not out_console.is_terminal or out_console.no_color or bool(os.environ.get("NO_COLOR"))
-    out_console.print(render_header(session_header(result)))
+    parts: list[RenderableType] = [render_header(session_header(result))]
     if "turns" in views:
-        out_console.print()
-        out_console.print(Text("turns", style="bold underline"))
-        out_console.print(render_turns(turn_rows(result)))
+        parts += [Text("\nturns", style="bold underline"), render_turns(turn_rows(result))]
     if "tree" in views:
-        out_console.print()
-        out_console.print(Text("routing tree", style="bold underline"))
-        out_console.print(render_tree(result.session_id, tree_nodes(result)))
+        parts += [
+            Text("\nrouting tree", style="bold underline"),
+            render_tree(result.session_id, tree_nodes(result)),
+        ]
     if "samples" in views:
-        out_console.print()
-        out_console.print(Text("samples", style="bold underline"))
-        out_console.print(render_samples(samples_data(result, text), text, full=full, brackets=plain))
+        # Colour marks trained tokens on a terminal; plain text (a pipe, NO_COLOR) uses [brackets].
+        samples = render_samples(samples_data(result, text), text, full=full, brackets=is_plain())
+        parts += [Text("\nsamples", style="bold underline"), samples]
+    show(Group(*parts))

@@ -81,7 +81,7 @@ def _decode_raw(text: TokenText, ids: list[int]) -> str | None:
 def samples_data(result: SessionResult, text: TokenText) -> list[dict[str, Any]]:
     """Every sample with its reward and regions (ids, and decoded text when a tokenizer is loaded)."""
     out = []
-    for i, (sample, reward) in enumerate(zip(result.samples, result.rewards)):
+    for i, (sample, reward) in enumerate(zip(result.samples, result.rewards, strict=True)):
         regions = []
         for r in sample_regions(sample):
             ids = [int(t) for t in sample.tokens[r.start : r.end]]
@@ -180,7 +180,10 @@ def render_samples(
             ids = region["ids"]
             if region["kind"] == "first_prompt" and not full:
                 parts.append(
-                    Text(f"┄ seq {region['seq']} first prompt: {len(ids):,} tokens, not shown ┄", style=LABEL_STYLE)
+                    Text(
+                        f"┄ seq {region['seq']} first prompt: {len(ids):,} tokens, not shown ┄",
+                        style=LABEL_STYLE,
+                    )
                 )
                 continue
             parts.append(Text(_label(region, after_cut), style=LABEL_STYLE))

@@ -23,8 +23,8 @@ from ..router import Node
 from .describe import message_preview, node_kind
 
 __all__ = [
-    "FORK_LABELS",
     "DECISION_LEGEND",
+    "FORK_LABELS",
     "decision_text",
     "render_header",
     "render_tree",
@@ -153,10 +153,10 @@ def _decision_dict(decision: Decision | None) -> dict[str, Any] | None:
 
 
 def short_decision(d: dict[str, Any]) -> str:
-    """``start``, ``clean``, ``realign at 81 (−27)``, ``fork: prompt region at 12 (−300)``."""
+    """``start``, ``clean``, ``realign at 81 (-27)``, ``fork: prompt region at 12 (-300)``."""
     if d["kind"] in ("start", "clean"):
         return str(d["kind"])
-    where = f"at {d['lcp']:,} (−{d['drift']:,})"
+    where = f"at {d['lcp']:,} (-{d['drift']:,})"
     if d["kind"] == "realign":
         return f"realign {where}"
     return f"fork: {FORK_LABELS[d['cause']]} {where}"
@@ -180,7 +180,7 @@ def decision_text(row: dict[str, Any]) -> str:
 
 #: Printed under the turns table: what the numbers in a decision mean.
 DECISION_LEGEND = (
-    "at N: tokens the prompt shares with those held for its path; (−N): held tokens it does not repeat. "
+    "at N: tokens the prompt shares with those held for its path; (-N): held tokens it does not repeat. "
     "A realign cuts them and continues the sample; a fork starts a new one."
 )
 
@@ -342,10 +342,12 @@ def _node_line(n: dict[str, Any]) -> Text:
     line.append(" ")
     if n["kind"] == "generated":
         line.append(f"seq {n['seq']} #{n['turn_index']}", style="bold green")
-        line.append(f" in {n['prompt_tokens']:,} out {n['output_tokens']:,} {n['finish_reason']}", style="green")
+        line.append(
+            f" in {n['prompt_tokens']:,} out {n['output_tokens']:,} {n['finish_reason']}", style="green"
+        )
         d = n["decision"]
         if d is not None and d["kind"] == "realign":
-            line.append(f" realign −{d['drift']:,}", style="yellow")
+            line.append(f" realign -{d['drift']:,}", style="yellow")
         elif d is not None and d["kind"] == "fork":
             line.append(f" fork: {FORK_LABELS[d['cause']]}", style="red")
         line.append("  ")
@@ -369,7 +371,9 @@ def _leaf_line(n: dict[str, Any]) -> Text:
     """Under a leaf: which samples its chain produced (on its own line, so it is never cropped)."""
     samples = n["samples"]
     target = f"sample{'s' if len(samples) > 1 else ''} {_sample_list(samples)}" if samples else "no sample"
-    return Text(f"{'':<10}⤷ leaf {n['leaf']} → {target}", style="bold cyan", no_wrap=True, overflow="ellipsis")
+    return Text(
+        f"{'':<10}⤷ leaf {n['leaf']} → {target}", style="bold cyan", no_wrap=True, overflow="ellipsis"
+    )
 
 
 def render_tree(session_id: str, nodes: list[dict[str, Any]]) -> RenderableType:
