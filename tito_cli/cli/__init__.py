@@ -5,11 +5,11 @@ Each command lives in a module of its own and registers itself on ``app``.
 
 from __future__ import annotations
 
-from . import (
-    inspect,  # noqa: F401  (registers the command)
-    ls,  # noqa: F401  (registers the command)
-    rebuild,  # noqa: F401  (registers the command)
-    stats,  # noqa: F401  (registers the command)
+from . import (  # noqa: F401  (each module registers its command)
+    inspect,
+    ls,
+    rebuild,
+    stats,
 )
 from .app import app
 

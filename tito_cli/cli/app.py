@@ -72,8 +72,7 @@ def guarded(command: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return command(*args, **kwargs)
-        except (typer.Exit, typer.Abort, SystemExit, typer.BadParameter):
-            # Usage errors raised inside a command (typer.BadParameter) are click's to report (exit 2).
+        except (typer.Exit, typer.Abort, SystemExit):
             raise
         except TitoError as error:
             if state.verbose:
