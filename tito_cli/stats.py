@@ -197,8 +197,9 @@ class _Parser:
         kind, text = self.take()
         if (kind, text) == ("paren", "("):
             inner = self.or_expr()
-            if self.take() != ("paren", ")"):
+            if self.peek() != ("paren", ")"):
                 raise FilterError("missing ')' in the filter")
+            self.i += 1
             return inner
         if kind != "word" or text not in FIELDS:
             raise FilterError(f"unknown field {text!r}; fields: {', '.join(FIELDS)}")

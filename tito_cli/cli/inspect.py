@@ -49,7 +49,10 @@ def choose_tokenizer(explicit: Path | None, recorded: str | None, logs: Path) ->
     if explicit is not None:
         if not explicit.is_dir():
             raise typer.BadParameter(f"{explicit} is not a tokenizer folder", param_hint="--tokenizer")
-        return TokenText.load(str(explicit)), None
+        try:
+            return TokenText.load(str(explicit)), None
+        except TitoError as exc:
+            raise typer.BadParameter(exc.message, param_hint="--tokenizer") from None
     if not recorded:
         return TokenText(), "no tokenizer recorded in the log: showing token ids (pass --tokenizer PATH)"
     path = resolve_tokenizer(recorded, search_from=[logs, Path.cwd()])

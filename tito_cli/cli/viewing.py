@@ -9,7 +9,7 @@ import typer
 from rich.console import RenderableType
 
 from ..corpus import Corpus
-from ..errors import TitoError
+from ..errors import UnreadableLogError
 from ..policy import Policy
 from ..render.plain import plain_width, to_plain
 from .app import out_console
@@ -22,7 +22,7 @@ LOGS_ENV = "TITO_LOGS"
 
 def open_logs(logs: Path, policy: Policy) -> Corpus:
     if not logs.exists():
-        raise TitoError(
+        raise UnreadableLogError(
             "no such log folder",
             file=logs,
             tip=f"give the log folder (inspect: --logs DIR) or set {LOGS_ENV}",

@@ -19,6 +19,10 @@ def _n(value: int | float | None) -> str:
     return f"{value:,}" if isinstance(value, int) else f"{value:g}"
 
 
+def _sessions(n: int) -> str:
+    return f"{n:,} session{'' if n == 1 else 's'}"
+
+
 def _section(title: str) -> Text:
     return Text(f"\n{title}", style="bold underline")
 
@@ -43,27 +47,19 @@ def render_corpus_stats(s: dict[str, Any]) -> RenderableType:
     totals.add_row("turns", _n(s["turns"]), f"{_n(s['skipped_turns'])} skipped (empty prompt)")
     totals.add_row("samples", _n(s["samples"]), "")
     tokens = s["tokens"]
-    share = (
-        f"{100 * tokens['trained_share']:.1f}% of response tokens"
-        if tokens["trained_share"] is not None
-        else ""
-    )
+    share = f"{100 * tokens['trained_share']:.1f}% of response tokens" if tokens["trained_share"] is not None else ""
     totals.add_row("trained tokens", _n(tokens["trained"]), share)
     totals.add_row("context tokens", _n(tokens["context"]), "loss 0 inside response regions")
     f = s["forks"]
-    totals.add_row(
-        "forks", _n(f["total"]), f"{f['per_100_turns']:g} per 100 turns, in {_n(f['sessions'])} sessions"
-    )
+    totals.add_row("forks", _n(f["total"]), f"{f['per_100_turns']:g} per 100 turns, in {_sessions(f['sessions'])}")
     for cause, count in f["by_cause"].items():
         totals.add_row(f"  {FORK_LABELS[cause]}", _n(count), "")
     r = s["realigns"]
-    totals.add_row(
-        "realigns", _n(r["total"]), f"{r['per_100_turns']:g} per 100 turns, in {_n(r['sessions'])} sessions"
-    )
+    totals.add_row("realigns", _n(r["total"]), f"{r['per_100_turns']:g} per 100 turns, in {_sessions(r['sessions'])}")
     totals.add_row("rewrite merges", _n(s["rewrite_merges"]), "")
     if s["ambiguous_rewrites"]:
         totals.add_row("ambiguous rewrites", _n(s["ambiguous_rewrites"]), "several candidates: not merged")
-    totals.add_row("without sessions row", _n(s["sessions_without_sessions_row"]), "reward 0.0")
+    totals.add_row("no sessions row", _n(s["sessions_without_sessions_row"]), "sessions rebuilt with reward 0.0")
     parts.append(totals)
 
     parts.append(_section("distributions"))
