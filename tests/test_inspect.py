@@ -113,7 +113,7 @@ def test_tree_view_marks_sub_agent_realign_fork_and_retry(agent_logs: Path) -> N
         "│   user      The test test_add fails. Please fix it.",
         "│   assistant seq 0 #1 in 40 out 68 tool_calls  [reasoning] → run_tests",
         "│   tool      FAILED tests/test_utils.py::test_add - assert add(2, 2) == 4",
-        "│   assistant seq 1 #2 in 127 out 96 tool_calls realign -27  [reasoning] → spawn_agent",
+        "│   assistant seq 1 #2 in 127 out 96 tool_calls realign at 81 (-27)  [reasoning] → spawn_agent",
         "│   tool      src/utils.py:12",
         "│   assistant seq 3 #4 in 239 out 55 tool_calls  [reasoning] → read_file",
         "│   tool      def add(a, b): return a - b",
@@ -252,7 +252,7 @@ def test_samples_view_labels_spans_and_realign(agent_logs: Path) -> None:
     assert code == EXIT_OK
     assert lines[lines.index("samples") + 1 : lines.index("samples") + 5] == [
         "sample 0  leaf 0 segment 0 · reward 0.25",
-        "  294 tokens = first prompt 40 + response 254 (trained 192); turns 0, 1, 3, trained 0, 1, 3",
+        "  294 tokens = first prompt 40 + response 254 (192 trained) · turns 0, 1, 3 · trained 0, 1, 3",
         "┄ seq 0 first prompt: 40 tokens, not shown ┄",
         "── seq 0 output · 41 tokens · trained · 27 of 68 cut by the next turn's realign",
     ]
@@ -281,7 +281,7 @@ def test_long_context_runs_collapse_unless_full(tmp_path: Path) -> None:
     body = lines[lines.index("samples") + 1 :]
     assert body == [
         "sample 0  leaf 0 segment 0 · reward 0",
-        "  115 tokens = first prompt 10 + response 105 (trained 5); turns 0, 1, trained 0, 1",
+        "  115 tokens = first prompt 10 + response 105 (5 trained) · turns 0, 1 · trained 0, 1",
         "┄ seq 0 first prompt: 10 tokens, not shown ┄",
         "── seq 0 output · 3 tokens · trained",
         "[500 501 502]",

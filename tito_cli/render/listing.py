@@ -40,19 +40,24 @@ def render_listing(rows: list[dict[str, Any]], width: int = 100) -> RenderableTy
     widths = {name: max([len(name), *(len(_format(r, name)) for r in rows)]) for name in _NUMBERS}
     widths["session"] = min(max([7, *(len(r["session"]) for r in rows)]), 48)
     rejected = [r for r in rows if r["rejected"] is not None]
-    reason_width = max(8, width - sum(widths.values()) - 2 * len(widths) - 1)
+    # Columns are two spaces apart (one of padding on each side), none at the edges.
+    reason_width = width - sum(widths.values()) - 2 * len(widths)
+    reason_column = bool(rejected) and reason_width >= len("rejected")
 
     table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold", padding=(0, 1))
     table.add_column("session", no_wrap=True, overflow="ellipsis", width=widths["session"])
     for name in _NUMBERS:
         table.add_column(name, justify="right", no_wrap=True, width=widths[name])
-    if rejected:
+    if reason_column:
         table.add_column("rejected", no_wrap=True, overflow="ellipsis", max_width=reason_width)
     for row in rows:
-        cells: list[Text | str] = [row["session"], *(_cell(row, n) for n in _NUMBERS)]
-        if rejected:
+        session = Text(row["session"], style="red" if row["rejected"] is not None else "")
+        cells: list[Text | str] = [session, *(_cell(row, n) for n in _NUMBERS)]
+        if reason_column:
             reason = row["rejected"] or ""
-            if len(reason) > reason_width:
+            if reason and reason_width < 24:
+                reason = "yes"  # too narrow to say why; the full reason follows the table
+            elif len(reason) > reason_width:
                 reason = reason[: reason_width - 1] + "…"
             cells.append(Text(reason, style="red"))
         table.add_row(*cells)

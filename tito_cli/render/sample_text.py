@@ -125,7 +125,9 @@ def _body(text: TokenText, ids: list[int], trained: bool, brackets: bool) -> Tex
         shown = " ".join(str(i) for i in ids)
     if trained and brackets:
         shown = f"[{shown}]"
-    return Text(shown, style=TRAINED_STYLE if trained else "")
+    body = Text(shown, style=TRAINED_STYLE if trained else "")
+    body.highlight_regex("[␣↵⇥]", "dim")  # the text stays in front; the markers recede
+    return body
 
 
 def _label(region: dict[str, Any], after_cut: bool) -> str:
@@ -152,8 +154,8 @@ def _sample_heading(s: dict[str, Any]) -> Text:
     trained = ", ".join(str(t) for t in s["trained_turns"]) or "none"
     line.append(
         f"  {s['tokens']:,} tokens = first prompt {s['first_prompt_length']:,}"
-        f" + response {s['response_length']:,} (trained {s['trained_tokens']:,});"
-        f" turns {', '.join(str(t) for t in s['turns'])}, trained {trained}",
+        f" + response {s['response_length']:,} ({s['trained_tokens']:,} trained)"
+        f" · turns {', '.join(str(t) for t in s['turns'])} · trained {trained}",
         style="dim",
     )
     return line

@@ -347,7 +347,7 @@ def _node_line(n: dict[str, Any]) -> Text:
         )
         d = n["decision"]
         if d is not None and d["kind"] == "realign":
-            line.append(f" realign -{d['drift']:,}", style="yellow")
+            line.append(f" realign at {d['lcp']:,} (-{d['drift']:,})", style="yellow")
         elif d is not None and d["kind"] == "fork":
             line.append(f" fork: {FORK_LABELS[d['cause']]}", style="red")
         line.append("  ")
