@@ -5,12 +5,11 @@ Each command lives in a module of its own and registers itself on ``app``.
 
 from __future__ import annotations
 
-from . import (  # noqa: F401  (each module registers its command)
-    inspect,
-    ls,
-    rebuild,
-    stats,
-)
+from . import inspect  # noqa: F401  (registers the command)
+from . import ls  # noqa: F401  (registers the command)
+from . import rebuild  # noqa: F401  (registers the command)
+from . import simulate  # noqa: F401  (registers the command)
+from . import stats  # noqa: F401  (registers the command)
 from .app import app
 
 __all__ = ["app", "main"]
