@@ -15,13 +15,16 @@ from typer.testing import CliRunner
 from tito_cli.cli import app
 from tito_cli.cli.app import out_console
 from tito_cli.cli.viewing import is_plain
-from tito_cli.corpus import Corpus
+from tito_cli.corpus import Corpus, Reject
 from tito_cli.engine import SessionResult
 from tito_cli.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_REJECTED, EXIT_USAGE
-from tito_cli.render.sample_text import render_samples, samples_data
+from tito_cli.policy import Policy
+from tito_cli.render.plain import to_plain
+from tito_cli.render.sample_text import render_samples, samples_data, seq_ranges
+from tito_cli.render.session_view import render_tree, render_turns, tree_nodes, turn_rows
 from tito_cli.render.tokens import TokenText, visible
 
-from .helpers import write_log
+from .helpers import conformance_folders, read_jsonl, write_log
 from .scenario_logs import TOKENIZER, scenario_log
 
 MAIN = "s-7f3a-fix-tests"
@@ -68,9 +71,9 @@ def test_turns_view_shows_each_decision(agent_logs: Path) -> None:
         "",
         "turns",
         "seq  #  finish      prompt  output  lp   decision                                   trained in",
-        "  0  1  tool_calls      40      68  yes  start: new sample                          sample 0",
+        "  0  1  tool_calls      40      68  yes  start: first turn on its path              sample 0",
         "  1  2  tool_calls     127      96  yes  realign at 81 (-27)                        sample 0",
-        "  2  3  stop            43       8  yes  start: new sample                          sample 3",
+        "  2  3  stop            43       8  yes  start: first turn on its path              sample 3",
         "  3  4  tool_calls     239      55  yes  clean: extends held tokens                 sample 0",
         "  4  5  length         245      19  yes  fork: before latest response at 41 (-253)  sample 1",
         "  5  6  stop           245      49  yes  fork: before latest response at 41 (-253)  sample 2",
@@ -184,7 +187,7 @@ def parse_id_view(lines: list[str]) -> list[tuple[list[int], list[int]]]:
         if counts:
             first_prompt[len(samples) - 1] = int(counts.group(1).replace(",", ""))
             continue
-        if not line or line.startswith(("──", "┄")):
+        if not line or line.startswith(("──", "┄", "  turns ")):
             continue
         for word in line.split():
             if word.startswith("["):
@@ -250,9 +253,10 @@ def test_samples_view_decoded_brackets_hold_the_trained_text(agent_logs: Path) -
 def test_samples_view_labels_spans_and_realign(agent_logs: Path) -> None:
     code, lines, _ = run("inspect", MAIN, "--logs", str(agent_logs), "--view", "samples")
     assert code == EXIT_OK
-    assert lines[lines.index("samples") + 1 : lines.index("samples") + 5] == [
+    assert lines[lines.index("samples") + 1 : lines.index("samples") + 6] == [
         "sample 0  leaf 0 segment 0 · reward 0.25",
-        "  294 tokens = first prompt 40 + response 254 (192 trained) · turns 0, 1, 3 · trained 0, 1, 3",
+        "  294 tokens = first prompt 40 + response 254 (192 trained)",
+        "  turns 0-1, 3 · trained 0-1, 3",
         "┄ seq 0 first prompt: 40 tokens, not shown ┄",
         "── seq 0 output · 41 tokens · trained · 27 of 68 cut by the next turn's realign",
     ]
@@ -281,7 +285,8 @@ def test_long_context_runs_collapse_unless_full(tmp_path: Path) -> None:
     body = lines[lines.index("samples") + 1 :]
     assert body == [
         "sample 0  leaf 0 segment 0 · reward 0",
-        "  115 tokens = first prompt 10 + response 105 (5 trained) · turns 0, 1 · trained 0, 1",
+        "  115 tokens = first prompt 10 + response 105 (5 trained)",
+        "  turns 0-1 · trained 0-1",
         "┄ seq 0 first prompt: 10 tokens, not shown ┄",
         "── seq 0 output · 3 tokens · trained",
         "[500 501 502]",
@@ -426,3 +431,86 @@ def test_explicit_tokenizer_overrides_the_log(agent_logs_no_tokenizer: Path) -> 
     assert code == EXIT_OK
     assert err == ""
     assert lines[-3:] == ["[<tool_call>↵", '{"name":␣"ls",␣"arguments":␣{}}↵', "</tool_call><|im_end|>]"]
+
+
+# -- acceptance on the demo logs (fixtures/logs, from the simulator) ------------------------------
+
+DEMO_LOGS = Path(__file__).resolve().parent.parent / "fixtures" / "logs"
+#: A demo session with a sub-agent, a realign and a fork (and a compaction restart and a retry).
+DEMO = "demo-0-0006"
+
+
+def test_demo_session_shows_sub_agent_realign_and_fork() -> None:
+    code, lines, _ = run("inspect", DEMO, "--logs", str(DEMO_LOGS), "--view", "turns,tree", "--json")
+    assert code == EXIT_OK
+    data = json.loads("\n".join(lines))
+    kinds = {row["seq"]: row["decision"]["kind"] for row in data["turns"] if row["decision"]}
+    realigned = [seq for seq, kind in kinds.items() if kind == "realign"]
+    forked = [seq for seq, kind in kinds.items() if kind == "fork"]
+    assert realigned and forked
+    assert any(n["branch"] == "sub-agent" for n in data["tree"])
+
+    code, lines, _ = run("inspect", DEMO, "--logs", str(DEMO_LOGS), "--view", "turns,tree")
+    assert code == EXIT_OK
+    turns = lines[lines.index("turns") + 2 : lines.index("routing tree")]
+    by_seq = {int(line.split()[0]): line for line in turns if line[:3].strip().isdigit()}
+    for seq in realigned:
+        assert " realign at " in by_seq[seq]
+    for seq in forked:
+        assert " fork: " in by_seq[seq]
+    tree = lines[lines.index("routing tree") + 1 :]
+    assert any("⑂ sub-agent  system" in line for line in tree)
+    for seq in realigned:
+        assert any(f"seq {seq} #" in line and " realign at " in line for line in tree)
+    for seq in forked:
+        assert any(f"seq {seq} #" in line and " fork: " in line for line in tree)
+
+
+def test_demo_samples_view_marks_exactly_the_trained_tokens(tmp_path: Path) -> None:
+    out = tmp_path / "samples.parquet"
+    assert run("rebuild", str(DEMO_LOGS), "--out", str(out))[0] == EXIT_OK
+    rows = [r for r in pq.read_table(out).to_pylist() if r["session_id"] == DEMO]
+
+    code, lines, _ = run("inspect", DEMO, "--logs", str(DEMO_LOGS), "--view", "samples", "--full", "--ids")
+    assert code == EXIT_OK
+    shown = parse_id_view(lines)
+    assert len(shown) == len(rows) == 4
+    for (tokens, mask), row in zip(shown, rows, strict=True):
+        assert tokens == row["tokens"]
+        assert mask == row["loss_mask"]
+
+
+def test_demo_tokenizer_is_found_from_the_log() -> None:
+    """The demo log records ``fixtures/tokenizer`` (relative); it is found from the log's folder."""
+    code, lines, err = run("inspect", DEMO, "--logs", str(DEMO_LOGS), "--view", "samples")
+    assert code == EXIT_OK
+    assert err == ""
+    assert any("<|im_end|>" in line for line in lines)
+
+
+def test_seq_ranges() -> None:
+    assert seq_ranges([0, 1, 2, 5, 7, 8]) == "0-2, 5, 7-8"
+    assert seq_ranges([3]) == "3" and seq_ranges([]) == "none"
+
+
+@pytest.mark.parametrize("folder", conformance_folders(), ids=lambda f: f.name)
+def test_every_conformance_session_renders_and_agrees(folder: Path, tmp_path: Path) -> None:
+    """All views build for every reference case, and the regions are each sample's tokens and mask."""
+    write_log(tmp_path / "logs", read_jsonl(folder / "turns.jsonl"), read_jsonl(folder / "sessions.jsonl"))
+    policy = Policy(fork_threshold=int((folder / "threshold").read_text()))
+    text = TokenText()
+    for result in Corpus.open([tmp_path / "logs"], policy).results():
+        if isinstance(result, Reject):
+            continue
+        rows = turn_rows(result)
+        assert [r["seq"] for r in rows] == sorted([t.seq for t in result.tree.turns] + result.tree.skipped)
+        nodes = tree_nodes(result)
+        assert sum(n["kind"] == "generated" for n in nodes) == len(result.tree.turns) - len(result.tree.merges)
+        data = samples_data(result, text)
+        for shown, sample in zip(data, result.samples, strict=True):
+            assert [i for r in shown["regions"] for i in r["ids"]] == sample.tokens.tolist()
+            flags = [int(r["trained"]) for r in shown["regions"] for _ in r["ids"]]
+            assert flags[sample.first_prompt_length :] == sample.loss_mask.tolist()
+        plain = to_plain(render_samples(data, text, brackets=True))
+        plain += to_plain(render_tree(result.session_id, nodes)) + to_plain(render_turns(rows))
+        assert plain.count("[") == plain.count("]")

@@ -74,15 +74,14 @@ def inspect(
     logs: Path = typer.Option(
         Path("logs"), "--logs", "-l", envvar=LOGS_ENV, help=f"The turn-log folder (or ${LOGS_ENV})."
     ),
-    view: str = typer.Option(
-        ",".join(VIEWS), "--view", help="Comma-separated views to show: turns, tree, samples."
-    ),
+    view: str = typer.Option(",".join(VIEWS), "--view", help="Comma-separated views to show: turns, tree, samples."),
     tokenizer: Path | None = typer.Option(
         None,
         "--tokenizer",
         help="Tokenizer folder for decoding (default: the one recorded in the log; token ids without one). "
         "Loaded offline.",
     ),
+    ids: bool = typer.Option(False, "--ids", help="Show token ids instead of decoded text."),
     full: bool = typer.Option(False, "--full", help="Show first prompts and long context runs in full."),
     as_json: bool = typer.Option(False, "--json", help="Print the selected views as JSON (stable keys)."),
     fork_threshold: int = typer.Option(
@@ -104,7 +103,7 @@ def inspect(
         )
 
     text, note = TokenText(), None
-    if "samples" in views:
+    if "samples" in views and not ids:
         text, note = choose_tokenizer(tokenizer, corpus.tokenizer, logs)
 
     if as_json:

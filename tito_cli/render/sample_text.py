@@ -130,6 +130,10 @@ def _body(text: TokenText, ids: list[int], trained: bool, brackets: bool) -> Tex
     return body
 
 
+def _label_text(label: str) -> Text:
+    return Text(label, style=LABEL_STYLE, no_wrap=True, overflow="ellipsis")
+
+
 def _label(region: dict[str, Any], after_cut: bool) -> str:
     n = region["end"] - region["start"]
     if region["kind"] == "first_prompt":
@@ -144,21 +148,40 @@ def _label(region: dict[str, Any], after_cut: bool) -> str:
     return label
 
 
-def _sample_heading(s: dict[str, Any]) -> Text:
-    line = Text()
-    line.append(f"sample {s['index']}", style="bold")
-    line.append(f"  leaf {s['leaf']} segment {s['segment']} · reward {s['reward']:g}")
+def seq_ranges(seqs: list[int]) -> str:
+    """``[0, 1, 2, 5, 7, 8]`` → ``0-2, 5, 7-8``: long sessions pack dozens of turns into one sample."""
+    parts: list[str] = []
+    i = 0
+    while i < len(seqs):
+        j = i
+        while j + 1 < len(seqs) and seqs[j + 1] == seqs[j] + 1:
+            j += 1
+        parts.append(str(seqs[i]) if i == j else f"{seqs[i]}-{seqs[j]}")
+        i = j + 1
+    return ", ".join(parts) or "none"
+
+
+def _sample_heading(s: dict[str, Any]) -> list[Text]:
+    """Three lines that never wrap (a wrapped heading would read as token text)."""
+    first = Text(no_wrap=True, overflow="ellipsis")
+    first.append(f"sample {s['index']}", style="bold")
+    first.append(f"  leaf {s['leaf']} segment {s['segment']} · reward {s['reward']:g}")
     if s["fork"] is not None:
-        line.append(f" · starts at a fork ({FORK_LABELS[s['fork']]})", style="red")
-    line.append("\n")
-    trained = ", ".join(str(t) for t in s["trained_turns"]) or "none"
-    line.append(
+        first.append(f" · starts at a fork ({FORK_LABELS[s['fork']]})", style="red")
+    counts = Text(
         f"  {s['tokens']:,} tokens = first prompt {s['first_prompt_length']:,}"
-        f" + response {s['response_length']:,} ({s['trained_tokens']:,} trained)"
-        f" · turns {', '.join(str(t) for t in s['turns'])} · trained {trained}",
+        f" + response {s['response_length']:,} ({s['trained_tokens']:,} trained)",
         style="dim",
+        no_wrap=True,
+        overflow="ellipsis",
     )
-    return line
+    turns = Text(
+        f"  turns {seq_ranges(s['turns'])} · trained {seq_ranges(s['trained_turns'])}",
+        style="dim",
+        no_wrap=True,
+        overflow="ellipsis",
+    )
+    return [first, counts, turns]
 
 
 def render_samples(
@@ -176,7 +199,7 @@ def render_samples(
     for s in data:
         if parts:
             parts.append(Text(""))
-        parts.append(_sample_heading(s))
+        parts.extend(_sample_heading(s))
         after_cut = False
         for region in s["regions"]:
             ids = region["ids"]
@@ -195,7 +218,7 @@ def render_samples(
             if not region["trained"] and not full and len(ids) > COLLAPSE_OVER:
                 hidden = len(ids) - 2 * COLLAPSE_KEEP
                 parts.append(_body(text, ids[:COLLAPSE_KEEP], False, brackets))
-                parts.append(Text(f"┄ {hidden:,} context tokens not shown ┄", style=LABEL_STYLE))
+                parts.append(_label_text(f"┄ {hidden:,} context tokens not shown ┄"))
                 parts.append(_body(text, ids[-COLLAPSE_KEEP:], False, brackets))
             else:
                 parts.append(_body(text, ids, region["trained"], brackets))

@@ -172,7 +172,7 @@ def decision_text(row: dict[str, Any]) -> str:
     if d is None:  # pragma: no cover - every packed turn has a decision
         return "?"
     if d["kind"] == "start":
-        return "start: new sample"
+        return "start: first turn on its path"
     if d["kind"] == "clean":
         return "clean: extends held tokens"
     return short_decision(d)
@@ -193,7 +193,9 @@ def _branch_kind(parent: Node, child: Node) -> str:
         if child.turn is None and child.merged_rewrite is None:
             return "history rewritten"
         return "retry" if child.position > 0 else "first try"
-    if parent.role == "system" and child.position > 0:
+    if child.position == 0:
+        return "original"
+    if parent.role == "system":
         return "restart (compaction?)"
     return "history diverges"
 
