@@ -511,6 +511,7 @@ def test_every_conformance_session_renders_and_agrees(folder: Path, tmp_path: Pa
             assert [i for r in shown["regions"] for i in r["ids"]] == sample.tokens.tolist()
             flags = [int(r["trained"]) for r in shown["regions"] for _ in r["ids"]]
             assert flags[sample.first_prompt_length :] == sample.loss_mask.tolist()
-        plain = to_plain(render_samples(data, text, brackets=True))
-        plain += to_plain(render_tree(result.session_id, nodes)) + to_plain(render_turns(rows))
-        assert plain.count("[") == plain.count("]")
+        if folder.name.startswith("cases"):  # laying out text is the slow part: the named cases suffice
+            plain = to_plain(render_samples(data, text, brackets=True))
+            plain += to_plain(render_tree(result.session_id, nodes)) + to_plain(render_turns(rows))
+            assert plain.count("[") == plain.count("]")
