@@ -179,9 +179,7 @@ def main_session(tok: Tokenizer) -> Session:
     t3 = {"role": "tool", "content": "def add(a, b):\n\treturn a - b\n"}
     nudge = {"role": "user", "content": "Keep the fix minimal."}
     prompt4 = [sys, user, a0, t0, a1, t1, a3, t3, nudge]
-    s.turn(
-        prompt4, {"role": "assistant", "content": "The bug is in add: it subtracts."}, "length", tools=TOOLS
-    )
+    s.turn(prompt4, {"role": "assistant", "content": "The bug is in add: it subtracts."}, "length", tools=TOOLS)
     # The harness retries the truncated turn with the same prompt.
     a5 = {
         "role": "assistant",
@@ -240,9 +238,7 @@ def main() -> None:
     TOKENIZER_DIR.mkdir(exist_ok=True)
     from transformers import PreTrainedTokenizerFast
 
-    PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>").save_pretrained(
-        str(TOKENIZER_DIR)
-    )
+    PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>").save_pretrained(str(TOKENIZER_DIR))
     # transformers 5 writes its own class name; the 4.x name loads in both.
     config_path = TOKENIZER_DIR / "tokenizer_config.json"
     config = json.loads(config_path.read_text())

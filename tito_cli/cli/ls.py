@@ -51,9 +51,7 @@ def ls(
         if sort not in FIELDS:
             raise FilterError(f"cannot sort by {sort!r}; fields: {', '.join(FIELDS)}")
     except FilterError as exc:
-        raise typer.BadParameter(
-            str(exc), param_hint="--where" if where and sort in FIELDS else "--sort"
-        ) from None
+        raise typer.BadParameter(str(exc), param_hint="--where" if where and sort in FIELDS else "--sort") from None
     flags = {
         "forks": forked,
         "realigns": realigned,

@@ -344,9 +344,7 @@ def _node_line(n: dict[str, Any]) -> Text:
     line.append(" ")
     if n["kind"] == "generated":
         line.append(f"seq {n['seq']} #{n['turn_index']}", style="bold green")
-        line.append(
-            f" in {n['prompt_tokens']:,} out {n['output_tokens']:,} {n['finish_reason']}", style="green"
-        )
+        line.append(f" in {n['prompt_tokens']:,} out {n['output_tokens']:,} {n['finish_reason']}", style="green")
         d = n["decision"]
         if d is not None and d["kind"] == "realign":
             line.append(f" realign at {d['lcp']:,} (-{d['drift']:,})", style="yellow")
@@ -373,9 +371,7 @@ def _leaf_line(n: dict[str, Any]) -> Text:
     """Under a leaf: which samples its chain produced (on its own line, so it is never cropped)."""
     samples = n["samples"]
     target = f"sample{'s' if len(samples) > 1 else ''} {_sample_list(samples)}" if samples else "no sample"
-    return Text(
-        f"{'':<10}⤷ leaf {n['leaf']} → {target}", style="bold cyan", no_wrap=True, overflow="ellipsis"
-    )
+    return Text(f"{'':<10}⤷ leaf {n['leaf']} → {target}", style="bold cyan", no_wrap=True, overflow="ellipsis")
 
 
 def render_tree(session_id: str, nodes: list[dict[str, Any]]) -> RenderableType:
