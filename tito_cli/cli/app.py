@@ -73,7 +73,9 @@ def guarded(command: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return command(*args, **kwargs)
-        except (typer.Exit, typer.Abort, SystemExit, click.exceptions.ClickException):
+        except (typer.Exit, typer.Abort, SystemExit, click.exceptions.ClickException, typer.BadParameter):
+            # typer >= 0.20 vendors click: its BadParameter is not click's ClickException, and
+            # must still reach typer to become a usage error (exit 2).
             raise
         except TitoError as error:
             if state.verbose:
