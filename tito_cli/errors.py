@@ -21,6 +21,7 @@ from pathlib import Path
 
 __all__ = [
     "EXIT_BAD_INPUT",
+    "EXIT_CHECK_FAILED",
     "EXIT_INTERNAL",
     "EXIT_OK",
     "EXIT_OUTPUT",
@@ -47,6 +48,8 @@ EXIT_REJECTED = 3
 EXIT_BAD_INPUT = 4
 #: The output path cannot be written (exists without --overwrite, or an OS error).
 EXIT_OUTPUT = 5
+#: ``tito check``: a rebuilt dump differs from its golden, or a golden is missing or stale.
+EXIT_CHECK_FAILED = 6
 
 
 class TitoError(Exception):

@@ -5,6 +5,7 @@ Each command lives in a module of its own and registers itself on ``app``.
 
 from __future__ import annotations
 
+from . import check, dump  # noqa: F401  (register the golden-dump commands)
 from . import rebuild  # noqa: F401  (registers the command)
 from .app import app
 
