@@ -13,6 +13,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import typer.main
 from typer.testing import CliRunner
 
 from tito_cli.cli import app
@@ -401,11 +402,8 @@ def test_pytest_plugin_fails_then_update_then_passes(pytester: pytest.Pytester, 
 def test_every_option_is_documented(command: str) -> None:
     docs = (REPO / "docs" / "golden.md").read_text()
     assert f"tito {command}" in docs
-    click_command = next(c for c in app.registered_commands if c.callback and c.callback.__name__ == command)
-    import typer.main
-
     params = typer.main.get_command(app).commands[command].params  # type: ignore[attr-defined]
-    assert click_command is not None
+    assert len(params) > 5
     for param in params:
         if param.param_type_name == "option":
             assert param.help, (command, param.name)
