@@ -409,3 +409,85 @@ def test_every_option_is_documented(command: str) -> None:
             assert param.help, (command, param.name)
             long_name = next(o for o in param.opts if o.startswith("--"))
             assert long_name in docs, f"{long_name} of tito {command} is not in docs/golden.md"
+
+
+# -- decoded dumps (the fixture tokenizer) ------------------------------------------
+
+TOKENIZER = REPO / "fixtures" / "tokenizer"
+
+
+def test_decoded_dump_shows_text_lines_per_span(tmp_path: Path) -> None:
+    tok = TokenText.load(str(TOKENIZER)).tokenizer
+
+    def enc(text: str) -> list[int]:
+        return list(tok.encode(text, add_special_tokens=False))
+
+    p0 = enc("<|im_start|>system\nYou are a coding agent.<|im_end|>\n<|im_start|>user\nList  files\tplease<|im_end|>\n"
+             "<|im_start|>assistant\n")
+    o0 = enc("Sure.\nDone.<|im_end|>")
+    tail = enc("\n<|im_start|>user\nthanks<|im_end|>\n<|im_start|>assistant\n")
+    msgs = [{"role": "system", "content": "You are a coding agent."}, {"role": "user", "content": "List  files\tplease"}]
+    a0 = {"role": "assistant", "content": "Sure.\nDone."}
+    turns = [
+        {"session_id": "tok-1", "prompt_ids": p0, "output_ids": o0, "prompt_messages": msgs, "response_message": a0},
+        {
+            "session_id": "tok-1",
+            "prompt_ids": p0 + o0 + tail,
+            "output_ids": enc("Bye.<|im_end|>"),
+            "prompt_messages": [*msgs, a0, {"role": "user", "content": "thanks"}],
+            "response_message": {"role": "assistant", "content": "Bye."},
+        },
+    ]
+    # An absolute recorded path must not leak into the dump (it differs between machines).
+    write_log(tmp_path / "logs", turns, tokenizer=str(TOKENIZER))
+    result = run("dump", tmp_path / "logs", "--out", "-")
+    assert result.exit_code == EXIT_OK, result.output
+    lines = result.stdout.splitlines()
+    assert lines[3] == "tokenizer: tokenizer (vocabulary 3729)"
+    assert str(REPO) not in result.stdout
+    assert lines[lines.index("  digest 1d67a5718f066dbf") + 1 :] == [
+        "  prompt                     | <|im_start|> s ys tem ↵",
+        "  prompt                     | You ␣are ␣a ␣co d ing ␣agent . <|im_end|> ↵",
+        "  prompt                     | <|im_start|> user ↵",
+        "  prompt                     | List ␣ ␣files ⇥ ple ase <|im_end|> ↵",
+        "  prompt                     | <|im_start|> ass ist ant ↵",
+        "  out seq 0            TRAIN | S ure . ↵",
+        "  out seq 0            TRAIN | Done . <|im_end|>",
+        "  tail seq 1                 | ↵",
+        "  tail seq 1                 | <|im_start|> user ↵",
+        "  tail seq 1                 | th an k s <|im_end|> ↵",
+        "  tail seq 1                 | <|im_start|> ass ist ant ↵",
+        "  out seq 1            TRAIN | By e . <|im_end|>",
+    ]
+    # The same ids without decoding: one line per span.
+    ids = run("dump", tmp_path / "logs", "--out", "-", "--no-decode").stdout.splitlines()
+    assert ids[3] == "tokenizer: none (token ids)"
+    spans = ids[[i for i, line in enumerate(ids) if line.startswith("  digest ")][0] + 1 :]
+    assert [line[:30] for line in spans] == [
+        "  prompt                     |",
+        "  out seq 0            TRAIN |",
+        "  tail seq 1                 |",
+        "  out seq 1            TRAIN |",
+    ]
+    assert spans[1] == "  out seq 0            TRAIN | " + " ".join(map(str, o0))
+
+
+# -- the committed compact goldens say what the reference says -------------------------
+
+
+@pytest.mark.parametrize("folder", FOLDERS, ids=[f.name for f in FOLDERS])
+def test_compact_goldens_agree_with_the_reference(folder: Path) -> None:
+    """Read back each compact line: unbracketed + bracketed tokens, brackets = loss 1, = expected.jsonl."""
+    for entry in read_jsonl(folder / "expected.jsonl"):
+        text = (GOLDEN / "conformance" / folder.name / f"{entry['session_id']}.txt").read_text()
+        sample_lines = [line for line in text.splitlines() if line.startswith("sample ")]
+        assert len(sample_lines) == len(entry["samples"]), entry["session_id"]
+        for line, expected in zip(sample_lines, entry["samples"]):
+            head, _, body = line.partition("): ")
+            words = body.split(" ")
+            tokens = [int(w.strip("[]")) for w in words]
+            mask = [1 if w.startswith("[") else 0 for w in words]
+            prompt = len(tokens) - expected["response_length"]
+            assert tokens == expected["tokens"]
+            assert f"(response {expected['response_length']}, reward {expected['reward']!r}" in head
+            assert mask[prompt:] == expected["loss_mask"] and not any(mask[:prompt])
