@@ -374,7 +374,9 @@ def test_pytest_plugin_fails_then_update_then_passes(pytester: pytest.Pytester, 
             tito_golden.check({str(cases_log)!r}, {str(golden)!r}, sessions=["case-1.2", "case-1.3"])
         """
     )
-    result = pytester.runpytest_inprocess("-p", "tito_cli.pytest_plugin")
+    # Only our plugin: other installed plugins (hypothesis) make each inner run seconds slower.
+    plugins = ("-p", "tito_cli.pytest_plugin", "-p", "no:hypothesispytest", "-p", "no:cacheprovider")
+    result = pytester.runpytest_inprocess(*plugins)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
         [
@@ -386,12 +388,12 @@ def test_pytest_plugin_fails_then_update_then_passes(pytester: pytest.Pytester, 
     )
     assert not golden.exists()
 
-    result = pytester.runpytest_inprocess("-p", "tito_cli.pytest_plugin", "--tito-update")
+    result = pytester.runpytest_inprocess(*plugins, "--tito-update")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*tito golden dumps updated (2)*", "new: *case-1.2.txt", "new: *case-1.3.txt"])
     assert sorted(p.name for p in golden.iterdir()) == ["case-1.2.txt", "case-1.3.txt"]
 
-    result = pytester.runpytest_inprocess("-p", "tito_cli.pytest_plugin")
+    result = pytester.runpytest_inprocess(*plugins)
     result.assert_outcomes(passed=1)
 
 
@@ -491,3 +493,22 @@ def test_compact_goldens_agree_with_the_reference(folder: Path) -> None:
             assert tokens == expected["tokens"]
             assert f"(response {expected['response_length']}, reward {expected['reward']!r}" in head
             assert mask[prompt:] == expected["loss_mask"] and not any(mask[:prompt])
+
+
+# -- the demo logs (fixtures/logs, from the fixtures issue) ------------------------------
+
+DEMO_LOGS = REPO / "fixtures" / "logs"
+
+
+@pytest.mark.skipif(not DEMO_LOGS.is_dir(), reason="fixtures/logs (demo logs, issue #3) is not merged yet")
+def test_demo_log_goldens(tito_golden: TitoGolden) -> None:
+    """Full-style goldens of the demo logs, decoded through fixtures/tokenizer.
+
+    After merging new demo logs: ``python -m pytest tests/test_golden.py -k demo_log --tito-update``.
+    """
+    report = tito_golden.check(DEMO_LOGS, GOLDEN / "logs")
+    dumps = sorted((GOLDEN / "logs").glob("*.txt"))
+    assert dumps and len(dumps) == len(report.checks)
+    for path in dumps:
+        header = path.read_text(encoding="utf-8").splitlines()[3]
+        assert header.startswith("tokenizer: ") and header != "tokenizer: none (token ids)", path.name
