@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from . import check, dump  # noqa: F401  (register the golden-dump commands)
 from . import rebuild  # noqa: F401  (registers the command)
+from . import simulate  # noqa: F401  (registers the command)
 from .app import app
 
 __all__ = ["app", "main"]

@@ -8,6 +8,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import click
 import typer
 from rich.console import Console
 
@@ -73,7 +74,7 @@ def guarded(command: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return command(*args, **kwargs)
-        except (typer.Exit, typer.Abort, SystemExit):
+        except (typer.Exit, typer.Abort, SystemExit, click.exceptions.ClickException):
             raise
         except TitoError as error:
             if state.verbose:

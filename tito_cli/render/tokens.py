@@ -104,5 +104,7 @@ class TokenText:
         """A run of tokens decoded together (multi-byte characters intact), whitespace visible."""
         if self.tokenizer is None:
             return " ".join(str(int(i)) for i in ids)
-        decoded = self.tokenizer.decode([int(i) for i in ids], skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        decoded = self.tokenizer.decode(
+            [int(i) for i in ids], skip_special_tokens=False, clean_up_tokenization_spaces=False
+        )
         return visible(decoded)
