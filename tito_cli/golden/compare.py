@@ -23,7 +23,7 @@ from ..corpus import Corpus, find_session_id
 from ..errors import OutputError, TitoError
 from ..policy import Policy
 from ..render.tokens import TokenText
-from .dump import DumpStyle, dump_file_name, dump_session, golden_token_text
+from .dump import DumpStyle, TokenWords, dump_file_name, dump_session, golden_token_text
 
 __all__ = [
     "CheckReport",
@@ -157,6 +157,7 @@ def _dumps(
     corpus: Corpus, wanted: list[str] | None, options: GoldenOptions, tokens: TokenText, known_files: list[str]
 ) -> Iterator[SessionDump]:
     names: dict[str, str] = {}
+    words = TokenWords(tokens)
     for result in corpus.results(only=wanted):
         name = dump_file_name(result.session_id)
         # safe_filename never maps two ids to one name, but a case-insensitive
@@ -170,7 +171,7 @@ def _dumps(
         yield SessionDump(
             result.session_id,
             name,
-            dump_session(result, options.policy, tokens, options.style, known_files=known_files),
+            dump_session(result, options.policy, words, options.style, known_files=known_files),
         )
 
 

@@ -100,6 +100,40 @@ def token_label(tokens: TokenText, token_id: int) -> str:
     return _escape_invisible(visible(raw))
 
 
+class TokenWords:
+    """Token ids as dump words, cached per id: a dump writes each distinct id thousands of times."""
+
+    def __init__(self, tokens: TokenText) -> None:
+        self.tokens = tokens
+        self._cache: dict[int, str] = {}
+        #: Ids whose word ends in a newline: a decoded span line breaks after them.
+        self._newline: set[int] = set()
+
+    @property
+    def decodes(self) -> bool:
+        return self.tokens.decodes
+
+    def words(self, ids: Sequence[int] | np.ndarray) -> list[str]:
+        id_list = np.asarray(ids).tolist()
+        cache = self._cache
+        for token in set(id_list).difference(cache):
+            word = cache[token] = token_label(self.tokens, token)
+            if word.endswith("↵"):
+                self._newline.add(token)
+        return list(map(cache.__getitem__, id_list))
+
+    def lines(self, ids: Sequence[int] | np.ndarray) -> list[str]:
+        """Space-separated words; decoded text is broken after each token ending in a newline."""
+        words = self.words(ids)
+        if not self.decodes or not self._newline:
+            return [" ".join(words)]
+        ends = np.flatnonzero(np.isin(np.asarray(ids), np.fromiter(self._newline, dtype=np.int64))) + 1
+        cuts = [0, *ends.tolist()]
+        if cuts[-1] != len(words):
+            cuts.append(len(words))
+        return [" ".join(words[lo:hi]) for lo, hi in zip(cuts, cuts[1:])] or [""]
+
+
 def tokenizer_identity(tokens: TokenText) -> str:
     """How the header names the tokenizer: stable across machines (no absolute paths)."""
     if not tokens.decodes:
@@ -148,7 +182,7 @@ def golden_token_text(
 def dump_session(
     result: SessionResult | Reject,
     policy: Policy,
-    tokens: TokenText,
+    tokens: TokenText | TokenWords,
     style: DumpStyle = "full",
     *,
     known_files: Sequence[str] = (),
@@ -157,25 +191,26 @@ def dump_session(
 
     ``known_files`` are log file paths that a reject reason may mention; they
     are shortened to their names so the dump does not depend on where the log
-    lives.
+    lives.  Pass a :class:`TokenWords` to share its cache across sessions.
     """
+    words = tokens if isinstance(tokens, TokenWords) else TokenWords(tokens)
     lines = [
         f"tito golden dump (format {DUMP_FORMAT}, style {style})",
         f"session: {_one_line(result.session_id)}",
         f"policy: fork threshold {policy.fork_threshold}, reward {policy.reward_mode}",
-        f"tokenizer: {tokenizer_identity(tokens)}",
+        f"tokenizer: {tokenizer_identity(words.tokens)}",
     ]
     if isinstance(result, Reject):
         lines.append(f"rejected: {_portable(result.reason, known_files)}")
         return _finish(lines)
     lines.extend(_outcome(result))
     if style == "compact":
-        lines.extend(_compact_samples(result, tokens))
+        lines.extend(_compact_samples(result, words))
     else:
         lines.extend(_turns(result))
         lines.extend(_tree(result))
         lines.extend(_packing(result))
-        lines.extend(_samples(result, tokens))
+        lines.extend(_samples(result, words))
     return _finish(lines)
 
 
@@ -231,7 +266,7 @@ def _turns(result: SessionResult) -> list[str]:
         )
         node = absorbed.get(turn.seq)
         if node is not None:
-            line += " (rewritten by a later prompt: its node became routing-only)"
+            line += " (absorbed: rewritten by a later prompt)"
         rows.append((turn.seq, line))
     rows.extend((seq, f"seq {seq}: skipped (empty prompt)") for seq in tree.skipped)
     rows.sort()
@@ -348,11 +383,8 @@ def span_runs(sample: LinearizedSample) -> list[_Run]:
     return runs
 
 
-def _loss(mask: np.ndarray, offset: int, position: int) -> int:
-    return int(mask[position - offset]) if position >= offset else 0
 
-
-def _samples(result: SessionResult, tokens: TokenText) -> list[str]:
+def _samples(result: SessionResult, tokens: TokenWords) -> list[str]:
     lin = result.linearization
     lines = ["", f"== samples ({len(lin.samples)}; segments dropped: {lin.dropped_segments}) =="]
     for number, (sample, reward) in enumerate(zip(lin.samples, result.rewards)):
@@ -371,34 +403,18 @@ def _samples(result: SessionResult, tokens: TokenText) -> list[str]:
         ids = sample.tokens
         for run in span_runs(sample):
             head = f"  {run.label:<{_LABEL_WIDTH}} {run.flag:<5} |"
-            words = [token_label(tokens, int(t)) for t in ids[run.start : run.end]]
-            for chunk in _text_lines(words, tokens.decodes):
-                lines.append(f"{head} {' '.join(chunk)}" if chunk else head)
+            for text in tokens.lines(ids[run.start : run.end]):
+                lines.append(f"{head} {text}" if text else head)
     return lines
 
 
-def _text_lines(words: list[str], decoded: bool) -> list[list[str]]:
-    """Break a decoded run after each token ending in a newline (``↵``); ids stay on one line."""
-    if not decoded:
-        return [words]
-    chunks: list[list[str]] = [[]]
-    for word in words:
-        chunks[-1].append(word)
-        if word.endswith("↵"):
-            chunks.append([])
-    if len(chunks) > 1 and not chunks[-1]:
-        chunks.pop()
-    return chunks
-
-
-def _compact_samples(result: SessionResult, tokens: TokenText) -> list[str]:
+def _compact_samples(result: SessionResult, tokens: TokenWords) -> list[str]:
     lines = [f"samples: {len(result.samples)}"]
     for number, (sample, reward) in enumerate(zip(result.samples, result.rewards)):
         offset = sample.first_prompt_length
-        words = []
-        for position, token in enumerate(sample.tokens):
-            word = token_label(tokens, int(token))
-            words.append(f"[{word}]" if _loss(sample.loss_mask, offset, position) else word)
+        words = tokens.words(sample.tokens)
+        for position in np.flatnonzero(sample.loss_mask).tolist():
+            words[offset + position] = f"[{words[offset + position]}]"
         lines.append(
             f"sample {number} (response {sample.response_length}, reward {_number(reward)}): {' '.join(words)}"
         )
