@@ -8,7 +8,7 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -126,7 +126,7 @@ def test_rejected_session_is_dumped_with_its_reason_and_no_paths(cases_log: Path
 class _FakeTokenizer:
     """Decodes a few ids to awkward strings; enough to test how tokens become words."""
 
-    pieces = {1: " foo", 2: "\n", 3: "\t\tx", 4: "", 5: "a\u00a0b", 6: "bar\n", 7: "\u200b"}
+    pieces: ClassVar[dict[int, str]] = {1: " foo", 2: "\n", 3: "\t\tx", 4: "", 5: "a\u00a0b", 6: "bar\n", 7: "\u200b"}
 
     def decode(self, ids: list[int], **_: Any) -> str:
         return "".join(self.pieces[i] for i in ids)
@@ -163,7 +163,10 @@ def test_dump_does_not_depend_on_the_hash_seed(cases_log: Path) -> None:
         env = {**os.environ, "PYTHONHASHSEED": seed, "NO_COLOR": "1"}
         proc = subprocess.run(
             [sys.executable, "-m", "tito_cli", "dump", str(cases_log), "--out", "-"],
-            cwd=REPO, env=env, capture_output=True, check=True,
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            check=True,
         )
         outputs.append(proc.stdout)
     assert outputs[0] == outputs[1] and outputs[0]
@@ -306,7 +309,11 @@ def test_json_result(cases_log: Path, tmp_path: Path) -> None:
     assert data["ok"] is False and data["counts"] == {"passed": 29, "changed": 1, "new": 0, "stale": 0}
     changed = [s for s in data["sessions"] if s["status"] == "changed"]
     assert [s["session_id"] for s in changed] == ["case-1.1"]
-    assert changed[0]["diff"][:3] == [f"--- golden  {golden / 'case-1.1.txt'}", "+++ rebuilt case-1.1", "@@ -1,1 +1,24 @@"]
+    assert changed[0]["diff"][:3] == [
+        f"--- golden  {golden / 'case-1.1.txt'}",
+        "+++ rebuilt case-1.1",
+        "@@ -1,1 +1,24 @@",
+    ]
     assert changed[0]["diff"][3] == "-edited"
     assert data["accept_command"] == f"tito check {cases_log} --golden {golden} --update"
 
@@ -331,7 +338,9 @@ def test_diff_lines_cap(cases_log: Path, tmp_path: Path) -> None:
 
 def test_check_uses_the_options_in_the_accept_command(cases_log: Path, tmp_path: Path) -> None:
     golden = tmp_path / "golden"
-    result = run("check", cases_log, "--golden", golden, "--fork-threshold", "8", "--style", "compact", "-s", "case-1.1")
+    result = run(
+        "check", cases_log, "--golden", golden, "--fork-threshold", "8", "--style", "compact", "-s", "case-1.1"
+    )
     assert result.exit_code == EXIT_CHECK_FAILED
     command = result.stdout.splitlines()[-1].strip()
     assert command == (
@@ -424,11 +433,16 @@ def test_decoded_dump_shows_text_lines_per_span(tmp_path: Path) -> None:
     def enc(text: str) -> list[int]:
         return list(tok.encode(text, add_special_tokens=False))
 
-    p0 = enc("<|im_start|>system\nYou are a coding agent.<|im_end|>\n<|im_start|>user\nList  files\tplease<|im_end|>\n"
-             "<|im_start|>assistant\n")
+    p0 = enc(
+        "<|im_start|>system\nYou are a coding agent.<|im_end|>\n<|im_start|>user\nList  files\tplease<|im_end|>\n"
+        "<|im_start|>assistant\n"
+    )
     o0 = enc("Sure.\nDone.<|im_end|>")
     tail = enc("\n<|im_start|>user\nthanks<|im_end|>\n<|im_start|>assistant\n")
-    msgs = [{"role": "system", "content": "You are a coding agent."}, {"role": "user", "content": "List  files\tplease"}]
+    msgs = [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": "List  files\tplease"},
+    ]
     a0 = {"role": "assistant", "content": "Sure.\nDone."}
     turns = [
         {"session_id": "tok-1", "prompt_ids": p0, "output_ids": o0, "prompt_messages": msgs, "response_message": a0},
@@ -464,7 +478,7 @@ def test_decoded_dump_shows_text_lines_per_span(tmp_path: Path) -> None:
     # The same ids without decoding: one line per span.
     ids = run("dump", tmp_path / "logs", "--out", "-", "--no-decode").stdout.splitlines()
     assert ids[3] == "tokenizer: none (token ids)"
-    spans = ids[[i for i, line in enumerate(ids) if line.startswith("  digest ")][0] + 1 :]
+    spans = ids[next(i for i, line in enumerate(ids) if line.startswith("  digest ")) + 1 :]
     assert [line[:30] for line in spans] == [
         "  prompt                     |",
         "  out seq 0            TRAIN |",
@@ -484,7 +498,7 @@ def test_compact_goldens_agree_with_the_reference(folder: Path) -> None:
         text = (GOLDEN / "conformance" / folder.name / f"{entry['session_id']}.txt").read_text()
         sample_lines = [line for line in text.splitlines() if line.startswith("sample ")]
         assert len(sample_lines) == len(entry["samples"]), entry["session_id"]
-        for line, expected in zip(sample_lines, entry["samples"]):
+        for line, expected in zip(sample_lines, entry["samples"], strict=True):
             head, _, body = line.partition("): ")
             words = body.split(" ")
             tokens = [int(w.strip("[]")) for w in words]

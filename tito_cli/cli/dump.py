@@ -25,7 +25,9 @@ FORK_THRESHOLD = typer.Option(
     "also bounds short-rewrite absorption. 0 disables both.",
 )
 REWARD_MODE = typer.Option(
-    "split", "--reward-mode", help="'split': each sample gets reward / samples of its session; 'full': the whole reward."
+    "split",
+    "--reward-mode",
+    help="'split': each sample gets reward / samples of its session; 'full': the whole reward.",
 )
 STYLE = typer.Option(
     "full",
@@ -80,7 +82,9 @@ def option_args(
 @guarded
 def dump(
     logs: list[Path] = LOGS,
-    out: str = typer.Option(..., "--out", "-o", help="Folder to write the dumps into (created if needed), or '-' for stdout."),
+    out: str = typer.Option(
+        ..., "--out", "-o", help="Folder to write the dumps into (created if needed), or '-' for stdout."
+    ),
     sessions: list[str] | None = SESSIONS,
     fork_threshold: int = FORK_THRESHOLD,
     reward_mode: str = REWARD_MODE,

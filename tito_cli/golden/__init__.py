@@ -1,8 +1,8 @@
 """Golden dumps for CI: deterministic text dumps of sessions, checked against stored ones.
 
-    dump.py     one session → text (header, turns, tree, packing, span lines)
-    compare.py  a log vs a folder of dumps: passed / changed / new / stale, update
-    report.py   a check as coloured text or a JSON-ready dict
+dump.py     one session → text (header, turns, tree, packing, span lines)
+compare.py  a log vs a folder of dumps: passed / changed / new / stale, update
+report.py   a check as coloured text or a JSON-ready dict
 """
 
 from .compare import (

@@ -232,7 +232,7 @@ def _golden_session_id(path: Path) -> str:
     """The session a stale dump was written for (its ``session:`` line), else the file stem."""
     try:
         with path.open(encoding="utf-8", errors="replace") as f:
-            for _, line in zip(range(3), f):
+            for _, line in zip(range(3), f, strict=False):
                 if line.startswith("session: "):
                     return line[len("session: ") :].rstrip("\n")
     except OSError:
@@ -297,9 +297,7 @@ def check_goldens(
 # -- diffs ----------------------------------------------------------------------
 
 
-def unified_diff(
-    golden: str, rebuilt: str, golden_name: str, rebuilt_name: str, context: int = 3
-) -> list[DiffLine]:
+def unified_diff(golden: str, rebuilt: str, golden_name: str, rebuilt_name: str, context: int = 3) -> list[DiffLine]:
     """A unified diff that also says how many unchanged lines each gap hides."""
     a = golden.splitlines()
     b = rebuilt.splitlines()
@@ -312,9 +310,7 @@ def unified_diff(
         a_end, b_end = group[-1][2], group[-1][4]
         if a_start > shown_to:
             lines.append(DiffLine("…", f"⋯ {a_start - shown_to} unchanged lines ⋯"))
-        lines.append(
-            DiffLine("@", f"@@ -{_range(a_start, a_end)} +{_range(b_start, b_end)} @@")
-        )
+        lines.append(DiffLine("@", f"@@ -{_range(a_start, a_end)} +{_range(b_start, b_end)} @@"))
         for tag, i1, i2, j1, j2 in group:
             if tag == "equal":
                 lines.extend(DiffLine(" ", line) for line in a[i1:i2])

@@ -30,9 +30,11 @@ synthetic cases where the whole sample fits on a line.
 from __future__ import annotations
 
 import hashlib
+import os
 import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 from typing import Literal
 
@@ -131,7 +133,7 @@ class TokenWords:
         cuts = [0, *ends.tolist()]
         if cuts[-1] != len(words):
             cuts.append(len(words))
-        return [" ".join(words[lo:hi]) for lo, hi in zip(cuts, cuts[1:])] or [""]
+        return [" ".join(words[lo:hi]) for lo, hi in pairwise(cuts)] or [""]
 
 
 def tokenizer_identity(tokens: TokenText) -> str:
@@ -149,7 +151,7 @@ def golden_token_text(
     recorded: str | None,
     search_from: Iterable[Path] = (),
     *,
-    override: str | Path | None = None,
+    override: str | os.PathLike[str] | None = None,
     decode: bool = True,
 ) -> TokenText:
     """The decoder for dumps: strict, because a dump must not depend on what a machine has.
@@ -252,9 +254,7 @@ def _outcome(result: SessionResult) -> list[str]:
 def _turns(result: SessionResult) -> list[str]:
     tree = result.tree
     index = {id(t): i for i, t in enumerate(tree.turns, start=1)}
-    absorbed = {
-        n.merged_rewrite.abandoned_seq: n for n in tree.merges if n.merged_rewrite is not None
-    }
+    absorbed = {n.merged_rewrite.abandoned_seq: n for n in tree.merges if n.merged_rewrite is not None}
     rows: list[tuple[int, str]] = []
     for turn in tree.turns:
         logprobs = "logprobs" if turn.output_logprobs is not None else "no logprobs"
@@ -377,17 +377,16 @@ def span_runs(sample: LinearizedSample) -> list[_Run]:
                 runs.append(_Run(start, end, label, "TRAIN" if trained else "ctx"))
             continue
         cuts = [start, *(start + 1 + np.flatnonzero(np.diff(loss[start:end]))).tolist(), end]
-        for lo, hi in zip(cuts, cuts[1:]):
+        for lo, hi in pairwise(cuts):
             flag = "TRAIN" if loss[lo] else ("ctx" if is_output else "")
             runs.append(_Run(lo, hi, label, flag))
     return runs
 
 
-
 def _samples(result: SessionResult, tokens: TokenWords) -> list[str]:
     lin = result.linearization
     lines = ["", f"== samples ({len(lin.samples)}; segments dropped: {lin.dropped_segments}) =="]
-    for number, (sample, reward) in enumerate(zip(lin.samples, result.rewards)):
+    for number, (sample, reward) in enumerate(zip(lin.samples, result.rewards, strict=True)):
         prompt = sample.first_prompt_length
         lines.append("")
         lines.append(
@@ -410,7 +409,7 @@ def _samples(result: SessionResult, tokens: TokenWords) -> list[str]:
 
 def _compact_samples(result: SessionResult, tokens: TokenWords) -> list[str]:
     lines = [f"samples: {len(result.samples)}"]
-    for number, (sample, reward) in enumerate(zip(result.samples, result.rewards)):
+    for number, (sample, reward) in enumerate(zip(result.samples, result.rewards, strict=True)):
         offset = sample.first_prompt_length
         words = tokens.words(sample.tokens)
         for position in np.flatnonzero(sample.loss_mask).tolist():
