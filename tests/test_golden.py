@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -526,3 +527,52 @@ def test_demo_log_goldens(tito_golden: TitoGolden) -> None:
     for path in dumps:
         header = path.read_text(encoding="utf-8").splitlines()[3]
         assert header.startswith("tokenizer: ") and header != "tokenizer: none (token ids)", path.name
+
+
+# -- the report: invisible differences, colours ------------------------------------------
+
+
+def test_diff_makes_invisible_differences_visible(cases_log: Path, tmp_path: Path) -> None:
+    golden = tmp_path / "golden"
+    run("dump", cases_log, "--out", golden, "--session", "case-1.1")
+    path = golden / "case-1.1.txt"
+    lines = path.read_text().split("\n")
+    lines[1] += "  "  # trailing blanks, as an editor might leave them
+    lines[2] = lines[2].replace(" ", "\t", 1)
+    path.write_text("\n".join(lines))
+    result = run("check", cases_log, "--golden", golden, "--session", "case-1.1")
+    assert result.exit_code == EXIT_CHECK_FAILED
+    changed = [line for line in result.stdout.splitlines() if line[:1] in ("-", "+") and line[:3] not in ("---", "+++")]
+    assert changed == [
+        "-session: case-1.1␣␣",
+        "-policy:\\u0009fork threshold 1024, reward split",
+        "+session: case-1.1",
+        "+policy: fork threshold 1024, reward split",
+    ]
+
+
+def test_report_is_coloured_on_a_terminal_only(cases_log: Path, tmp_path: Path) -> None:
+    from io import StringIO
+
+    from rich.console import Console
+
+    from tito_cli.golden.compare import GoldenOptions, check_goldens
+    from tito_cli.golden.report import render_check_report
+
+    golden = tmp_path / "golden"
+    run("dump", cases_log, "--out", golden, "--session", "case-1.1")
+    (golden / "case-1.1.txt").write_text("edited\n")
+    report = check_goldens([cases_log], golden, GoldenOptions(), ["case-1.1"])
+    text = render_check_report(report, accept_command="tito check --update")
+
+    def printed(**console: Any) -> str:
+        buffer = StringIO()
+        Console(file=buffer, width=80, **console).print(text, soft_wrap=True, end="")
+        return buffer.getvalue()
+
+    coloured = printed(force_terminal=True, color_system="standard")
+    assert "\x1b[31m-edited" in coloured  # red removal
+    assert "\x1b[" not in printed(force_terminal=False)
+    # NO_COLOR drops colours (rich keeps bold, as the no-color.org convention allows).
+    assert not re.search(r"\x1b\[[0-9;]*3[0-7]m", printed(force_terminal=True, color_system="standard", no_color=True))
+    assert printed(force_terminal=False) == text.plain

@@ -23,7 +23,7 @@ from ..corpus import Corpus, find_session_id
 from ..errors import OutputError, TitoError
 from ..policy import Policy
 from ..render.tokens import TokenText
-from .dump import DumpStyle, TokenWords, dump_file_name, dump_session, golden_token_text
+from .dump import DumpStyle, TokenWords, dump_file_name, dump_session, escape_invisible, golden_token_text
 
 __all__ = [
     "CheckReport",
@@ -299,8 +299,9 @@ def check_goldens(
 
 def unified_diff(golden: str, rebuilt: str, golden_name: str, rebuilt_name: str, context: int = 3) -> list[DiffLine]:
     """A unified diff that also says how many unchanged lines each gap hides."""
-    a = golden.splitlines()
-    b = rebuilt.splitlines()
+    # split("\n"), not splitlines(): a stray \r or \x0c in an edited golden is a difference to show.
+    a = golden.removesuffix("\n").split("\n")
+    b = rebuilt.removesuffix("\n").split("\n")
     lines = [DiffLine("header", f"--- golden  {golden_name}"), DiffLine("header", f"+++ rebuilt {rebuilt_name}")]
     # autojunk off: dumps repeat lines (e.g. span labels) that must not be treated as noise.
     matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
@@ -316,13 +317,24 @@ def unified_diff(golden: str, rebuilt: str, golden_name: str, rebuilt_name: str,
                 lines.extend(DiffLine(" ", line) for line in a[i1:i2])
                 continue
             if tag in ("replace", "delete"):
-                lines.extend(DiffLine("-", line) for line in a[i1:i2])
+                lines.extend(DiffLine("-", shown(line)) for line in a[i1:i2])
             if tag in ("replace", "insert"):
-                lines.extend(DiffLine("+", line) for line in b[j1:j2])
+                lines.extend(DiffLine("+", shown(line)) for line in b[j1:j2])
         shown_to = a_end
     if len(lines) > 2 and shown_to < len(a):
         lines.append(DiffLine("…", f"⋯ {len(a) - shown_to} unchanged lines ⋯"))
     return lines
+
+
+def shown(line: str) -> str:
+    """A changed line with what a terminal would hide made visible: trailing blanks, control characters.
+
+    Dumps never contain either, but an edited or re-encoded golden can, and
+    ``-foo `` / ``+foo`` must not look like two identical lines.
+    """
+    body = line.rstrip(" ")
+    trail = "␣" * (len(line) - len(body))
+    return escape_invisible(body) + trail
 
 
 def _range(start: int, end: int) -> str:

@@ -56,6 +56,7 @@ __all__ = [
     "DumpStyle",
     "dump_file_name",
     "dump_session",
+    "escape_invisible",
     "golden_token_text",
     "token_label",
     "tokenizer_identity",
@@ -79,7 +80,8 @@ def dump_file_name(session_id: str) -> str:
 # -- tokens -------------------------------------------------------------------
 
 
-def _escape_invisible(text: str) -> str:
+def escape_invisible(text: str) -> str:
+    """Escape every invisible character but the plain space (``\\u00a0``, ``\\u200b``, ``\\u000a``)."""
     out = []
     for ch in text:
         category = unicodedata.category(ch)
@@ -99,7 +101,7 @@ def token_label(tokens: TokenText, token_id: int) -> str:
     if not raw:
         return "∅"
     # visible() first (space, newline, tab get their symbols), then escape what is left.
-    return _escape_invisible(visible(raw))
+    return escape_invisible(visible(raw))
 
 
 class TokenWords:
@@ -223,7 +225,7 @@ def _finish(lines: list[str]) -> str:
 
 def _one_line(text: str) -> str:
     """Free text (ids, reasons, labels) on one line: newlines and other invisibles escaped."""
-    return _escape_invisible(text)
+    return escape_invisible(text)
 
 
 def _portable(reason: str, known_files: Sequence[str]) -> str:
@@ -262,7 +264,7 @@ def _turns(result: SessionResult) -> list[str]:
             f"seq {turn.seq}: turn {index[id(turn)]}, prompt {len(turn.prompt_ids)} tokens "
             f"/ {len(turn.prompt_messages)} messages, output {len(turn.output_ids)} tokens, "
             f"{logprobs}, finish {_one_line(turn.finish_reason)} → "
-            f"{_escape_invisible(message_preview(turn.response_message, _PREVIEW_WIDTH))}"
+            f"{escape_invisible(message_preview(turn.response_message, _PREVIEW_WIDTH))}"
         )
         node = absorbed.get(turn.seq)
         if node is not None:
@@ -279,7 +281,7 @@ def _turns(result: SessionResult) -> list[str]:
 
 
 def _node_label(node: Node, index: dict[int, int]) -> str:
-    preview = _escape_invisible(message_preview(node.message, _PREVIEW_WIDTH))
+    preview = escape_invisible(message_preview(node.message, _PREVIEW_WIDTH))
     role = _one_line(node.role) if node.role is not None else "?"
     if node.turn is not None:
         return f"{role} [turn {index[id(node.turn)]}, seq {node.turn.seq}] {preview}"
