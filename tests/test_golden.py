@@ -290,6 +290,10 @@ def test_nothing_is_written_without_update_even_on_ci(
     golden = tmp_path / "golden"
     result = run("check", cases_log, "--golden", golden)
     assert result.exit_code == EXIT_CHECK_FAILED
+    assert result.stdout.splitlines()[-4:-2] == [
+        f"golden check FAILED: 0 passed, 30 new ({golden})",
+        f"(the golden folder {golden} does not exist)",
+    ]
     assert not golden.exists()  # not even created
     run("dump", cases_log, "--out", golden)
     (golden / "case-1.1.txt").write_text("edited\n")

@@ -95,6 +95,8 @@ class CheckReport:
     updated: bool = False
     #: Whether stale dumps were looked for (not when only some sessions were checked).
     stale_checked: bool = True
+    #: Whether the golden folder existed (a typo in --golden makes every session "new").
+    golden_existed: bool = True
 
     def count(self, status: Status) -> int:
         return sum(1 for c in self.checks if c.status is status)
@@ -276,7 +278,7 @@ def check_goldens(
                 continue
             checks.append(SessionCheck(_golden_session_id(path), Status.STALE, path, _read(path), None))
 
-    report = CheckReport(golden, checks, updated=False, stale_checked=stale_checked)
+    report = CheckReport(golden, checks, stale_checked=stale_checked, golden_existed=golden.is_dir())
     if update and report.failures:
         _make_dir(golden)
         for check in report.failures:

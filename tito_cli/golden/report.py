@@ -74,6 +74,8 @@ def render_check_report(report: CheckReport, *, diff_lines: int = 200, accept_co
         out.append(f"golden check passed: {tally} ({report.golden_dir})\n", style="bold green")
         return out
     out.append(f"golden check FAILED: {tally} ({report.golden_dir})\n", style="bold red")
+    if not report.golden_existed:
+        out.append(f"(the golden folder {report.golden_dir} does not exist)\n", style="yellow")
     if not report.stale_checked:
         out.append("(stale dumps are not looked for when only some sessions are checked)\n", style="dim")
     if accept_command:
@@ -103,6 +105,7 @@ def check_report_dict(
         "golden_dir": str(report.golden_dir),
         "updated": report.updated,
         "stale_checked": report.stale_checked,
+        "golden_existed": report.golden_existed,
         "counts": report.counts(),
         "sessions": sessions,
         "accept_command": None if report.ok else accept_command,
