@@ -366,7 +366,7 @@ def test_recorded_tokenizer_must_be_found(tmp_path: Path) -> None:
     logs = tmp_path / "logs"
     write_log(logs, read_jsonl(CASES / "turns.jsonl")[:2], tokenizer="no/such/tokenizer")
     result = run("dump", logs, "--out", tmp_path / "g")
-    assert result.exit_code != EXIT_OK
+    assert result.exit_code == EXIT_USAGE
     assert result.stderr.splitlines() == [
         "ERROR the log records tokenizer 'no/such/tokenizer', which is not found here",
         "TIP pass --tokenizer PATH to point at it, or --no-decode to dump token ids",
@@ -580,3 +580,15 @@ def test_report_is_coloured_on_a_terminal_only(cases_log: Path, tmp_path: Path) 
     # NO_COLOR drops colours (rich keeps bold, as the no-color.org convention allows).
     assert not re.search(r"\x1b\[[0-9;]*3[0-7]m", printed(force_terminal=True, color_system="standard", no_color=True))
     assert printed(force_terminal=False) == text.plain
+
+
+def test_a_golden_that_is_not_utf8_is_a_change_that_update_repairs(cases_log: Path, tmp_path: Path) -> None:
+    golden = tmp_path / "golden"
+    run("dump", cases_log, "--out", golden, "--session", "case-1.1")
+    path = golden / "case-1.1.txt"
+    path.write_bytes(path.read_bytes().replace(b"case-1.1", b"case-1.1\xff", 1))
+    result = run("check", cases_log, "--golden", golden, "-s", "case-1.1")
+    assert result.exit_code == EXIT_CHECK_FAILED
+    assert "-session: case-1.1\ufffd" in result.stdout.splitlines()
+    assert run("check", cases_log, "--golden", golden, "-s", "case-1.1", "--update").exit_code == EXIT_OK
+    assert run("check", cases_log, "--golden", golden, "-s", "case-1.1").exit_code == EXIT_OK

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ..atomic import atomic_path
 from ..corpus import Corpus, find_session_id
-from ..errors import OutputError, TitoError
+from ..errors import OutputError
 from ..policy import Policy
 from ..render.tokens import TokenText
 from .dump import DumpStyle, TokenWords, dump_file_name, dump_session, escape_invisible, golden_token_text
@@ -166,7 +166,7 @@ def _dumps(
         # file system (macOS, Windows) would still merge "A.txt" and "a.txt".
         other = names.setdefault(name.lower(), result.session_id)
         if other != result.session_id:
-            raise TitoError(
+            raise OutputError(
                 f"sessions {other!r} and {result.session_id!r} would share the dump file {name!r} "
                 "on a case-insensitive file system"
             )
@@ -188,11 +188,11 @@ def _write(path: Path, text: str) -> None:
 
 def _read(path: Path) -> str:
     try:
-        text = path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise TitoError(f"golden dump is not UTF-8 text ({exc.reason} at byte {exc.start})", file=path) from None
+        data = path.read_bytes()
     except OSError as exc:
-        raise TitoError(f"cannot read golden dump ({exc.strerror or exc})", file=path) from None
+        raise OutputError(f"cannot read the golden dump ({exc.strerror or exc})", file=path) from None
+    # Bytes that are not UTF-8 show as U+FFFD: the golden then differs, and --update repairs it.
+    text = data.decode("utf-8", errors="replace")
     # A checkout with autocrlf turns \n into \r\n; that is not a change of the samples.
     return text.replace("\r\n", "\n")
 
@@ -258,7 +258,7 @@ def check_goldens(
     """
     golden = Path(golden_dir)
     if golden.exists() and not golden.is_dir():
-        raise TitoError("the golden path is not a folder", file=golden)
+        raise OutputError("the golden path is not a folder", file=golden)
     checks: list[SessionCheck] = []
     expected: set[str] = set()
     for dump in iter_dumps(inputs, options, only):

@@ -42,7 +42,7 @@ import numpy as np
 
 from ..corpus import Reject
 from ..engine import SessionResult
-from ..errors import TitoError
+from ..errors import TitoError, TokenizerError
 from ..linearize import LinearizedSample
 from ..paths import safe_filename
 from ..policy import Policy
@@ -170,14 +170,18 @@ def golden_token_text(
     path = resolve_tokenizer(spec, search_from)
     if path is None:
         if override is not None:
-            raise TitoError("tokenizer folder not found", file=str(override))
-        raise TitoError(
+            raise TokenizerError("tokenizer folder not found", file=str(override))
+        raise TokenizerError(
             f"the log records tokenizer {recorded!r}, which is not found here",
             tip="pass --tokenizer PATH to point at it, or --no-decode to dump token ids",
         )
+    try:
+        tokenizer = load_tokenizer(path)
+    except TitoError as exc:
+        raise TokenizerError(exc.message, file=exc.file, tip="pass --no-decode to dump token ids") from None
     # The header names the recorded spec (portable) rather than where it was found.
     name = recorded if recorded is not None and override is None else Path(spec).name
-    return TokenText(load_tokenizer(path), name)
+    return TokenText(tokenizer, name)
 
 
 # -- dump ---------------------------------------------------------------------
