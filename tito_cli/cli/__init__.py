@@ -12,6 +12,8 @@ from . import (  # noqa: F401
     inspect,
     ls,
     stats,
+    dump,
+    check,
     simulate,
 )
 from .app import app
