@@ -148,3 +148,15 @@ def test_recorded_logprobs_only_on_trained_tokens() -> None:
     (s,) = samples([t0, t1]).samples
     assert s.rollout_log_probs.dtype == np.float32
     assert s.rollout_log_probs.tolist() == [-1.0, -2.0, 0.0, 0.0]
+
+
+def test_a_realign_shared_by_two_leaves_counts_once() -> None:
+    t0 = turn(0, [S, U], [1, 2], [10, 11], response=A0)
+    t1 = turn(1, [S, U, A0, T], [1, 2, 10, 12, 5], [20])  # realigns t0's last token
+    a1 = msg("assistant", "r1")
+    t2 = turn(2, [S, U, A0, T, a1, T], [1, 2, 10, 12, 5, 20, 6], [30])
+    t3 = turn(3, [S, U, A0, T, a1, T], [1, 2, 10, 12, 5, 20, 6], [31])  # a retry: second leaf
+    result = samples([t0, t1, t2, t3])
+    assert len(result.samples) == 2
+    assert [d.kind for d in result.linearization.decisions].count("realign") == 2  # once per leaf pass
+    assert result.report.realigns == 1

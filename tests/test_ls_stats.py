@@ -64,7 +64,7 @@ def test_ls_plain(agent_logs: Path) -> None:
     reason = "output_logprobs length differs from output_ids length (6 logprobs, 7 output ids)"
     assert lines[:4] == [
         "session           turns  leaves  samples  trained  context  forks  realigns  merges  reward  rejected",
-        "s-7f3a-fix-tests      6       3        4      268       62      2         2       0       1",
+        "s-7f3a-fix-tests      6       3        4      268       62      2         1       0       1",
         "s-7f9c-rewrite        2       1        1       27        0      0         0       1     0.5",
         "s-81d0-empty          2       1        0        0        0      0         0       0       0",
     ]
@@ -240,7 +240,7 @@ def test_stats_plain(agent_logs: Path) -> None:
         "  prompt region             0",
         "  before latest response    2",
         "  drift too long            0",
-        "realigns                    2  20 per 100 turns, in 1 session",
+        "realigns                    1  10 per 100 turns, in 1 session",
         "rewrite merges              1",
         "no sessions row             1  sessions rebuilt with reward 0.0",
     ]
