@@ -1,4 +1,4 @@
-"""Shared pytest configuration: hypothesis profiles.
+"""Test-suite configuration: the golden-dump plugin, and hypothesis profiles.
 
 ``HYPOTHESIS_PROFILE=ci`` (set by ``.ci/run``) runs the full property budget
 (500 examples per property); the default profile is a quick local run.
@@ -10,11 +10,14 @@ import os
 
 from hypothesis import HealthCheck, settings
 
+# The golden-dump plugin (installed through the pytest11 entry point when tito
+# is pip-installed; named here so the suite also runs from a plain checkout).
+pytest_plugins = ["tito_cli.pytest_plugin"]
+
 settings.register_profile(
     "ci",
     max_examples=500,
     deadline=None,
-    derandomize=False,
     print_blob=True,
     suppress_health_check=[HealthCheck.too_slow],
 )

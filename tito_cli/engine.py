@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from itertools import pairwise
 from dataclasses import dataclass, field
 
 from .linearize import ForkCause, Linearization, LinearizedSample, linearize
@@ -33,6 +34,8 @@ class SessionReport:
     trained_tokens: int = 0
     #: Response-region tokens with loss 0 (prompt tails, reused outputs).
     context_tokens: int = 0
+    #: Turns that forked (by cause) or realigned; a turn shared by several
+    #: leaves counts once.
     forks: dict[str, int] = field(default_factory=lambda: {c.value: 0 for c in ForkCause})
     realigns: int = 0
     rewrite_merges: int = 0
@@ -138,9 +141,12 @@ def rebuild_session(
         trained = int(sample.loss_mask.sum())
         report.trained_tokens += trained
         report.context_tokens += sample.response_length - trained
-    kinds = Counter(d.kind for d in lin.decisions)
+    # A turn shared by several leaves is packed once per leaf, always with the
+    # same decision (the chain up to it is the same); count each turn once.
+    first_decisions = {d.seq: d for d in reversed(lin.decisions)}.values()
+    kinds = Counter(d.kind for d in first_decisions)
     report.realigns = kinds["realign"]
-    for decision in lin.decisions:
+    for decision in first_decisions:
         if decision.cause is not None:
             report.forks[decision.cause.value] += 1
     trained_seqs = {seq for s in samples for seq in s.trained_seqs}
@@ -152,4 +158,4 @@ def rebuild_session(
 
 def seq_gaps(seqs: Sequence[int]) -> list[tuple[int, int]]:
     """Inclusive ranges of seqs missing between consecutive ones (``seqs`` ascending, unique)."""
-    return [(a + 1, b - 1) for a, b in zip(seqs, seqs[1:]) if b - a > 1]
+    return [(a + 1, b - 1) for a, b in pairwise(seqs) if b - a > 1]

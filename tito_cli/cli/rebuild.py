@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
 
 import typer
@@ -12,6 +13,11 @@ from ..policy import DEFAULT_FORK_THRESHOLD, Policy
 from ..rebuild import rebuild as rebuild_logs
 from ..render.summary import render_rebuild_summary
 from .app import EXIT_CODES_HELP, app, err_console, guarded
+
+
+class RewardChoice(Enum):
+    split = "split"
+    full = "full"
 
 
 @app.command(help="Route and linearize every session of a turn log into a samples Parquet file.\n\n" + EXIT_CODES_HELP)
@@ -28,16 +34,14 @@ def rebuild(
         help="Drift (tokens) inside the latest response shorter than this is realigned, longer forks; "
         "also bounds short-rewrite absorption. 0 disables both.",
     ),
-    reward_mode: str = typer.Option(
-        "split",
+    reward_mode: RewardChoice = typer.Option(
+        RewardChoice.split,
         "--reward-mode",
         help="'split': each sample gets reward / samples of its session; 'full': each gets the whole reward.",
     ),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing output file."),
 ) -> None:
-    if reward_mode not in ("split", "full"):
-        raise typer.BadParameter("must be 'split' or 'full'", param_hint="--reward-mode")
-    policy = Policy(fork_threshold=fork_threshold, reward_mode=reward_mode)  # type: ignore[arg-type]
+    policy = Policy(fork_threshold=fork_threshold, reward_mode=reward_mode.value)
 
     if err_console.is_terminal:
         with Progress(
