@@ -59,7 +59,10 @@ def _route(turns: list[Any], threshold: int) -> _Node:
             candidates = [
                 c
                 for c in node.children
-                if c.role == "assistant" and c.turn is not None and not c.children and len(c.turn.output_ids) < threshold
+                if c.role == "assistant"
+                and c.turn is not None
+                and not c.children
+                and len(c.turn.output_ids) < threshold
             ]
             if len(candidates) == 1:
                 absorbed = candidates[0]

@@ -123,7 +123,7 @@ def check_outcome(expected: dict[str, Any], out: Path, exit_code: int, stdout: s
         want_samples = reference_samples(ref)
         got_samples = written.get(sid, [])
         assert len(got_samples) == len(want_samples), sid
-        for i, (got, want) in enumerate(zip(got_samples, want_samples)):
+        for i, (got, want) in enumerate(zip(got_samples, want_samples, strict=True)):
             where = f"{sid} sample {i}"
             assert got["sample_index"] == i, where
             assert got["tokens"] == want["tokens"], where

@@ -55,7 +55,9 @@ def write_workload(log: Path, copies: int) -> None:
         log.mkdir(parents=True, exist_ok=True)
         copy = [{**t, "session_id": f"c{c:02d}-{t['session_id']}"} for t in turns]
         pq.write_table(turns_table(copy), log / f"turns-{c:02d}.parquet")
-        write_sessions(log / f"sessions-{c:02d}.parquet", [{**s, "session_id": f"c{c:02d}-{s['session_id']}"} for s in sessions])
+        write_sessions(
+            log / f"sessions-{c:02d}.parquet", [{**s, "session_id": f"c{c:02d}-{s['session_id']}"} for s in sessions]
+        )
 
 
 def test_stale_temporaries_are_told_from_live_ones(tmp_path: Path) -> None:
@@ -150,9 +152,7 @@ while True:
 
 def run_capture_until_killed(log: Path, flushes: int, extra: float) -> list[int]:
     """Run the capture child, SIGKILL it after ``flushes`` reported flushes plus ``extra`` seconds."""
-    proc = subprocess.Popen(
-        [sys.executable, "-c", CAPTURE_CHILD, str(log)], stdout=subprocess.PIPE, env=ENV, text=True
-    )
+    proc = subprocess.Popen([sys.executable, "-c", CAPTURE_CHILD, str(log)], stdout=subprocess.PIPE, env=ENV, text=True)
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(proc.stdout or ()), daemon=True)
     reader.start()

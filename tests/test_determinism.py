@@ -48,7 +48,7 @@ def write_shuffled(log: Path, turns: list[dict[str, Any]], sessions: list[dict[s
     rng.shuffle(turns)
     rng.shuffle(sessions)
     cuts = sorted(rng.sample(range(1, len(turns)), 9))
-    for i, (a, b) in enumerate(zip([0, *cuts], [*cuts, len(turns)])):
+    for i, (a, b) in enumerate(zip([0, *cuts], [*cuts, len(turns)], strict=True)):
         folder = log / rng.choice(["", "z", "a/b", "m/n/o"])
         folder.mkdir(parents=True, exist_ok=True)
         pq.write_table(turns_table(turns[a:b]), folder / f"{rng.randrange(10**6):06d}-{i}.parquet")

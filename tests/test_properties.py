@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow.parquet as pq
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -59,7 +60,9 @@ def sessions(draw: st.DrawFn) -> dict[str, Any]:
     sizes = st.sampled_from(sorted({0, 1, 2, 3, 4, 5, 6, max(0, near - 1), near, near + 1}))
     for seq in range(draw(st.integers(1, 14))):
         action = draw(
-            st.sampled_from(["new", "extend", "extend", "extend", "extend", "extend", "resend", "fork", "rewrite", "empty"])
+            st.sampled_from(
+                ["new", "extend", "extend", "extend", "extend", "extend", "resend", "fork", "rewrite", "empty"]
+            )
         )
         parts: list[tuple[dict[str, Any], list[int]]]
         if action == "empty":
@@ -96,12 +99,12 @@ def sessions(draw: st.DrawFn) -> dict[str, Any]:
             elif action == "fork":
                 cut = draw(st.integers(1, len(context)))
                 message = {"role": draw(st.sampled_from(list(ROLE_TOKEN))), "content": draw(texts)}
-                parts = context[:cut] + [(message, render(message))]
+                parts = [*context[:cut], (message, render(message))]
             else:  # rewrite: the harness replaces the latest assistant message, then continues
                 rewritten = {"role": "assistant", "content": "r" + draw(texts)}
                 chunk = render(rewritten) + draw(st.lists(tokens, max_size=draw(st.sampled_from([2, 12]))))
                 user = {"role": "user", "content": draw(texts)}
-                parts = context[:prompt_len] + [(rewritten, chunk), (user, render(user))]
+                parts = [*context[:prompt_len], (rewritten, chunk), (user, render(user))]
         messages = [m for m, _ in parts]
         prompt_ids = [t for _, chunk in parts for t in chunk]
         # Re-tokenization drift: the prompt's ids differ from what was held, somewhere.
@@ -182,7 +185,7 @@ def test_engine_equals_the_literal_spec_model(session: dict[str, Any]) -> None:
     result = run(session)
     model = model_rebuild(parse(session), session["threshold"], session["reward"], session["reward_mode"])
     assert len(result.samples) == len(model)
-    for sample, reward, want in zip(result.samples, result.rewards, model):
+    for sample, reward, want in zip(result.samples, result.rewards, model, strict=True):
         assert sample.tokens.tolist() == want.tokens
         assert sample.response_length == want.response_length
         assert sample.loss_mask.tolist() == want.loss_mask
@@ -237,7 +240,7 @@ def test_rebuilding_twice_gives_the_same_samples(session: dict[str, Any]) -> Non
     first, second = run(session), run(session)
     assert first.report == second.report
     assert len(first.samples) == len(second.samples)
-    for a, b in zip(first.samples, second.samples):
+    for a, b in zip(first.samples, second.samples, strict=True):
         assert a.tokens.tobytes() == b.tokens.tobytes()
         assert a.loss_mask.tobytes() == b.loss_mask.tobytes()
         assert a.rollout_log_probs.tobytes() == b.rollout_log_probs.tobytes()
@@ -258,13 +261,17 @@ def test_samples_file_is_byte_identical_across_rebuilds(batch: list[dict[str, An
         root = Path(tmp)
         write_log(root / "logs", turns, sessions_rows, max_rows=5)
         policy = Policy(fork_threshold=batch[0]["threshold"], reward_mode=batch[0]["reward_mode"])
-        a = rebuild([root / "logs"], root / "a.parquet", policy)
-        b = rebuild([root / "logs"], root / "b.parquet", policy)
-        assert not a.rejected
+        summary = rebuild([root / "logs"], root / "a.parquet", policy)
+        rebuild([root / "logs"], root / "b.parquet", policy)
+        assert not summary.rejected
         assert (root / "a.parquet").read_bytes() == (root / "b.parquet").read_bytes()
-        # And the file holds what the engine gives each session on its own.
-        assert a.totals.samples == sum(len(run({**s, **_policy_of(batch[0])}).samples) for s in batch)
-
-
-def _policy_of(session: dict[str, Any]) -> dict[str, Any]:
-    return {"threshold": session["threshold"], "reward_mode": session["reward_mode"]}
+        rows = pq.read_table(root / "a.parquet").to_pylist()
+    # And the file holds, session by session, what the engine gives that session on its own.
+    want = []
+    for i, session in enumerate(batch):
+        alone = run({**session, "threshold": policy.fork_threshold, "reward_mode": policy.reward_mode})
+        want += [
+            (f"s{i}", s.tokens.tolist(), s.loss_mask.tolist(), r)
+            for s, r in zip(alone.samples, alone.rewards, strict=True)
+        ]
+    assert [(r["session_id"], r["tokens"], r["loss_mask"], r["reward"]) for r in rows] == want

@@ -63,12 +63,16 @@ def test_jinja_only_sandboxed() -> None:
     problems = []
     for path, tree in _trees():
         for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("jinja2"):
-                if node.module != "jinja2.sandbox":
-                    problems.append(f"{path}:{node.lineno} from {node.module} import …")
-            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "jinja2":
-                if node.attr in {"Environment", "Template"}:
-                    problems.append(f"{path}:{node.lineno} jinja2.{node.attr} (not sandboxed)")
+            module = node.module or "" if isinstance(node, ast.ImportFrom) else ""
+            if module.startswith("jinja2") and module != "jinja2.sandbox":
+                problems.append(f"{path}:{node.lineno} from {module} import …")
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "jinja2"
+                and node.attr in {"Environment", "Template"}
+            ):
+                problems.append(f"{path}:{node.lineno} jinja2.{node.attr} (not sandboxed)")
     assert problems == []
 
 

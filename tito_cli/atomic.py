@@ -48,10 +48,9 @@ def _create_locked(tmp: Path) -> int | None:
     """Create ``tmp`` and hold an exclusive lock on it (released when the fd closes or the process dies)."""
     fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
     if fcntl is not None:
-        try:
+        # A filesystem without locks: the file is still written atomically.
+        with contextlib.suppress(OSError):
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            pass  # a filesystem without locks: the file is still written atomically
     return fd
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from itertools import pairwise
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 from .linearize import ForkCause, Linearization, LinearizedSample, linearize
 from .policy import Policy
@@ -109,9 +109,7 @@ class SessionResult:
         return self.linearization.samples
 
 
-def rebuild_session(
-    session_id: str, turns: Sequence[Turn], info: SessionInfo | None, policy: Policy
-) -> SessionResult:
+def rebuild_session(session_id: str, turns: Sequence[Turn], info: SessionInfo | None, policy: Policy) -> SessionResult:
     """Route and linearize one session's valid turns (in ``seq`` order)."""
     info = info if info is not None else SessionInfo(finished=False)
     tree = route(turns, policy)

@@ -1,6 +1,5 @@
 """A turns file with two columns named seq."""
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tests.bad_input.kit import case, turns_table, write_good

@@ -30,4 +30,3 @@ def build(log):
     write_turns(log / "turns-bad.parquet", turns)
     row = case_session(BASE, "bad-sessions-metadata")
     write_sessions(log / "sessions-bad.parquet", [dict(row, metadata="{nope")])
-

@@ -3,9 +3,8 @@
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tito_cli.schema import SESSIONS_SCHEMA
-
 from tests.bad_input.kit import GOOD, case, case_session, write_turns
+from tito_cli.schema import SESSIONS_SCHEMA
 
 
 def build(log):

@@ -1,11 +1,9 @@
 """A samples file (a previous rebuild's output) left inside the log folder."""
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tito_cli.schema import SAMPLES_SCHEMA, table_metadata
-
 from tests.bad_input.kit import write_good
+from tito_cli.schema import SAMPLES_SCHEMA, table_metadata
 
 
 def build(log):
