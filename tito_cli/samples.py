@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -12,6 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .arrow import list_array, primitive_array, string_array
 from .atomic import atomic_path
 from .engine import SessionResult
 from .linearize import LinearizedSample
@@ -39,15 +39,6 @@ def sample_metadata(result: SessionResult, sample: LinearizedSample) -> str:
     return json.dumps(meta, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
 
-def _list_array(parts: Sequence[np.ndarray], value_type: pa.DataType) -> pa.Array:
-    offsets = np.zeros(len(parts) + 1, dtype=np.int64)
-    np.cumsum([len(p) for p in parts], out=offsets[1:])
-    if offsets[-1] > np.iinfo(np.int32).max:
-        raise OverflowError("a row group of samples holds more than 2**31 tokens")
-    values = np.concatenate(parts) if parts else np.zeros(0)
-    return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(values, type=value_type))
-
-
 def session_table(result: SessionResult) -> pa.Table:
     """One session's samples as rows of the samples table (SPEC §5), in emission order.
 
@@ -57,19 +48,20 @@ def session_table(result: SessionResult) -> pa.Table:
     samples = result.samples
     info = result.info
     n = len(samples)
+    # Built from buffers (tito_cli.arrow): pa.array would import pandas.
     columns = {
-        "session_id": pa.array([result.session_id] * n, pa.string()),
-        "sample_index": pa.array(np.arange(n, dtype=np.int32)),
-        "tokens": _list_array([s.tokens for s in samples], pa.int32()),
-        "response_length": pa.array([s.response_length for s in samples], pa.int32()),
-        "loss_mask": _list_array([s.loss_mask for s in samples], pa.int8()),
-        "rollout_log_probs": _list_array([s.rollout_log_probs for s in samples], pa.float32()),
-        "reward": pa.array(result.rewards, pa.float64()),
-        "index": pa.array([info.index] * n, pa.int64()),
-        "group_index": pa.array([info.group_index] * n, pa.int64()),
-        "label": pa.array([info.label] * n, pa.string()),
-        "status": pa.array(["completed"] * n, pa.string()),
-        "metadata": pa.array([sample_metadata(result, s) for s in samples], pa.string()),
+        "session_id": string_array([result.session_id] * n),
+        "sample_index": primitive_array(np.arange(n, dtype=np.int32), pa.int32()),
+        "tokens": list_array([s.tokens for s in samples], pa.int32()),
+        "response_length": primitive_array([s.response_length for s in samples], pa.int32()),
+        "loss_mask": list_array([s.loss_mask for s in samples], pa.int8()),
+        "rollout_log_probs": list_array([s.rollout_log_probs for s in samples], pa.float32()),
+        "reward": primitive_array(result.rewards, pa.float64()),
+        "index": primitive_array([info.index] * n, pa.int64()),
+        "group_index": primitive_array([info.group_index] * n, pa.int64()),
+        "label": string_array([info.label] * n),
+        "status": string_array(["completed"] * n),
+        "metadata": string_array([sample_metadata(result, s) for s in samples]),
     }
     return pa.table(columns, schema=SAMPLES_SCHEMA)
 

@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from .arrow import NUMPY_TYPES, numpy_view, validity
 from .errors import InvalidSessionError, SchemaError, UnreadableLogError
 from .schema import META_TABLE, META_TOKENIZER
 from .turns import Message, RowRef, SessionInfo, Turn, canonical_json
@@ -402,7 +403,7 @@ def build_index(files: Sequence[LogFile], only: set[str] | None = None) -> LogIn
             first += rows
         keep = np.ones(n, dtype=bool)
         if sids.null_count:
-            valid = np.asarray(sids.is_valid())
+            valid = validity(sids)
             if only is None:
                 raise SchemaError("session_id is null", file=log_file.path, row=int(np.argmin(valid)))
             keep &= valid
@@ -468,7 +469,7 @@ def read_batch(files: Sequence[LogFile], batch: ReadBatch) -> Iterator[SessionRo
 
 def _int64_values(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """An integer column as (int64 values, validity); values at null slots are 0."""
-    valid = np.asarray(array.is_valid()) if array.null_count else np.ones(len(array), dtype=bool)
+    valid = validity(array)
     if pa.types.is_null(array.type):
         return np.zeros(len(array), dtype=np.int64), valid
     cast = array.cast(pa.int64())
@@ -537,9 +538,14 @@ class _ListColumn:
         if array is None or pa.types.is_null(array.type):
             self.valid = self.offsets = self.values = None
             return
-        self.valid = np.asarray(array.is_valid())
-        self.offsets = array.offsets.to_numpy()
-        self.values = array.values.to_numpy(zero_copy_only=False)
+        self.valid = validity(array)
+        offsets_type = np.int64 if pa.types.is_large_list(array.type) else np.int32
+        self.offsets = numpy_view(array.buffers()[1], offsets_type, array.offset, len(array) + 1)
+        values = array.values
+        if values.null_count or values.type not in NUMPY_TYPES:
+            self.values = values.to_numpy(zero_copy_only=False)  # rare: nulls inside a list
+        else:
+            self.values = numpy_view(values.buffers()[1], NUMPY_TYPES[values.type], values.offset, len(values))
 
     def get(self, i: int) -> np.ndarray | None:
         if self.valid is None or not self.valid[i]:
