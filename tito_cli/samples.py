@@ -82,7 +82,7 @@ class SamplesWriter:
         policy: Policy,
         *,
         tokenizer: str | None = None,
-        row_group_tokens: int = 16 << 20,
+        row_group_tokens: int = 2 << 20,
     ) -> None:
         self.path = Path(path)
         self.row_group_tokens = row_group_tokens

@@ -454,13 +454,12 @@ def read_batch(files: Sequence[LogFile], batch: ReadBatch) -> Iterator[SessionRo
         for g in np.unique(place.groups).tolist():
             last_user[g] = position
     loaded: dict[int, _Columns] = {}
-    parquet_files: dict[int, pq.ParquetFile] = {}
     for position, place in enumerate(batch.sessions):
         session = SessionRows(place.session_id)
         for g, r in zip(place.groups.tolist(), place.rows.tolist()):
             columns = loaded.get(g)
             if columns is None:
-                columns = loaded[g] = _load_group(files, batch.row_groups[g], parquet_files)
+                columns = loaded[g] = _load_group(files, batch.row_groups[g])
             session.rows.append(columns.row(r))
         yield session
         for g in [g for g in loaded if last_user[g] == position]:
@@ -480,15 +479,14 @@ def _int64_values(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     return values, valid
 
 
-def _load_group(files: Sequence[LogFile], group: RowGroup, cache: dict[int, pq.ParquetFile]) -> _Columns:
+def _load_group(files: Sequence[LogFile], group: RowGroup) -> _Columns:
     log_file = files[group.file]
     try:
-        parquet = cache.get(group.file)
-        if parquet is None:
-            parquet = cache[group.file] = pq.ParquetFile(log_file.path)
-        columns = [name for name in READ_COLUMNS if name in log_file.columns]
-        # One worker, one core: pyarrow's own threads would compete with the other workers.
-        table = parquet.read_row_group(group.index, columns=columns, use_threads=False)
+        # Opened per row group, not kept: an open ParquetFile holds on to buffers it has read.
+        with pq.ParquetFile(log_file.path) as parquet:
+            columns = [name for name in READ_COLUMNS if name in log_file.columns]
+            # One worker, one core: pyarrow's own threads would compete with the other workers.
+            table = parquet.read_row_group(group.index, columns=columns, use_threads=False)
     except (OSError, pa.ArrowException) as exc:
         raise UnreadableLogError(f"cannot read ({exc})", file=log_file.path) from None
     return _Columns(table, str(log_file.path), group.first_row)
