@@ -495,9 +495,13 @@ def _load_group(files: Sequence[LogFile], group: RowGroup) -> _Columns:
 class _Columns:
     """One decoded row group, handing out rows as :class:`RawTurn` with numpy views for the ids."""
 
-    def __init__(self, table: pa.Table, file_name: str, first_row: int) -> None:
+    def __init__(
+        self, table: pa.Table, file_name: str, first_row: int, sources: Sequence[RowRef] | None = None
+    ) -> None:
         self.file_name = file_name
         self.first_row = first_row
+        #: Where each row came from, when the table is not one file's row group (the Ray engine).
+        self.sources = sources
         names = table.column_names
 
         def array(name: str) -> pa.Array | None:
@@ -525,8 +529,14 @@ class _Columns:
             response_message=text("response_message"),
             tools=text("tools"),
             metadata=text("metadata"),
-            source=RowRef(self.file_name, self.first_row + r),
+            source=RowRef(self.file_name, self.first_row + r) if self.sources is None else self.sources[r],
         )
+
+
+def rows_from_table(session_id: str, table: pa.Table, sources: Sequence[RowRef]) -> SessionRows:
+    """One session's rows from an Arrow table already in ``seq`` order (``sources[i]`` names row ``i``)."""
+    columns = _Columns(table, "", 0, sources)
+    return SessionRows(session_id, [columns.row(r) for r in range(table.num_rows)])
 
 
 class _ListColumn:
