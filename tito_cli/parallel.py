@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import sys
 import tempfile
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -166,9 +167,7 @@ def _run(
             for output in iter_batch(*task(batch)):
                 yield [output]
         return
-    # Spawned, not forked: the parent may hold pyarrow's threads, which fork does not carry over safely.
-    context = multiprocessing.get_context("spawn")
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=context)
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=_mp_context())
     pending: deque[Future[list[SessionOutput | Reject]]] = deque()
     todo = iter(batches)
     try:
@@ -185,6 +184,28 @@ def _run(
             yield outputs
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _mp_context() -> multiprocessing.context.BaseContext:
+    """How worker processes start.
+
+    A spawned worker imports numpy and pyarrow afresh, about half a second
+    before its first row, which is a third of a whole rebuild of the
+    benchmark workload; a forked one starts in milliseconds.  Forking a
+    process that has threads (numpy's BLAS pool, pyarrow's pools, a progress
+    bar) is safe for what a worker does (those libraries reset their pools
+    after fork, and a worker prints nothing), but Python 3.12 deprecates it
+    with a warning, so from 3.12 on workers come from a fork server, which
+    pays the import once per rebuild.
+    """
+    methods = multiprocessing.get_all_start_methods()
+    if sys.version_info < (3, 12) and "fork" in methods:
+        return multiprocessing.get_context("fork")
+    if "forkserver" in methods:
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(["tito_cli.parallel"])
+        return context
+    return multiprocessing.get_context("spawn")  # pragma: no cover - Windows
 
 
 class _InOrder:
