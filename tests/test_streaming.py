@@ -106,7 +106,7 @@ def test_ids_stay_views_into_the_decoded_column(tmp_path: Path) -> None:
     log = TurnLog.open([_interleaved_log(tmp_path)])
     session = next(log.iter_sessions(only={"a"}))
     turns = parse_session(session)
-    for raw, turn in zip(session.rows, turns):
+    for raw, turn in zip(session.rows, turns, strict=False):
         assert turn.prompt_ids.dtype == np.int32
         assert np.shares_memory(turn.prompt_ids, raw.prompt_ids)
         assert turn.output_logprobs is not None and turn.output_logprobs.dtype == np.float32
@@ -164,7 +164,7 @@ def test_message_parser_reuse_gives_the_full_parse() -> None:
         messages = [*messages, {"content": f"m{n}", "role": "user" if n % 2 else "assistant", "n": [n, 1.0]}]
         texts.append(json.dumps(messages, indent=None if n % 3 else 1))
     texts.append(texts[2])  # a resent older prompt
-    texts.append(json.dumps(messages[:3] + [{"role": "user", "content": "fork"}]))
+    texts.append(json.dumps([*messages[:3], {"role": "user", "content": "fork"}]))
     parser = _MessageParser()
     for text in texts:
         parsed, keys = parser.parse(text)

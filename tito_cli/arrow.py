@@ -10,13 +10,14 @@ through these helpers instead, which touch only buffers.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 __all__ = ["NUMPY_TYPES", "list_array", "numpy_view", "primitive_array", "string_array", "validity"]
 
-NUMPY_TYPES: dict[pa.DataType, type] = {
+NUMPY_TYPES: dict[pa.DataType, Any] = {
     pa.int8(): np.int8, pa.int16(): np.int16, pa.int32(): np.int32, pa.int64(): np.int64,
     pa.uint8(): np.uint8, pa.uint16(): np.uint16, pa.uint32(): np.uint32, pa.uint64(): np.uint64,
     pa.float16(): np.float16, pa.float32(): np.float32, pa.float64(): np.float64,
@@ -51,8 +52,8 @@ def primitive_array(values: np.ndarray | Sequence[float | int | None], type: pa.
     """A numeric array; ``None`` entries (in a sequence) become nulls."""
     dtype = NUMPY_TYPES[type]
     if isinstance(values, np.ndarray):
-        data = np.ascontiguousarray(values, dtype=dtype)
-        return pa.Array.from_buffers(type, len(data), [None, pa.py_buffer(data)])
+        contiguous = np.ascontiguousarray(values, dtype=dtype)
+        return pa.Array.from_buffers(type, len(contiguous), [None, pa.py_buffer(contiguous)])
     valid = np.fromiter((v is not None for v in values), dtype=bool, count=len(values))
     data = np.array([0 if v is None else v for v in values], dtype=dtype)
     nulls = int(len(values) - valid.sum())
@@ -66,7 +67,8 @@ def string_array(values: Sequence[str | None]) -> pa.Array:
     np.cumsum([len(b) for b in encoded], out=offsets[1:])
     valid = np.fromiter((v is not None for v in values), dtype=bool, count=len(values))
     buffers = [_bitmap(valid), pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))]
-    return pa.Array.from_buffers(pa.string(), len(encoded), buffers, null_count=int(len(values) - valid.sum()))
+    nulls = int(len(values) - valid.sum())
+    return pa.Array.from_buffers(pa.string(), len(encoded), buffers, null_count=nulls)
 
 
 def list_array(parts: Sequence[np.ndarray], value_type: pa.DataType) -> pa.Array:

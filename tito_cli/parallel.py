@@ -37,7 +37,14 @@ from .samples import session_table
 from .turnlog import LogFile, LogIndex, ReadBatch, parse_session, read_batch
 from .turns import RowRef, SessionInfo
 
-__all__ = ["SessionOutput", "default_workers", "iter_batch", "plan_batches", "rebuild_batch", "rebuild_outputs"]
+__all__ = [
+    "SessionOutput",
+    "default_workers",
+    "iter_batch",
+    "plan_batches",
+    "rebuild_batch",
+    "rebuild_outputs",
+]
 
 
 def default_workers() -> int:
@@ -48,7 +55,8 @@ def default_workers() -> int:
         return os.cpu_count() or 1
 
 
-#: Logs smaller than this (decoded turn columns) are rebuilt in-process: starting workers costs more.
+#: Logs smaller than this (decoded turn columns) are rebuilt in-process:
+#: starting workers costs more than it saves.
 MIN_PARALLEL_BYTES = 64 << 20
 
 
@@ -256,7 +264,8 @@ class _InOrder:
     def _park_table(self, output: SessionOutput) -> None:
         assert output.table is not None
         if self._spill is None:
-            self._spill = tempfile.TemporaryFile(prefix=".tito-spill-", dir=self._spill_dir)
+            # Anonymous (unlinked at once): nothing is left behind, whatever happens.
+            self._spill = tempfile.TemporaryFile(prefix=".tito-spill-", dir=self._spill_dir)  # noqa: SIM115
         sink = pa.BufferOutputStream()
         with pa.ipc.new_stream(sink, output.table.schema) as stream:
             stream.write_table(output.table)

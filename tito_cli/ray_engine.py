@@ -109,7 +109,7 @@ def rebuild_ray(
         rebuilt = (
             dataset.groupby("session_id", num_partitions=_partitions(log))
             .map_groups(
-                _rebuild_group,
+                _rebuild_group,  # type: ignore[arg-type]  # extra arguments come from fn_kwargs
                 batch_format="pyarrow",
                 fn_kwargs={"infos": sessions.infos, "invalid": sessions.invalid, "policy": policy},
             )
@@ -157,7 +157,7 @@ def _partitions(log: TurnLog) -> int:
     """
     import ray
 
-    cpus = int(ray.cluster_resources().get("CPU", 1))
+    cpus = int(ray.cluster_resources().get("CPU", 1))  # type: ignore[no-untyped-call]
     size = sum(f.path.stat().st_size for f in log.turn_files)
     return max(cpus, min(1000, size // (256 << 20) + 1))
 
@@ -215,11 +215,11 @@ def _file_rows(sid: str, paths: list[str], seqs: list[int | None]) -> list[RowRe
         # This session's rows in the file, in the group's order: seq (null last), then file row.
         in_file = sorted(
             (q is None, q or 0, row)
-            for row, (s, q) in enumerate(zip(columns["session_id"], columns["seq"]))
+            for row, (s, q) in enumerate(zip(columns["session_id"], columns["seq"], strict=False))
             if s == sid
         )
         positions = [i for i, p in enumerate(paths) if p == path]
-        for position, (_, _, row) in zip(positions, in_file):
+        for position, (_, _, row) in zip(positions, in_file, strict=False):
             sources[position] = RowRef(path, row)
     return sources
 

@@ -427,7 +427,8 @@ def build_index(files: Sequence[LogFile], only: set[str] | None = None) -> LogIn
     places: dict[str, SessionPlace] = {}
     if not parts:
         return LogIndex(row_groups, places)
-    code, seq_null, seq_values, file_no, file_row, group, row = (np.concatenate(c) for c in zip(*parts))
+    columns = (np.concatenate(c) for c in zip(*parts, strict=True))
+    code, seq_null, seq_values, file_no, file_row, group, row = columns
     # Rows in seq order (a null seq sorts last, where validation reports it), ties by file and row.
     order = np.lexsort((file_row, file_no, seq_values, seq_null, code))
     code, group, row = code[order], group[order], row[order]
@@ -436,7 +437,7 @@ def build_index(files: Sequence[LogFile], only: set[str] | None = None) -> LogIn
     starts = np.flatnonzero(np.diff(code, prepend=-1))
     ends = np.append(starts[1:], len(code))
     ids = {c: sid for sid, c in codes.items()}
-    for lo, hi in zip(starts, ends):
+    for lo, hi in zip(starts, ends, strict=False):
         sid = ids[int(code[lo])]
         places[sid] = SessionPlace(sid, group[lo:hi], row[lo:hi], int(row_bytes[lo:hi].sum()))
     return LogIndex(row_groups, places)
@@ -456,7 +457,7 @@ def read_batch(files: Sequence[LogFile], batch: ReadBatch) -> Iterator[SessionRo
     loaded: dict[int, _Columns] = {}
     for position, place in enumerate(batch.sessions):
         session = SessionRows(place.session_id)
-        for g, r in zip(place.groups.tolist(), place.rows.tolist()):
+        for g, r in zip(place.groups.tolist(), place.rows.tolist(), strict=False):
             columns = loaded.get(g)
             if columns is None:
                 columns = loaded[g] = _load_group(files, batch.row_groups[g])
@@ -510,7 +511,9 @@ class _Columns:
             column = table.column(name)
             return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
 
-        self.seq, self.seq_valid = _int64_values(array("seq"))  # type: ignore[arg-type]
+        seq = array("seq")
+        assert seq is not None  # a required column
+        self.seq, self.seq_valid = _int64_values(seq)
         self.lists = {name: _ListColumn(array(name)) for name in _LIST_COLUMNS}
         self.strings = {name: array(name) for name in _STRING_COLUMNS}
 
@@ -553,13 +556,15 @@ class _ListColumn:
         if values.null_count or values.type not in NUMPY_TYPES:
             self.values = values.to_numpy(zero_copy_only=False)  # rare: nulls inside a list
         else:
-            self.values = numpy_view(values.buffers()[1], NUMPY_TYPES[values.type], values.offset, len(values))
+            dtype = NUMPY_TYPES[values.type]
+            self.values = numpy_view(values.buffers()[1], dtype, values.offset, len(values))
 
     def get(self, i: int) -> np.ndarray | None:
         if self.valid is None or not self.valid[i]:
             return None
         assert self.offsets is not None and self.values is not None
-        return self.values[self.offsets[i] : self.offsets[i + 1]]
+        view: np.ndarray = self.values[self.offsets[i] : self.offsets[i + 1]]
+        return view
 
 
 def _read(log_file: LogFile) -> pa.Table:

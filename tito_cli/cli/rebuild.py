@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -69,7 +70,7 @@ def rebuild(
         summary = rebuild_ray(logs, out, policy, overwrite=overwrite)
         err_console.print(render_rebuild_summary(summary))
         raise typer.Exit(EXIT_REJECTED if summary.rejected else EXIT_OK)
-    options = {"overwrite": overwrite, "workers": workers, "batch_bytes": batch_bytes}
+    options: dict[str, Any] = {"overwrite": overwrite, "workers": workers, "batch_bytes": batch_bytes}
 
     if err_console.is_terminal:
         with Progress(
