@@ -13,7 +13,10 @@ from typer.testing import CliRunner
 from tito_cli.cli import app
 from tito_cli.errors import EXIT_OK, EXIT_REJECTED
 
-from .helpers import conformance_folders, read_jsonl, write_log
+from .helpers import CONFORMANCE as CONFORMANCE_COPY
+from .helpers import REPO, conformance_folders, read_jsonl, write_log
+
+CONFORMANCE_SHARED = REPO.parent / "shared" / "conformance"
 
 FOLDERS = conformance_folders()
 
@@ -54,7 +57,7 @@ def test_folder_matches_reference(folder: Path, tmp_path: Path) -> None:
     for sid, samples in expected.items():
         mine = got.get(sid, [])
         assert len(mine) == len(samples), sid
-        for i, (a, e) in enumerate(zip(mine, samples)):
+        for i, (a, e) in enumerate(zip(mine, samples, strict=True)):
             where = f"{sid} sample {i}"
             assert a["sample_index"] == i, where
             assert a["tokens"] == e["tokens"], where
@@ -65,3 +68,13 @@ def test_folder_matches_reference(folder: Path, tmp_path: Path) -> None:
             assert a["reward"] == e["reward"], where
             assert a["status"] == "completed"
             assert "tito" in json.loads(a["metadata"])
+
+
+def test_copy_matches_the_shared_corpus() -> None:
+    """The project's copy must equal ../shared/conformance when that is beside the repo."""
+    shared = CONFORMANCE_SHARED
+    if not shared.is_dir():
+        pytest.skip(f"{shared} is not beside the repository")
+    mine = {p.relative_to(CONFORMANCE_COPY): p.read_bytes() for p in CONFORMANCE_COPY.rglob("*") if p.is_file()}
+    theirs = {p.relative_to(shared): p.read_bytes() for p in shared.rglob("*") if p.is_file()}
+    assert mine == theirs

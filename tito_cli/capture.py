@@ -117,20 +117,23 @@ class TurnLogWriter:
         messages = _json_text(prompt_messages)
         if messages is None:
             raise ValueError("prompt_messages is required (an empty list is allowed)")
-        row = {
+        texts = {
+            "prompt_messages": messages,
+            "response_message": _json_text(response_message),
+            "tools": _json_text(tools),
+            "metadata": _json_text(metadata),
+        }
+        size = 4 * (prompt.size + output.size) + (0 if logprobs is None else 4 * logprobs.size)
+        size += sum(len(text or "") for text in texts.values())
+        row: dict[str, Any] = {
             "session_id": session_id,
             "prompt_ids": prompt,
             "output_ids": output,
             "output_logprobs": logprobs,
             "finish_reason": finish_reason,
-            "prompt_messages": messages,
-            "response_message": _json_text(response_message),
-            "tools": _json_text(tools),
-            "metadata": _json_text(metadata),
+            **texts,
             "timestamp": timestamp or datetime.now(timezone.utc),
         }
-        size = 4 * (prompt.size + output.size) + (0 if logprobs is None else 4 * logprobs.size)
-        size += sum(len(row[k] or "") for k in ("prompt_messages", "response_message", "tools", "metadata"))
         with self._lock:
             self._check_open()
             if seq is None:
@@ -153,18 +156,19 @@ class TurnLogWriter:
         metadata: JsonLike = None,
     ) -> None:
         """Buffer the sessions row that carries the session's reward."""
-        row = {
+        meta_text = _json_text(metadata)
+        row: dict[str, Any] = {
             "session_id": session_id,
             "reward": reward,
             "index": index,
             "group_index": group_index,
             "label": label,
-            "metadata": _json_text(metadata),
+            "metadata": meta_text,
         }
         with self._lock:
             self._check_open()
             self._sessions.append(row)
-            full = self._grow(64 + len(session_id) + len(row["metadata"] or ""))
+            full = self._grow(64 + len(session_id) + len(meta_text or ""))
         if full:
             self.flush()
 

@@ -33,6 +33,8 @@ class SessionReport:
     trained_tokens: int = 0
     #: Response-region tokens with loss 0 (prompt tails, reused outputs).
     context_tokens: int = 0
+    #: Turns that forked (by cause) or realigned; a turn shared by several
+    #: leaves counts once.
     forks: dict[str, int] = field(default_factory=lambda: {c.value: 0 for c in ForkCause})
     realigns: int = 0
     rewrite_merges: int = 0
@@ -112,9 +114,12 @@ def rebuild_session(
         trained = int(sample.loss_mask.sum())
         report.trained_tokens += trained
         report.context_tokens += sample.response_length - trained
-    kinds = Counter(d.kind for d in lin.decisions)
+    # A turn shared by several leaves is packed once per leaf, always with the
+    # same decision (the chain up to it is the same); count each turn once.
+    first_decisions = {d.seq: d for d in reversed(lin.decisions)}.values()
+    kinds = Counter(d.kind for d in first_decisions)
     report.realigns = kinds["realign"]
-    for decision in lin.decisions:
+    for decision in first_decisions:
         if decision.cause is not None:
             report.forks[decision.cause.value] += 1
     trained_seqs = {seq for s in samples for seq in s.trained_seqs}

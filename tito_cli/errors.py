@@ -8,6 +8,7 @@ Every error tito raises on purpose derives from :class:`TitoError`::
      │    └── SchemaError         a required column is missing or has the wrong type
      ├── InvalidSessionError      one session's rows are unusable (the session is rejected)
      ├── UnknownSessionError      a session id (or prefix) matches nothing, or too much
+     ├── TokenizerError           the tokenizer to decode with is missing or cannot be loaded
      └── OutputError              the output cannot be written where asked
 
 Each carries the file, row and session it is about when those are known, so
@@ -21,6 +22,7 @@ from pathlib import Path
 
 __all__ = [
     "EXIT_BAD_INPUT",
+    "EXIT_CHECK_FAILED",
     "EXIT_INTERNAL",
     "EXIT_OK",
     "EXIT_OUTPUT",
@@ -31,6 +33,7 @@ __all__ = [
     "OutputError",
     "SchemaError",
     "TitoError",
+    "TokenizerError",
     "UnknownSessionError",
     "UnreadableLogError",
 ]
@@ -47,6 +50,8 @@ EXIT_REJECTED = 3
 EXIT_BAD_INPUT = 4
 #: The output path cannot be written (exists without --overwrite, or an OS error).
 EXIT_OUTPUT = 5
+#: ``tito check``: a rebuilt dump differs from its golden, or a golden is missing or stale.
+EXIT_CHECK_FAILED = 6
 
 
 class TitoError(Exception):
@@ -120,6 +125,12 @@ class UnknownSessionError(TitoError):
     def __init__(self, message: str, *, candidates: list[str] | None = None, **kwargs: object) -> None:
         super().__init__(message, **kwargs)  # type: ignore[arg-type]
         self.candidates = candidates or []
+
+
+class TokenizerError(TitoError):
+    """The tokenizer a command must decode with is missing or cannot be loaded."""
+
+    exit_code = EXIT_USAGE
 
 
 class OutputError(TitoError):

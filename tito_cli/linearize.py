@@ -26,7 +26,7 @@ from .policy import Policy
 from .router import Node, SessionTree
 from .turns import Turn
 
-__all__ = ["Decision", "ForkCause", "LinearizedSample", "Linearization", "Span", "linearize"]
+__all__ = ["Decision", "ForkCause", "Linearization", "LinearizedSample", "Span", "linearize"]
 
 
 class ForkCause(str, Enum):

@@ -10,7 +10,6 @@ routing-only and never trained.
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -70,10 +69,9 @@ class Node:
             self._index[(child.role, child.key)].remove(child)
         child.message = message
         child.key = canonical_json(message)
-        # Keep each index list in insertion order, so find_child stays "first child".
-        siblings = self._index.setdefault((child.role, child.key), [])
-        at = bisect.bisect([s.position for s in siblings], child.position)
-        siblings.insert(at, child)
+        # A rewrite is absorbed only when no sibling matched the message, so
+        # no sibling holds this key yet and appending keeps insertion order.
+        self._index.setdefault((child.role, child.key), []).append(child)
 
     def walk(self) -> Iterator[Node]:
         """This node and its descendants, depth-first, children in insertion order."""
@@ -161,7 +159,7 @@ def route(turns: Iterable[Turn], policy: Policy) -> SessionTree:
 
         # Mount the rest of the prompt routing-only, one below the other.
         tools_pending = turn.tools is not None
-        for message, key in zip(messages[i:], keys[i:]):
+        for message, key in zip(messages[i:], keys[i:], strict=True):
             role = message.get("role")
             child = Node(role=role, message=message, key=key)
             if tools_pending and role == "system":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from types import TracebackType
@@ -134,10 +135,10 @@ class SamplesWriter:
         try:
             self._writer.close()
         finally:
-            try:
-                self._atomic.__exit__(RuntimeError, RuntimeError("aborted"), None)
-            except RuntimeError:
-                pass
+            error = RuntimeError("aborted")
+            # atomic_path removes its temporary file when an exception is thrown into it.
+            with contextlib.suppress(RuntimeError):
+                self._atomic.__exit__(RuntimeError, error, None)
 
     def __enter__(self) -> SamplesWriter:
         return self

@@ -1,11 +1,21 @@
 """tito's command line: a thin layer over the library.
 
-Each command lives in a module of its own and registers itself on ``app``.
+Each command lives in a module of its own and registers itself on ``app``
+when imported here; the order below is the order ``tito --help`` lists them.
 """
 
 from __future__ import annotations
 
-from . import rebuild  # noqa: F401  (registers the command)
+# Importing a command module registers its command.
+from . import (  # noqa: F401
+    rebuild,
+    inspect,
+    ls,
+    stats,
+    dump,
+    check,
+    simulate,
+)
 from .app import app
 
 __all__ = ["app", "main"]

@@ -8,6 +8,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import click
 import typer
 from rich.console import Console
 
@@ -19,7 +20,8 @@ EXIT_CODES_HELP = (
     "Exit status: 0 ok; 1 internal error (a bug: please report it with -v output); "
     "2 usage error or unknown session; 3 output written but some sessions were rejected "
     "(see the rejects report); 4 a log file is unreadable or has the wrong schema (nothing written); "
-    "5 the output cannot be written (exists without --overwrite, or the OS refused)."
+    "5 the output cannot be written (exists without --overwrite, or the OS refused); "
+    "6 tito check found a changed, missing or stale golden dump."
 )
 
 app = typer.Typer(
@@ -72,7 +74,9 @@ def guarded(command: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return command(*args, **kwargs)
-        except (typer.Exit, typer.Abort, SystemExit):
+        except (typer.Exit, typer.Abort, SystemExit, click.exceptions.ClickException, typer.BadParameter):
+            # typer >= 0.20 vendors click: its BadParameter is not click's ClickException, and
+            # must still reach typer to become a usage error (exit 2).
             raise
         except TitoError as error:
             if state.verbose:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,16 @@ from ..policy import DEFAULT_FORK_THRESHOLD, Policy
 from ..rebuild import rebuild as rebuild_logs
 from ..render.summary import render_rebuild_summary
 from .app import EXIT_CODES_HELP, app, err_console, guarded
+
+
+class RewardChoice(Enum):
+    split = "split"
+    full = "full"
+
+
+class EngineChoice(Enum):
+    local = "local"
+    ray = "ray"
 
 
 @app.command(help="Route and linearize every session of a turn log into a samples Parquet file.\n\n" + EXIT_CODES_HELP)
@@ -29,8 +40,8 @@ def rebuild(
         help="Drift (tokens) inside the latest response shorter than this is realigned, longer forks; "
         "also bounds short-rewrite absorption. 0 disables both.",
     ),
-    reward_mode: str = typer.Option(
-        "split",
+    reward_mode: RewardChoice = typer.Option(
+        RewardChoice.split,
         "--reward-mode",
         help="'split': each sample gets reward / samples of its session; 'full': each gets the whole reward.",
     ),
@@ -51,20 +62,16 @@ def rebuild(
         show_default="the log split in two batches per worker",
         help="Size (MiB of decoded turn columns) of the batches of sessions handed to workers.",
     ),
-    engine: str = typer.Option(
-        "local",
+    engine: EngineChoice = typer.Option(
+        EngineChoice.local,
         "--engine",
         help="'local': this machine's processes, one samples file. 'ray': a Ray Data pipeline "
         "(pip install 'tito[ray]'); --out is then a folder of Parquet files, see docs/performance.md.",
     ),
 ) -> None:
-    if reward_mode not in ("split", "full"):
-        raise typer.BadParameter("must be 'split' or 'full'", param_hint="--reward-mode")
-    policy = Policy(fork_threshold=fork_threshold, reward_mode=reward_mode)  # type: ignore[arg-type]
-    if engine not in ("local", "ray"):
-        raise typer.BadParameter("must be 'local' or 'ray'", param_hint="--engine")
+    policy = Policy(fork_threshold=fork_threshold, reward_mode=reward_mode.value)
     batch_bytes = None if batch_mb is None else batch_mb * (1 << 20)
-    if engine == "ray":
+    if engine is EngineChoice.ray:
         from ..ray_engine import rebuild_ray
 
         summary = rebuild_ray(logs, out, policy, overwrite=overwrite)

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..errors import TitoError
+from ..errors import TokenizerError
 
 __all__ = ["TokenText", "resolve_tokenizer", "visible"]
 
@@ -58,7 +58,7 @@ def load_tokenizer(path: Path) -> Any:
 
         return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
     except Exception as exc:  # transformers raises many types for a bad folder
-        raise TitoError(f"cannot load tokenizer ({type(exc).__name__}: {exc})", file=path) from None
+        raise TokenizerError(f"cannot load tokenizer ({type(exc).__name__}: {exc})", file=path) from None
 
 
 class TokenText:
@@ -104,5 +104,7 @@ class TokenText:
         """A run of tokens decoded together (multi-byte characters intact), whitespace visible."""
         if self.tokenizer is None:
             return " ".join(str(int(i)) for i in ids)
-        decoded = self.tokenizer.decode([int(i) for i in ids], skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        decoded = self.tokenizer.decode(
+            [int(i) for i in ids], skip_special_tokens=False, clean_up_tokenization_spaces=False
+        )
         return visible(decoded)

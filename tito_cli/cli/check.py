@@ -1,0 +1,54 @@
+"""``tito check``: rebuild a log and compare it with its golden dumps."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import typer
+
+from ..errors import EXIT_CHECK_FAILED, EXIT_OK
+from ..golden.compare import check_goldens
+from ..golden.report import check_report_dict, render_check_report
+from .app import EXIT_CODES_HELP, app, guarded, out_console
+from .dump import FORK_THRESHOLD, LOGS, NO_DECODE, REWARD_MODE, SESSIONS, STYLE, TOKENIZER, golden_options, option_args
+
+
+@app.command(
+    help="Rebuild the log and compare every session with its golden dump in --golden. Fails (exit 6) "
+    "when a dump changed (a -golden/+rebuilt diff is shown), a session has no golden (new) or a golden "
+    "has no session (stale). Files change only with --update, never implicitly (also not under CI=true).\n\n"
+    + EXIT_CODES_HELP
+)
+@guarded
+def check(
+    logs: list[Path] = LOGS,
+    golden: Path = typer.Option(..., "--golden", "-g", help="Folder holding the golden dumps (<session>.txt)."),
+    update: bool = typer.Option(
+        False, "--update", help="Accept the rebuilt dumps: write new and changed ones, remove stale ones, list them."
+    ),
+    diff_lines: int = typer.Option(
+        200, "--diff-lines", min=0, help="Show at most this many diff lines per session (0: no limit)."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
+    sessions: list[str] | None = SESSIONS,
+    fork_threshold: int = FORK_THRESHOLD,
+    reward_mode: str = REWARD_MODE,
+    style: str = STYLE,
+    tokenizer: Path | None = TOKENIZER,
+    no_decode: bool = NO_DECODE,
+) -> None:
+    options = golden_options(fork_threshold, reward_mode, style, tokenizer, no_decode)
+    report = check_goldens(logs, golden, options, sessions or None, update=update)
+    words = ["tito", "check", *map(str, logs), "--golden", str(golden)]
+    words += option_args(fork_threshold, reward_mode, style, tokenizer, no_decode, sessions)
+    accept = shlex.join([*words, "--update"])
+    if as_json:
+        payload = check_report_dict(report, diff_lines=diff_lines, accept_command=accept)
+        typer.echo(json.dumps(payload, indent=2, ensure_ascii=False))
+    else:
+        out_console.print(
+            render_check_report(report, diff_lines=diff_lines, accept_command=accept), soft_wrap=True, end=""
+        )
+    raise typer.Exit(EXIT_OK if report.ok else EXIT_CHECK_FAILED)

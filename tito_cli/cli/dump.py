@@ -1,0 +1,108 @@
+"""``tito dump``: write golden dumps; also the options ``tito check`` shares with it."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from ..golden.compare import GoldenOptions, iter_dumps, write_dumps
+from ..policy import DEFAULT_FORK_THRESHOLD, Policy
+from .app import EXIT_CODES_HELP, app, err_console, guarded
+
+# Options shared by ``dump`` and ``check``: a check must be run the way its goldens were written.
+LOGS = typer.Argument(..., help="Turn-log folders or Parquet files; folders are searched recursively for *.parquet.")
+SESSIONS = typer.Option(
+    None, "--session", "-s", help="Only this session (id or unique prefix); repeat for several. Default: all."
+)
+FORK_THRESHOLD = typer.Option(
+    DEFAULT_FORK_THRESHOLD,
+    "--fork-threshold",
+    min=0,
+    help="Drift (tokens) inside the latest response shorter than this is realigned, longer forks; "
+    "also bounds short-rewrite absorption. 0 disables both.",
+)
+REWARD_MODE = typer.Option(
+    "split",
+    "--reward-mode",
+    help="'split': each sample gets reward / samples of its session; 'full': the whole reward.",
+)
+STYLE = typer.Option(
+    "full",
+    "--style",
+    help="'full': header, turns, routing tree, packing decisions and one line per span of each sample; "
+    "'compact': one line per sample in bracket notation (1000 1025 [9101] [9009]), for small synthetic cases.",
+)
+TOKENIZER = typer.Option(
+    None,
+    "--tokenizer",
+    help="Tokenizer folder to decode with (default: the one the log records, found offline; "
+    "an error if it is recorded but missing).",
+)
+NO_DECODE = typer.Option(False, "--no-decode", help="Write token ids even when a tokenizer is available.")
+
+
+def golden_options(
+    fork_threshold: int, reward_mode: str, style: str, tokenizer: Path | None, no_decode: bool
+) -> GoldenOptions:
+    if reward_mode not in ("split", "full"):
+        raise typer.BadParameter("must be 'split' or 'full'", param_hint="--reward-mode")
+    if style not in ("full", "compact"):
+        raise typer.BadParameter("must be 'full' or 'compact'", param_hint="--style")
+    policy = Policy(fork_threshold=fork_threshold, reward_mode=reward_mode)  # type: ignore[arg-type]
+    return GoldenOptions(policy=policy, style=style, tokenizer=tokenizer, decode=not no_decode)  # type: ignore[arg-type]
+
+
+def option_args(
+    fork_threshold: int, reward_mode: str, style: str, tokenizer: Path | None, no_decode: bool, sessions: Any
+) -> list[str]:
+    """The non-default options again, as command-line words (for the command that accepts a change)."""
+    words: list[str] = []
+    if fork_threshold != DEFAULT_FORK_THRESHOLD:
+        words += ["--fork-threshold", str(fork_threshold)]
+    if reward_mode != "split":
+        words += ["--reward-mode", reward_mode]
+    if style != "full":
+        words += ["--style", style]
+    if tokenizer is not None:
+        words += ["--tokenizer", str(tokenizer)]
+    if no_decode:
+        words.append("--no-decode")
+    for session in sessions or ():
+        words += ["--session", session]
+    return words
+
+
+@app.command(
+    help="Write one deterministic, diff-friendly text dump per session (<out>/<session>.txt) "
+    "to keep as golden files for 'tito check'. '--out -' prints the dumps instead.\n\n" + EXIT_CODES_HELP
+)
+@guarded
+def dump(
+    logs: list[Path] = LOGS,
+    out: str = typer.Option(
+        ..., "--out", "-o", help="Folder to write the dumps into (created if needed), or '-' for stdout."
+    ),
+    sessions: list[str] | None = SESSIONS,
+    fork_threshold: int = FORK_THRESHOLD,
+    reward_mode: str = REWARD_MODE,
+    style: str = STYLE,
+    tokenizer: Path | None = TOKENIZER,
+    no_decode: bool = NO_DECODE,
+) -> None:
+    options = golden_options(fork_threshold, reward_mode, style, tokenizer, no_decode)
+    if out == "-":
+        for one in iter_dumps(logs, options, sessions or None):
+            sys.stdout.write(one.text)
+        sys.stdout.flush()
+        return
+    summary = write_dumps(logs, Path(out), options, sessions or None)
+    total = len(summary.written) + len(summary.unchanged)
+    err_console.print(
+        f"wrote {len(summary.written)} of {total} dumps to {summary.out_dir} "
+        f"({len(summary.unchanged)} already identical)",
+        markup=False,
+        soft_wrap=True,
+    )

@@ -1,0 +1,92 @@
+"""``tito ls``: one row per session, filtered and sorted."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from ..policy import DEFAULT_FORK_THRESHOLD, Policy
+from ..render.jsonout import dumps
+from ..render.listing import render_listing
+from ..render.plain import to_plain
+from ..stats import FIELDS, FilterError, compile_filter, session_row, sort_rows
+from .app import EXIT_CODES_HELP, app, err_console, guarded, out_console
+from .viewing import LOGS_ENV, open_logs
+
+_FIELDS_HELP = "; ".join(f"{name}: {meaning}" for name, meaning in FIELDS.items())
+
+
+@app.command(
+    "ls",
+    help="List the sessions of a turn log: turns, leaves, samples, trained tokens, forks, realigns, "
+    "rewrite merges, reward, and why a session was rejected.\n\n" + EXIT_CODES_HELP,
+)
+@guarded
+def ls(
+    logs: Path = typer.Argument(Path("logs"), envvar=LOGS_ENV, help=f"The turn-log folder (or ${LOGS_ENV})."),
+    where: str = typer.Option(
+        "",
+        "--where",
+        "-w",
+        help="Keep sessions matching an expression such as 'forks > 0 and samples == 0' "
+        "(==, !=, <, <=, >, >=, ~ contains; and, or, not, parentheses; a bare field means non-zero). "
+        "Fields: " + _FIELDS_HELP + ".",
+    ),
+    forked: bool = typer.Option(False, "--forked", help="Only sessions with at least one fork."),
+    realigned: bool = typer.Option(False, "--realigned", help="Only sessions with at least one realign."),
+    merged: bool = typer.Option(False, "--merged", help="Only sessions with a rewrite merge."),
+    rejected: bool = typer.Option(False, "--rejected", help="Only rejected sessions."),
+    no_samples: bool = typer.Option(False, "--no-samples", help="Only sessions that yield no sample."),
+    sort: str = typer.Option("session", "--sort", "-s", help="Field to sort by (nulls last)."),
+    desc: bool = typer.Option(False, "--desc", help="Sort in descending order."),
+    limit: int | None = typer.Option(None, "--limit", "-n", min=1, help="Show at most this many sessions."),
+    as_json: bool = typer.Option(False, "--json", help="Print the rows as a JSON list (stable keys)."),
+    fork_threshold: int = typer.Option(
+        DEFAULT_FORK_THRESHOLD, "--fork-threshold", min=0, help="The fork threshold to rebuild with."
+    ),
+) -> None:
+    try:
+        predicate = compile_filter(where)
+        if sort not in FIELDS:
+            raise FilterError(f"cannot sort by {sort!r}; fields: {', '.join(FIELDS)}")
+    except FilterError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--where" if where and sort in FIELDS else "--sort") from None
+    flags = {
+        "forks": forked,
+        "realigns": realigned,
+        "merges": merged,
+        "rejected": rejected,
+    }
+
+    corpus = open_logs(logs, Policy(fork_threshold=fork_threshold))
+    rows = []
+    total = 0
+    try:
+        for item in corpus.results():
+            total += 1
+            row = session_row(item)
+            if any(on and not row[name] for name, on in flags.items()):
+                continue
+            if no_samples and row["samples"]:
+                continue
+            if predicate(row):
+                rows.append(row)
+    except FilterError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--where") from None
+    rows = sort_rows(rows, sort, descending=desc)
+    shown = rows[:limit] if limit is not None else rows
+
+    if as_json:
+        typer.echo(dumps(shown))
+        return
+    if not shown:
+        err_console.print(f"no session matches (of {total})", style="yellow")
+        return
+    if out_console.is_terminal:
+        out_console.print(render_listing(shown, width=out_console.width))
+    else:
+        # Into a pipe or a file nothing is cut: the listing is data.
+        typer.echo(to_plain(render_listing(shown, width=100_000), width=100_000), nl=False)
+    more = f", {len(rows) - len(shown)} more not shown (--limit)" if len(shown) < len(rows) else ""
+    err_console.print(f"{len(shown)} of {total} sessions{more}", style="dim")

@@ -1,0 +1,36 @@
+"""``tito stats``: corpus totals and distributions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from ..policy import DEFAULT_FORK_THRESHOLD, Policy
+from ..render.corpus_stats import render_corpus_stats
+from ..render.jsonout import dumps
+from ..stats import corpus_stats
+from .app import EXIT_CODES_HELP, app, guarded
+from .viewing import LOGS_ENV, open_logs, show
+
+
+@app.command(
+    "stats",
+    help="Corpus totals and distributions: samples per session, trained vs context tokens, forks by cause, "
+    "realigns, rewrite merges, sessions with no samples and why, prompt/output length percentiles. "
+    "Compare the --json output of two harness versions to spot a drift regression.\n\n" + EXIT_CODES_HELP,
+)
+@guarded
+def stats(
+    logs: Path = typer.Argument(Path("logs"), envvar=LOGS_ENV, help=f"The turn-log folder (or ${LOGS_ENV})."),
+    as_json: bool = typer.Option(False, "--json", help="Print the statistics as JSON (stable keys)."),
+    fork_threshold: int = typer.Option(
+        DEFAULT_FORK_THRESHOLD, "--fork-threshold", min=0, help="The fork threshold to rebuild with."
+    ),
+) -> None:
+    corpus = open_logs(logs, Policy(fork_threshold=fork_threshold))
+    data = corpus_stats(corpus.results()).to_dict()
+    if as_json:
+        typer.echo(dumps(data))
+        return
+    show(render_corpus_stats(data))

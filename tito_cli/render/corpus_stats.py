@@ -1,0 +1,89 @@
+"""``tito stats``: corpus totals and distributions, from :meth:`CorpusStats.to_dict`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from .session_view import FORK_LABELS
+
+__all__ = ["render_corpus_stats"]
+
+
+def _n(value: int | float | None) -> str:
+    if value is None:
+        return "—"
+    return f"{value:,}" if isinstance(value, int) else f"{value:g}"
+
+
+def _sessions(n: int) -> str:
+    return f"{n:,} session{'' if n == 1 else 's'}"
+
+
+def _section(title: str) -> Text:
+    return Text(f"\n{title}", style="bold underline")
+
+
+def _grid() -> Table:
+    table = Table.grid(padding=(0, 2))
+    table.add_column()
+    table.add_column(justify="right")
+    table.add_column(style="dim")
+    return table
+
+
+def _distribution(label: str, d: dict[str, Any]) -> list[str]:
+    return [label, *(_n(d[k]) for k in ("p50", "p90", "p99", "max"))]
+
+
+def render_corpus_stats(s: dict[str, Any]) -> RenderableType:
+    parts: list[RenderableType] = []
+
+    totals = _grid()
+    totals.add_row("sessions", _n(s["sessions"]), f"{_n(s['rebuilt'])} rebuilt, {_n(s['rejected'])} rejected")
+    totals.add_row("turns", _n(s["turns"]), f"{_n(s['skipped_turns'])} skipped (empty prompt)")
+    totals.add_row("samples", _n(s["samples"]), "")
+    tokens = s["tokens"]
+    share = f"{100 * tokens['trained_share']:.1f}% of response tokens" if tokens["trained_share"] is not None else ""
+    totals.add_row("trained tokens", _n(tokens["trained"]), share)
+    totals.add_row("context tokens", _n(tokens["context"]), "loss 0 inside response regions")
+    f = s["forks"]
+    totals.add_row("forks", _n(f["total"]), f"{f['per_100_turns']:g} per 100 turns, in {_sessions(f['sessions'])}")
+    for cause, count in f["by_cause"].items():
+        totals.add_row(f"  {FORK_LABELS[cause]}", _n(count), "")
+    r = s["realigns"]
+    totals.add_row("realigns", _n(r["total"]), f"{r['per_100_turns']:g} per 100 turns, in {_sessions(r['sessions'])}")
+    totals.add_row("rewrite merges", _n(s["rewrite_merges"]), "")
+    if s["ambiguous_rewrites"]:
+        totals.add_row("ambiguous rewrites", _n(s["ambiguous_rewrites"]), "several candidates: not merged")
+    totals.add_row("no sessions row", _n(s["sessions_without_sessions_row"]), "sessions rebuilt with reward 0.0")
+    parts.append(totals)
+
+    parts.append(_section("distributions"))
+    dist = Table(box=None, pad_edge=False, show_edge=False, header_style="bold", padding=(0, 2))
+    dist.add_column("")
+    for name in ("p50", "p90", "p99", "max"):
+        dist.add_column(name, justify="right")
+    dist.add_row(*_distribution("samples per session", s["samples_per_session"]))
+    dist.add_row(*_distribution("turns per session", s["turns_per_session"]))
+    dist.add_row(*_distribution("prompt tokens per turn", s["prompt_tokens"]))
+    dist.add_row(*_distribution("output tokens per turn", s["output_tokens"]))
+    parts.append(dist)
+    histogram = s["samples_per_session"]["histogram"]
+    if histogram:
+        counts = "  ".join(f"{n}: {_n(c)}" for n, c in histogram.items())
+        parts.append(Text(f"samples per session, rebuilt sessions by count — {counts}", style="dim"))
+
+    zero = s["zero_sample_sessions"]
+    parts.append(_section("sessions with no samples"))
+    if not zero:
+        parts.append(Text("none"))
+    else:
+        why = _grid()
+        for reason, entry in zero.items():
+            why.add_row(reason, _n(entry["sessions"]), "e.g. " + ", ".join(entry["examples"]))
+        parts.append(why)
+    return Group(*parts)

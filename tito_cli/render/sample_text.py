@@ -1,0 +1,225 @@
+"""A sample's tokens as a person reads them: regions labelled by turn, trained tokens marked.
+
+A sample's tokens are contiguous *regions*: the first prompt, then for each
+packed turn the part of its prompt not already held (tool results, user
+messages) and its output span.  Output spans of trained turns carry loss 1
+(all of it, or what survived a realign); everything else is context.  The
+regions are computed from the linearizer's spans, so the marks shown are the
+sample's loss mask, not a re-derivation of it.
+
+Trained tokens are shown in colour on a terminal, or between ``[`` and ``]``
+in plain text (the form golden strings use).  Whitespace is made visible
+(``␣ ↵ ⇥``); a line break follows each ``↵`` so code stays readable.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from rich.console import Group, RenderableType
+from rich.text import Text
+
+from ..engine import SessionResult
+from ..linearize import LinearizedSample
+from .session_view import FORK_LABELS
+from .tokens import TokenText
+
+__all__ = ["Region", "render_samples", "sample_regions", "samples_data"]
+
+#: Context runs longer than this are shown as head, a count, and tail (unless --full).
+COLLAPSE_OVER = 48
+COLLAPSE_KEEP = 12
+
+TRAINED_STYLE = "bold green"
+LABEL_STYLE = "dim cyan"
+
+
+@dataclass(frozen=True, slots=True)
+class Region:
+    """Positions ``[start, end)`` of a sample's tokens, and where they came from."""
+
+    kind: str  # "first_prompt", "prompt" (a later turn's new prompt tokens) or "output"
+    seq: int
+    start: int
+    end: int
+    trained: bool
+    #: For an output cut by a realign: how many of its tokens were generated in all.
+    generated: int | None = None
+
+
+def sample_regions(sample: LinearizedSample) -> list[Region]:
+    spans = sample.spans
+    regions = [Region("first_prompt", spans[0].turn.seq, 0, sample.first_prompt_length, False)]
+    position = sample.first_prompt_length
+    for span in spans:
+        if span.start > position:
+            regions.append(Region("prompt", span.turn.seq, position, span.start, False))
+        generated = len(span.turn.output_ids)
+        regions.append(
+            Region(
+                "output",
+                span.turn.seq,
+                span.start,
+                span.end,
+                span.trained,
+                generated if span.end - span.start != generated else None,
+            )
+        )
+        position = span.end
+    if position != len(sample.tokens):  # pragma: no cover - the linearizer's invariant
+        raise AssertionError(f"regions cover {position} of {len(sample.tokens)} tokens")
+    return regions
+
+
+def _decode_raw(text: TokenText, ids: list[int]) -> str | None:
+    if text.tokenizer is None:
+        return None
+    return str(text.tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False))
+
+
+def samples_data(result: SessionResult, text: TokenText) -> list[dict[str, Any]]:
+    """Every sample with its reward and regions (ids, and decoded text when a tokenizer is loaded)."""
+    out = []
+    for i, (sample, reward) in enumerate(zip(result.samples, result.rewards, strict=True)):
+        regions = []
+        for r in sample_regions(sample):
+            ids = [int(t) for t in sample.tokens[r.start : r.end]]
+            regions.append(
+                {
+                    "kind": r.kind,
+                    "seq": r.seq,
+                    "start": r.start,
+                    "end": r.end,
+                    "trained": r.trained,
+                    "generated": r.generated,
+                    "ids": ids,
+                    "text": _decode_raw(text, ids),
+                }
+            )
+        out.append(
+            {
+                "index": i,
+                "leaf": sample.leaf,
+                "segment": sample.segment,
+                "reward": reward,
+                "fork": sample.fork.value if sample.fork is not None else None,
+                "turns": list(sample.seqs),
+                "trained_turns": list(sample.trained_seqs),
+                "tokens": len(sample.tokens),
+                "first_prompt_length": sample.first_prompt_length,
+                "response_length": sample.response_length,
+                "trained_tokens": int(sample.loss_mask.sum()),
+                "regions": regions,
+            }
+        )
+    return out
+
+
+def _body(text: TokenText, ids: list[int], trained: bool, brackets: bool) -> Text:
+    """Token text of one run; trained runs are styled, and bracketed in plain text."""
+    if text.decodes:
+        shown = text.text(ids).replace("↵", "↵\n")
+        shown = shown[:-1] if shown.endswith("\n") else shown
+    else:
+        shown = " ".join(str(i) for i in ids)
+    if trained and brackets:
+        shown = f"[{shown}]"
+    body = Text(shown, style=TRAINED_STYLE if trained else "")
+    body.highlight_regex("[␣↵⇥]", "dim")  # the text stays in front; the markers recede
+    return body
+
+
+def _label_text(label: str) -> Text:
+    return Text(label, style=LABEL_STYLE, no_wrap=True, overflow="ellipsis")
+
+
+def _label(region: dict[str, Any], after_cut: bool) -> str:
+    n = region["end"] - region["start"]
+    if region["kind"] == "first_prompt":
+        return f"── seq {region['seq']} first prompt · {n:,} tokens"
+    if region["kind"] == "prompt":
+        realign = f" from {region['start']:,} (realigned)" if after_cut else ""
+        return f"── seq {region['seq']} prompt · {n:,} new tokens{realign} · context"
+    what = "trained" if region["trained"] else "context (trained elsewhere)"
+    label = f"── seq {region['seq']} output · {n:,} tokens · {what}"
+    if region["generated"] is not None:
+        label += f" · {region['generated'] - n:,} of {region['generated']:,} cut by the next turn's realign"
+    return label
+
+
+def seq_ranges(seqs: list[int]) -> str:
+    """``[0, 1, 2, 5, 7, 8]`` → ``0-2, 5, 7-8``: long sessions pack dozens of turns into one sample."""
+    parts: list[str] = []
+    i = 0
+    while i < len(seqs):
+        j = i
+        while j + 1 < len(seqs) and seqs[j + 1] == seqs[j] + 1:
+            j += 1
+        parts.append(str(seqs[i]) if i == j else f"{seqs[i]}-{seqs[j]}")
+        i = j + 1
+    return ", ".join(parts) or "none"
+
+
+def _sample_heading(s: dict[str, Any]) -> list[Text]:
+    """Three lines that never wrap (a wrapped heading would read as token text)."""
+    first = Text(no_wrap=True, overflow="ellipsis")
+    first.append(f"sample {s['index']}", style="bold")
+    first.append(f"  leaf {s['leaf']} segment {s['segment']} · reward {s['reward']:g}")
+    if s["fork"] is not None:
+        first.append(f" · starts at a fork ({FORK_LABELS[s['fork']]})", style="red")
+    counts = Text(
+        f"  {s['tokens']:,} tokens = first prompt {s['first_prompt_length']:,}"
+        f" + response {s['response_length']:,} ({s['trained_tokens']:,} trained)",
+        style="dim",
+        no_wrap=True,
+        overflow="ellipsis",
+    )
+    turns = Text(
+        f"  turns {seq_ranges(s['turns'])} · trained {seq_ranges(s['trained_turns'])}",
+        style="dim",
+        no_wrap=True,
+        overflow="ellipsis",
+    )
+    return [first, counts, turns]
+
+
+def render_samples(
+    data: list[dict[str, Any]], text: TokenText, *, full: bool = False, brackets: bool = False
+) -> RenderableType:
+    """The samples view from :func:`samples_data`.
+
+    Without ``full`` the first prompt is a one-line summary and long context
+    runs show only their head and tail with a count; trained tokens are
+    always shown whole.
+    """
+    if not data:
+        return Text("no samples: nothing trained after a first prompt", style="yellow")
+    parts: list[RenderableType] = []
+    for s in data:
+        if parts:
+            parts.append(Text(""))
+        parts.extend(_sample_heading(s))
+        after_cut = False
+        for region in s["regions"]:
+            ids = region["ids"]
+            if region["kind"] == "first_prompt" and not full:
+                parts.append(
+                    Text(
+                        f"┄ seq {region['seq']} first prompt: {len(ids):,} tokens, not shown ┄",
+                        style=LABEL_STYLE,
+                    )
+                )
+                continue
+            parts.append(Text(_label(region, after_cut), style=LABEL_STYLE))
+            after_cut = region["generated"] is not None
+            if not ids:
+                continue
+            if not region["trained"] and not full and len(ids) > COLLAPSE_OVER:
+                hidden = len(ids) - 2 * COLLAPSE_KEEP
+                parts.append(_body(text, ids[:COLLAPSE_KEEP], False, brackets))
+                parts.append(_label_text(f"┄ {hidden:,} context tokens not shown ┄"))
+                parts.append(_body(text, ids[-COLLAPSE_KEEP:], False, brackets))
+            else:
+                parts.append(_body(text, ids, region["trained"], brackets))
+    return Group(*parts)

@@ -1,0 +1,183 @@
+"""A session simulator: realistic turn logs made offline, with a real tokenizer and chat template.
+
+    summary = simulate("logs/", sessions=24, seed=0, profile="demo")
+
+A coding agent (``agent.py``) works bug-fixing tasks in a scripted repository
+(``environment.py``); a simulated model (``model.py``) writes its replies out
+as token ids with logprobs; a harness (``session.py``) renders every prompt
+with the chat template (``chat.py``), records each turn and each finished
+session through :class:`~tito_cli.capture.TurnLogWriter`, and does what real
+harnesses do to conversations: sub-agents, compaction, retries, rewinds,
+re-rendered history.  Profiles (``profiles.py``) set the session size and
+how often each of those behaviours occurs.
+
+The output depends only on the arguments (and the library versions): no
+wall clock, no hash order.  Running it twice gives byte-identical files.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from ..capture import TurnLogWriter
+from ..errors import OutputError
+from .chat import Chat
+from .environment import Workspace
+from .profiles import FEATURES, PROFILES, Features, Profile, assign_features
+from .session import SessionStats, play_session
+
+__all__ = [
+    "DEFAULT_TOKENIZER",
+    "FEATURES",
+    "PROFILES",
+    "Features",
+    "SessionStats",
+    "SimulationSummary",
+    "resolve_tokenizer",
+    "simulate",
+    "simulate_session",
+]
+
+#: The tokenizer shipped with tito, as recorded in the logs (a repo-relative path).
+DEFAULT_TOKENIZER = "fixtures/tokenizer"
+_REPO_ROOT = Path(__file__).resolve().parents[2]
+_EPOCH = datetime(2026, 6, 1, 9, 0, tzinfo=timezone.utc)
+
+
+@dataclass(slots=True)
+class SimulationSummary:
+    out_dir: Path
+    profile: str
+    seed: int
+    tokenizer: str
+    sessions: list[SessionStats] = field(default_factory=list)
+    files: list[Path] = field(default_factory=list)
+
+    @property
+    def turns(self) -> int:
+        return sum(s.turns for s in self.sessions)
+
+    @property
+    def prompt_tokens(self) -> int:
+        return sum(s.prompt_tokens for s in self.sessions)
+
+    @property
+    def output_tokens(self) -> int:
+        return sum(s.output_tokens for s in self.sessions)
+
+    @property
+    def max_prompt_tokens(self) -> int:
+        return max((s.max_prompt_tokens for s in self.sessions), default=0)
+
+    @property
+    def events(self) -> Counter[str]:
+        total: Counter[str] = Counter()
+        for s in self.sessions:
+            total.update(s.events)
+        return total
+
+
+def resolve_tokenizer(name: str) -> str:
+    """Where to load ``name`` from: the path itself, or the shipped copy for the default name."""
+    if Path(name).exists():
+        return name
+    if name == DEFAULT_TOKENIZER and (_REPO_ROOT / DEFAULT_TOKENIZER).is_dir():
+        return str(_REPO_ROOT / DEFAULT_TOKENIZER)
+    return name
+
+
+def simulate(
+    out_dir: str | os.PathLike[str],
+    sessions: int,
+    seed: int,
+    profile: str = "demo",
+    *,
+    tokenizer: str = DEFAULT_TOKENIZER,
+    overwrite: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+) -> SimulationSummary:
+    """Simulate ``sessions`` sessions into a turn log in ``out_dir``.
+
+    ``tokenizer`` is recorded in the files as ``tito.tokenizer``.  A folder
+    that already holds Parquet files is refused unless ``overwrite``, which
+    deletes those files first.  ``progress(done, total)`` is called after
+    each session.
+    """
+    if profile not in PROFILES:
+        raise ValueError(f"unknown profile {profile!r}; choose from {', '.join(PROFILES)}")
+    if sessions < 0:
+        raise ValueError("sessions must be >= 0")
+    spec: Profile = PROFILES[profile]
+    out = Path(out_dir)
+    existing = sorted(out.glob("*.parquet")) if out.is_dir() else []
+    if existing and not overwrite:
+        raise OutputError(
+            f"{out} already holds {len(existing)} Parquet file(s); simulated sessions would mix with them",
+            file=out,
+            tip="choose an empty folder, or pass --overwrite to delete those files first",
+        )
+    for path in existing:
+        path.unlink()
+
+    chat = Chat(resolve_tokenizer(tokenizer))
+    summary = SimulationSummary(out, profile, seed, tokenizer)
+    features = assign_features(spec, sessions, random.Random(f"tito-simulate:{profile}:{seed}:features"))
+    with TurnLogWriter(out, tokenizer=tokenizer, max_age=None, name=f"{profile}-{seed}") as writer:
+        for index in range(sessions):
+            # Sessions of a group share the repository; it has a long module if one of them rewrites it.
+            group = index // spec.group_size
+            members = features[group * spec.group_size : (group + 1) * spec.group_size]
+            long_target = any("long_write" in f for f in members)
+            stats = simulate_session(
+                chat, writer, profile=spec, seed=seed, index=index, features=features[index], long_target=long_target
+            )
+            summary.sessions.append(stats)
+            chat.forget()
+            if progress is not None:
+                progress(index + 1, sessions)
+    summary.files = list(writer.files_written)
+    return summary
+
+
+def simulate_session(
+    chat: Chat,
+    writer: TurnLogWriter,
+    *,
+    profile: Profile,
+    seed: int,
+    index: int,
+    features: Features,
+    long_target: bool = False,
+) -> SessionStats:
+    """Simulate session ``index`` of a run with ``seed``, with the given features, into ``writer``.
+
+    Sessions of one group (``index // profile.group_size``) work on the same
+    repository; ``long_target`` gives it a long module to rewrite.
+    """
+    group = index // profile.group_size
+    repo_rng = random.Random(f"tito-simulate:{profile.name}:{seed}:repo:{group}")
+    workspace = Workspace.generate(
+        repo_rng,
+        modules=repo_rng.randint(*profile.modules),
+        functions=profile.functions,
+        body_lines=profile.body_lines,
+        bugs=repo_rng.randint(*profile.bugs),
+        long_target=long_target,
+    )
+    return play_session(
+        chat,
+        writer,
+        session_id=f"{profile.name}-{seed}-{index:04d}",
+        index=index,
+        profile=profile,
+        features=features,
+        workspace=workspace,
+        rng=random.Random(f"tito-simulate:{profile.name}:{seed}:session:{index}"),
+        start=_EPOCH + timedelta(minutes=7 * index),
+    )

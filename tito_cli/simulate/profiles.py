@@ -1,0 +1,151 @@
+"""Simulation profiles (session size) and the per-session features they mix.
+
+A *feature* is a behaviour of the model or the harness that leaves a distinct
+mark on the routing tree or the token drift.  Each profile gives every
+feature a rate; :func:`assign_features` then gives that feature to
+``rate * sessions`` sessions (rounded up or down at random), chosen at
+random, so a simulation of a few dozen sessions contains every pattern in
+about the intended proportion rather than by luck.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+__all__ = ["FEATURES", "PROFILES", "Features", "Profile", "assign_features"]
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    name: str
+    #: Repository shape: modules, functions per module, body lines per function, planted bugs.
+    modules: tuple[int, int]
+    functions: tuple[int, int]
+    body_lines: tuple[int, int]
+    bugs: tuple[int, int]
+    #: Extra exploration steps per bug.
+    extra_reads: tuple[int, int]
+    #: The client's ``max_tokens`` per reply, and the lower one of sessions that get truncated.
+    max_tokens: int
+    truncating_max_tokens: tuple[int, int]
+    #: Compacting sessions compact once their prompt exceeds this many tokens.
+    compact_at: int
+    #: Sessions per group (same repository and task, different rollouts).
+    group_size: int
+    #: Rate of each feature, by name (see :data:`FEATURES`).
+    rates: dict[str, float]
+
+
+#: Feature names, in the order they are assigned (the order fixes the random draws).
+FEATURES = (
+    "reasoning",  # replies start with reasoning that the template strips from earlier turns
+    "subagent",  # a background sub-agent whose turns interleave with the main agent's
+    "compaction",  # the conversation restarts from a summary
+    "retry",  # an abort, an empty output or a rewind, each followed by a resend
+    "rewrite",  # the client re-renders earlier assistant messages (whitespace or key order)
+    "noncanonical",  # output ids that are not the tokenizer's canonical ids for their text
+    "long_write",  # the first fix rewrites a whole (long) file
+    "truncation",  # ... and is cut off at max_tokens (finish_reason=length)
+    "wrong_fix",  # the first fix is wrong; the tests say so
+    "give_up",  # ... and the agent gives up (reward 0)
+    "unfinished",  # the harness dies before writing the sessions row
+)
+
+_RATES = {
+    "reasoning": 0.4,
+    "subagent": 0.3,
+    "compaction": 0.2,
+    "retry": 0.3,
+    "rewrite": 0.3,
+    "noncanonical": 0.5,
+    "long_write": 0.4,
+    "truncation": 0.15,
+    "wrong_fix": 0.2,
+    "give_up": 0.07,
+    "unfinished": 0.04,
+}
+
+PROFILES = {
+    "demo": Profile(
+        name="demo",
+        modules=(3, 4),
+        functions=(2, 4),
+        body_lines=(3, 7),
+        bugs=(1, 1),
+        extra_reads=(0, 2),
+        max_tokens=4096,
+        truncating_max_tokens=(500, 900),
+        compact_at=2500,
+        group_size=4,
+        rates=_RATES,
+    ),
+    "swe": Profile(
+        name="swe",
+        modules=(10, 13),
+        functions=(12, 18),
+        body_lines=(9, 20),
+        bugs=(5, 7),
+        extra_reads=(4, 7),
+        max_tokens=16384,
+        truncating_max_tokens=(800, 1200),
+        compact_at=66_000,
+        group_size=4,
+        rates=_RATES,
+    ),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Features:
+    """What one session does beyond the plain task."""
+
+    names: frozenset[str]
+    #: ``abort``, ``empty`` or ``rewind`` when the session has ``retry``.
+    retry: str | None = None
+    #: ``strip`` (whitespace) or ``sort_keys`` (argument key order) when it has ``rewrite``.
+    rewrite: str | None = None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.names
+
+    def sorted(self) -> list[str]:
+        return [f for f in FEATURES if f in self.names]
+
+
+def assign_features(profile: Profile, sessions: int, rng: random.Random) -> list[Features]:
+    """Give each feature to ``rate * sessions`` sessions: the floor, plus one with the fraction's chance."""
+    chosen: list[set[str]] = [set() for _ in range(sessions)]
+    for name in FEATURES:
+        rate = profile.rates.get(name, 0.0)
+        if rate <= 0 or sessions == 0:
+            continue
+        whole, fraction = divmod(rate * sessions, 1.0)
+        count = int(whole) + (1 if rng.random() < fraction else 0)
+        pool = list(range(sessions))
+        # Dependent features go to sessions that have what they build on.
+        if name == "truncation":
+            pool = [i for i in pool if "long_write" in chosen[i]] or pool
+        elif name == "give_up":
+            # Giving up happens before a whole-file rewrite would: keep the two apart.
+            pool = [i for i in pool if "wrong_fix" in chosen[i] and "long_write" not in chosen[i]] or pool
+        for i in rng.sample(pool, min(count, len(pool))):
+            chosen[i].add(name)
+    features = []
+    retry_kinds = ("abort", "empty", "rewind")
+    rewrite_kinds = ("strip", "sort_keys")
+    retries = rewrites = 0
+    for names in chosen:
+        if "truncation" in names:
+            names.add("long_write")
+        if "give_up" in names:
+            names.add("wrong_fix")
+        retry = rewrite = None
+        if "retry" in names:
+            retry = retry_kinds[retries % len(retry_kinds)]
+            retries += 1
+        if "rewrite" in names:
+            rewrite = rewrite_kinds[rewrites % len(rewrite_kinds)]
+            rewrites += 1
+        features.append(Features(frozenset(names), retry=retry, rewrite=rewrite))
+    return features

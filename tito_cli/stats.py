@@ -1,0 +1,356 @@
+"""What ``tito ls`` and ``tito stats`` report: per-session rows and corpus distributions.
+
+Both consume :meth:`Corpus.results` (the same rebuild ``tito rebuild``
+runs), one session at a time, so memory holds rows and turn lengths, never
+samples.  Rows are plain dicts of JSON values: the listing, the filter
+language and ``--json`` all use the same field names.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .corpus import Reject
+from .engine import SessionReport, SessionResult
+from .linearize import ForkCause
+
+__all__ = [
+    "FIELDS",
+    "CorpusStats",
+    "FilterError",
+    "compile_filter",
+    "corpus_stats",
+    "percentiles",
+    "session_row",
+    "sort_rows",
+    "zero_sample_reason",
+]
+
+#: The fields of a session row, in listing order, with what they mean (shown by ``tito ls --help``).
+FIELDS: dict[str, str] = {
+    "session": "session id",
+    "turns": "turns in the log (skipped ones included)",
+    "leaves": "leaves of the routing tree",
+    "samples": "samples rebuilt",
+    "trained": "trained tokens (loss 1)",
+    "context": "context tokens in response regions (loss 0)",
+    "forks": "forks, all causes",
+    "realigns": "realigns",
+    "merges": "rewrite merges",
+    "reward": "the session's reward",
+    "rejected": "why the session was rejected (null when it was not)",
+}
+
+
+def session_row(item: SessionResult | Reject) -> dict[str, Any]:
+    """One row of ``tito ls``; a rejected session has null counts and a reason."""
+    if isinstance(item, Reject):
+        row: dict[str, Any] = dict.fromkeys(FIELDS)
+        row["session"] = item.session_id
+        row["rejected"] = item.reason
+        row["file"] = item.file
+        row["row"] = item.row
+        return row
+    r = item.report
+    return {
+        "session": item.session_id,
+        "turns": r.turns,
+        "leaves": r.leaves,
+        "samples": r.samples,
+        "trained": r.trained_tokens,
+        "context": r.context_tokens,
+        "forks": r.fork_total,
+        "realigns": r.realigns,
+        "merges": r.rewrite_merges,
+        "reward": item.info.reward,
+        "rejected": None,
+        "file": None,
+        "row": None,
+    }
+
+
+def sort_rows(rows: list[dict[str, Any]], key: str, descending: bool = False) -> list[dict[str, Any]]:
+    """Sort by one field; nulls (rejected sessions) always last, ties by session id."""
+    if key not in FIELDS:
+        raise FilterError(f"cannot sort by {key!r}; fields: {', '.join(FIELDS)}")
+    present = [r for r in rows if r[key] is not None]
+    missing = [r for r in rows if r[key] is None]
+    present.sort(key=lambda r: r["session"])
+    present.sort(key=lambda r: r[key], reverse=descending)
+    return present + sorted(missing, key=lambda r: r["session"])
+
+
+# -- the filter language ----------------------------------------------------
+#
+#   forks > 0 and samples == 0
+#   rejected or not (realigns < 3)
+#   session ~ fix          (~ : contains)
+#
+# A bare field is true when it is non-null and non-zero.  Comparisons with a
+# null field are false.
+
+
+class FilterError(ValueError):
+    """A filter expression or sort key that cannot be used; the message says why."""
+
+
+_TOKEN = re.compile(r"\s*(?:(\(|\))|(==|!=|<=|>=|=|<|>|~)|\"([^\"]*)\"|'([^']*)'|([^\s()=!<>~\"']+))")
+_OPS: dict[str, Callable[[Any, Any], bool]] = {
+    "==": lambda a, b: a == b,
+    "=": lambda a, b: a == b,
+    "!=": lambda a, b: a != b,
+    "<": lambda a, b: a < b,
+    "<=": lambda a, b: a <= b,
+    ">": lambda a, b: a > b,
+    ">=": lambda a, b: a >= b,
+    "~": lambda a, b: str(b) in str(a),
+}
+Predicate = Callable[[dict[str, Any]], bool]
+
+
+def _tokenize(text: str) -> list[tuple[str, str]]:
+    tokens: list[tuple[str, str]] = []
+    position = 0
+    text = text.rstrip()
+    while position < len(text):
+        m = _TOKEN.match(text, position)
+        if m is None:
+            raise FilterError(f"cannot read the filter at {text[position:]!r}")
+        paren, op, dq, sq, word = m.groups()
+        if paren:
+            tokens.append(("paren", paren))
+        elif op:
+            tokens.append(("op", op))
+        elif dq is not None or sq is not None:
+            tokens.append(("string", dq if dq is not None else sq or ""))
+        else:
+            tokens.append(("word", word))
+        position = m.end()
+    return tokens
+
+
+def _value(kind: str, text: str) -> Any:
+    if kind == "string":
+        return text
+    if text in ("null", "none", "None"):
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+class _Parser:
+    def __init__(self, text: str) -> None:
+        self.tokens = _tokenize(text)
+        self.i = 0
+
+    def peek(self) -> tuple[str, str] | None:
+        return self.tokens[self.i] if self.i < len(self.tokens) else None
+
+    def take(self) -> tuple[str, str]:
+        token = self.peek()
+        if token is None:
+            raise FilterError("the filter ends too early")
+        self.i += 1
+        return token
+
+    def parse(self) -> Predicate:
+        predicate = self.or_expr()
+        if self.peek() is not None:
+            raise FilterError(f"unexpected {self.peek()[1]!r} in the filter")  # type: ignore[index]
+        return predicate
+
+    def or_expr(self) -> Predicate:
+        parts = [self.and_expr()]
+        while self.peek() == ("word", "or"):
+            self.i += 1
+            parts.append(self.and_expr())
+        return parts[0] if len(parts) == 1 else (lambda row: any(p(row) for p in parts))
+
+    def and_expr(self) -> Predicate:
+        parts = [self.not_expr()]
+        while self.peek() == ("word", "and"):
+            self.i += 1
+            parts.append(self.not_expr())
+        return parts[0] if len(parts) == 1 else (lambda row: all(p(row) for p in parts))
+
+    def not_expr(self) -> Predicate:
+        if self.peek() == ("word", "not"):
+            self.i += 1
+            inner = self.not_expr()
+            return lambda row: not inner(row)
+        return self.atom()
+
+    def atom(self) -> Predicate:
+        kind, text = self.take()
+        if (kind, text) == ("paren", "("):
+            inner = self.or_expr()
+            if self.peek() != ("paren", ")"):
+                raise FilterError("missing ')' in the filter")
+            self.i += 1
+            return inner
+        if kind != "word" or text not in FIELDS:
+            raise FilterError(f"unknown field {text!r}; fields: {', '.join(FIELDS)}")
+        name = text
+        if self.peek() is None or self.peek()[0] != "op":  # type: ignore[index]
+            return lambda row: bool(row[name])
+        op = _OPS[self.take()[1]]
+        value_kind, value_text = self.take()
+        if value_kind not in ("word", "string"):
+            raise FilterError(f"expected a value after the comparison on {name!r}")
+        value = _value(value_kind, value_text)
+
+        def compare(row: dict[str, Any]) -> bool:
+            actual = row[name]
+            if actual is None or value is None:
+                # null only equals null; it is neither smaller nor larger than anything.
+                if op in (_OPS["=="], _OPS["="]):
+                    return actual is None and value is None
+                return op is _OPS["!="] and (actual is None) != (value is None)
+            try:
+                return op(actual, value)
+            except TypeError:
+                raise FilterError(f"cannot compare {name} ({actual!r}) with {value!r}") from None
+
+        return compare
+
+
+def compile_filter(expression: str) -> Predicate:
+    """A predicate over session rows from ``expression`` (see the grammar above)."""
+    if not expression.strip():
+        return lambda row: True
+    return _Parser(expression).parse()
+
+
+# -- corpus statistics --------------------------------------------------------
+
+
+def percentiles(values: Iterable[int], points: Iterable[int] = (50, 90, 99)) -> dict[str, int | None]:
+    """Nearest-rank percentiles plus the maximum: integers, the same on every machine."""
+    data = np.sort(np.fromiter(values, dtype=np.int64))
+    out: dict[str, int | None] = {}
+    for p in points:
+        out[f"p{p}"] = int(data[max(0, math.ceil(p / 100 * len(data)) - 1)]) if len(data) else None
+    out["max"] = int(data[-1]) if len(data) else None
+    return out
+
+
+def zero_sample_reason(result: SessionResult) -> str:
+    """Why a rebuilt session gave no sample."""
+    turns = result.tree.turns
+    if not turns:
+        return "every prompt_messages is empty (all turns skipped)"
+    if all(len(t.output_ids) == 0 for t in turns):
+        return "every output is empty"
+    return "no trained token after a first prompt"
+
+
+def _reason_kind(reason: str) -> str:
+    """A reject reason without its particulars (counts, values), so like reasons group together."""
+    reason = re.sub(r"\s*\([^)]*\)", "", reason)
+    return re.sub(r"\d+", "N", reason).strip()
+
+
+@dataclass(slots=True)
+class CorpusStats:
+    sessions: int = 0
+    rebuilt: int = 0
+    totals: SessionReport = field(default_factory=SessionReport)
+    samples_per_session: Counter[int] = field(default_factory=Counter)
+    sessions_with_forks: int = 0
+    sessions_with_realigns: int = 0
+    sessions_without_row: int = 0
+    rejected: int = 0
+    #: reason -> [count, first few session ids]; rejected sessions are listed by reject reason.
+    zero_samples: dict[str, list[Any]] = field(default_factory=dict)
+    prompt_lengths: list[int] = field(default_factory=list)
+    output_lengths: list[int] = field(default_factory=list)
+    turns_per_session: list[int] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        t = self.totals
+        response = t.trained_tokens + t.context_tokens
+        turns = max(t.turns, 1)
+        counts = sorted(self.samples_per_session.items())
+        return {
+            "sessions": self.sessions,
+            "rebuilt": self.rebuilt,
+            "rejected": self.rejected,
+            "turns": t.turns,
+            "skipped_turns": t.skipped_turns,
+            "samples": t.samples,
+            "samples_per_session": {
+                **percentiles(n for n, c in counts for _ in range(c)),
+                "histogram": {str(n): c for n, c in counts},
+            },
+            "tokens": {
+                "trained": t.trained_tokens,
+                "context": t.context_tokens,
+                "trained_share": round(t.trained_tokens / response, 4) if response else None,
+            },
+            "forks": {
+                "total": t.fork_total,
+                "by_cause": {c.value: t.forks.get(c.value, 0) for c in ForkCause},
+                "per_100_turns": round(100 * t.fork_total / turns, 2),
+                "sessions": self.sessions_with_forks,
+            },
+            "realigns": {
+                "total": t.realigns,
+                "per_100_turns": round(100 * t.realigns / turns, 2),
+                "sessions": self.sessions_with_realigns,
+            },
+            "rewrite_merges": t.rewrite_merges,
+            "ambiguous_rewrites": t.ambiguous_rewrites,
+            "sessions_without_sessions_row": self.sessions_without_row,
+            "zero_sample_sessions": {
+                reason: {"sessions": count, "examples": examples}
+                for reason, (count, examples) in sorted(self.zero_samples.items())
+            },
+            "turns_per_session": percentiles(self.turns_per_session),
+            "prompt_tokens": percentiles(self.prompt_lengths),
+            "output_tokens": percentiles(self.output_lengths),
+        }
+
+
+def _note(table: dict[str, list[Any]], reason: str, session_id: str) -> None:
+    entry = table.setdefault(reason, [0, []])
+    entry[0] += 1
+    if len(entry[1]) < 3:
+        entry[1].append(session_id)
+
+
+def corpus_stats(items: Iterable[SessionResult | Reject]) -> CorpusStats:
+    """Accumulate statistics over :meth:`Corpus.results`, one session at a time."""
+    stats = CorpusStats()
+    for item in items:
+        stats.sessions += 1
+        if isinstance(item, Reject):
+            stats.rejected += 1
+            _note(stats.zero_samples, "rejected: " + _reason_kind(item.reason), item.session_id)
+            continue
+        r = item.report
+        stats.rebuilt += 1
+        stats.totals.add(r)
+        stats.samples_per_session[r.samples] += 1
+        stats.sessions_with_forks += r.fork_total > 0
+        stats.sessions_with_realigns += r.realigns > 0
+        stats.sessions_without_row += r.missing_sessions_row
+        stats.turns_per_session.append(r.turns)
+        if not item.samples:
+            _note(stats.zero_samples, zero_sample_reason(item), item.session_id)
+        for turn in item.tree.turns:
+            stats.prompt_lengths.append(len(turn.prompt_ids))
+            stats.output_lengths.append(len(turn.output_ids))
+    return stats
