@@ -75,6 +75,10 @@ class TitoError(Exception):
         self.session_id = session_id
         self.tip = tip
 
+    def __reduce__(self) -> tuple[object, ...]:
+        # Errors cross process boundaries (rebuild workers): keep file, row, session and tip.
+        return (_restore, (type(self), self.message, dict(self.__dict__)))
+
     def __str__(self) -> str:
         where = []
         if self.file is not None:
@@ -84,6 +88,13 @@ class TitoError(Exception):
         if self.session_id is not None:
             where.append(f"session {self.session_id!r}")
         return f"{', '.join(where)}: {self.message}" if where else self.message
+
+
+def _restore(cls: type[TitoError], message: str, state: dict[str, object]) -> TitoError:
+    error = cls.__new__(cls)
+    Exception.__init__(error, message)
+    error.__dict__.update(state)
+    return error
 
 
 class LogError(TitoError):

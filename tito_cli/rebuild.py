@@ -16,6 +16,7 @@ from .atomic import atomic_path, remove_stale_temporaries
 from .corpus import Corpus, Reject
 from .engine import SessionReport
 from .errors import OutputError
+from .parallel import default_workers, rebuild_outputs
 from .policy import Policy
 from .samples import SamplesWriter
 
@@ -57,6 +58,8 @@ def rebuild(
     *,
     overwrite: bool = False,
     progress: Progress | None = None,
+    workers: int | None = None,
+    batch_bytes: float | None = None,
 ) -> RebuildSummary:
     """Rebuild every session under ``inputs`` into ``out`` (Parquet, SPEC §5).
 
@@ -64,6 +67,11 @@ def rebuild(
     unreadable files raise :class:`~tito_cli.errors.LogError` before anything
     is written.  Both files appear atomically: the samples file first, then
     the rejects report.
+
+    ``workers`` processes rebuild sessions in parallel (default: this
+    machine's cores; small logs are rebuilt in-process); the output is the
+    same for any number.  ``batch_bytes`` sets the size of the batches of
+    sessions handed to workers (see :func:`tito_cli.parallel.plan_batches`).
     """
     policy = policy or Policy()
     out = Path(out)
@@ -85,15 +93,22 @@ def rebuild(
     except OSError as exc:
         raise OutputError(f"cannot write ({exc})", file=out) from None
     with writer:
-        for done, result in enumerate(corpus.results(), start=1):
+        outputs = rebuild_outputs(
+            corpus,
+            workers=default_workers() if workers is None else workers,
+            batch_bytes=batch_bytes,
+            spill_dir=out.parent,
+        )
+        for done, result in enumerate(outputs, start=1):
             if isinstance(result, Reject):
                 rejected.append(result)
             else:
-                writer.add(result)
+                assert result.table is not None
+                writer.add_table(result.table)
                 summary.sessions += 1
                 summary.totals.add(result.report)
                 summary.sessions_without_row += result.report.missing_sessions_row
-                summary.sessions_without_samples += not result.samples
+                summary.sessions_without_samples += not result.report.samples
                 summary.notes.extend((result.session_id, note) for note in result.report.notes())
             if progress is not None:
                 progress(done, len(session_ids))

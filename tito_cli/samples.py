@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -13,13 +12,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .arrow import list_array, primitive_array, string_array
 from .atomic import atomic_path
 from .engine import SessionResult
 from .linearize import LinearizedSample
 from .policy import Policy
 from .schema import SAMPLES_SCHEMA, table_metadata
 
-__all__ = ["SamplesWriter", "provenance"]
+__all__ = ["SamplesWriter", "provenance", "session_table"]
 
 
 def provenance(sample: LinearizedSample) -> dict[str, Any]:
@@ -40,20 +40,41 @@ def sample_metadata(result: SessionResult, sample: LinearizedSample) -> str:
     return json.dumps(meta, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
 
-def _list_array(parts: Sequence[np.ndarray], value_type: pa.DataType) -> pa.Array:
-    offsets = np.zeros(len(parts) + 1, dtype=np.int64)
-    np.cumsum([len(p) for p in parts], out=offsets[1:])
-    if offsets[-1] > np.iinfo(np.int32).max:
-        raise OverflowError("a row group of samples holds more than 2**31 tokens")
-    values = np.concatenate(parts) if parts else np.zeros(0)
-    return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(values, type=value_type))
+def session_table(result: SessionResult) -> pa.Table:
+    """One session's samples as rows of the samples table (SPEC §5), in emission order.
+
+    This is the unit that workers send back to the writer: plain Arrow
+    columns, no routing tree, no turns.
+    """
+    samples = result.samples
+    info = result.info
+    n = len(samples)
+    # Built from buffers (tito_cli.arrow): pa.array would import pandas.
+    columns = {
+        "session_id": string_array([result.session_id] * n),
+        "sample_index": primitive_array(np.arange(n, dtype=np.int32), pa.int32()),
+        "tokens": list_array([s.tokens for s in samples], pa.int32()),
+        "response_length": primitive_array([s.response_length for s in samples], pa.int32()),
+        "loss_mask": list_array([s.loss_mask for s in samples], pa.int8()),
+        "rollout_log_probs": list_array([s.rollout_log_probs for s in samples], pa.float32()),
+        "reward": primitive_array(result.rewards, pa.float64()),
+        "index": primitive_array([info.index] * n, pa.int64()),
+        "group_index": primitive_array([info.group_index] * n, pa.int64()),
+        "label": string_array([info.label] * n),
+        "status": string_array(["completed"] * n),
+        "metadata": string_array([sample_metadata(result, s) for s in samples]),
+    }
+    return pa.table(columns, schema=SAMPLES_SCHEMA)
 
 
 class SamplesWriter:
     """Streams sessions' samples into a Parquet file that appears atomically on :meth:`close`.
 
     Rows are buffered and written as row groups of about ``row_group_tokens``
-    tokens, so memory stays bounded by a row group, not the corpus.
+    tokens, so memory stays bounded by a row group, not the corpus.  Row
+    groups are cut between sessions, after the session that reaches the
+    size, so the file's bytes depend only on the sessions written and their
+    order (not on how many workers produced them).
     """
 
     def __init__(
@@ -62,7 +83,7 @@ class SamplesWriter:
         policy: Policy,
         *,
         tokenizer: str | None = None,
-        row_group_tokens: int = 16 << 20,
+        row_group_tokens: int = 2 << 20,
     ) -> None:
         self.path = Path(path)
         self.row_group_tokens = row_group_tokens
@@ -73,40 +94,34 @@ class SamplesWriter:
         self.schema = SAMPLES_SCHEMA.with_metadata(meta)
         self._atomic = atomic_path(self.path)
         self._tmp = self._atomic.__enter__()
-        self._writer = pq.ParquetWriter(self._tmp, self.schema, compression="zstd")
-        self._rows: list[tuple[SessionResult, int]] = []
+        # Token ids are nearly unique values: a dictionary is built and thrown away, so skip it.
+        self._writer = pq.ParquetWriter(
+            self._tmp, self.schema, compression="zstd", use_dictionary=["session_id", "label", "status"]
+        )
+        self._tables: list[pa.Table] = []
         self._buffered_tokens = 0
         self.samples_written = 0
 
     def add(self, result: SessionResult) -> None:
-        for i, sample in enumerate(result.samples):
-            self._rows.append((result, i))
-            self._buffered_tokens += len(sample.tokens)
+        self.add_table(session_table(result))
+
+    def add_table(self, table: pa.Table) -> None:
+        """Buffer one session's rows (as made by :func:`session_table`)."""
+        if table.num_rows == 0:
+            return
+        self._tables.append(table)
+        tokens = table.column("tokens")
+        self._buffered_tokens += sum(len(chunk.values) for chunk in tokens.chunks)
         if self._buffered_tokens >= self.row_group_tokens:
             self._write_row_group()
 
     def _write_row_group(self) -> None:
-        if not self._rows:
+        if not self._tables:
             return
-        samples = [r.samples[i] for r, i in self._rows]
-        infos = [r.info for r, _ in self._rows]
-        columns = {
-            "session_id": pa.array([r.session_id for r, _ in self._rows], pa.string()),
-            "sample_index": pa.array([i for _, i in self._rows], pa.int32()),
-            "tokens": _list_array([s.tokens for s in samples], pa.int32()),
-            "response_length": pa.array([s.response_length for s in samples], pa.int32()),
-            "loss_mask": _list_array([s.loss_mask for s in samples], pa.int8()),
-            "rollout_log_probs": _list_array([s.rollout_log_probs for s in samples], pa.float32()),
-            "reward": pa.array([r.rewards[i] for r, i in self._rows], pa.float64()),
-            "index": pa.array([info.index for info in infos], pa.int64()),
-            "group_index": pa.array([info.group_index for info in infos], pa.int64()),
-            "label": pa.array([info.label for info in infos], pa.string()),
-            "status": pa.array(["completed"] * len(samples), pa.string()),
-            "metadata": pa.array([sample_metadata(r, r.samples[i]) for r, i in self._rows], pa.string()),
-        }
-        self._writer.write_table(pa.table(columns, schema=self.schema))
-        self.samples_written += len(samples)
-        self._rows = []
+        table = pa.concat_tables(self._tables).combine_chunks().replace_schema_metadata(self.schema.metadata)
+        self._writer.write_table(table)
+        self.samples_written += table.num_rows
+        self._tables = []
         self._buffered_tokens = 0
 
     def close(self) -> None:

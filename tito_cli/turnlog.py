@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from .arrow import NUMPY_TYPES, numpy_view, validity
 from .errors import InvalidSessionError, SchemaError, UnreadableLogError
 from .schema import META_TABLE, META_TOKENIZER
 from .turns import Message, RowRef, SessionInfo, Turn, canonical_json
@@ -203,6 +204,7 @@ class TurnLog:
         self.files = list(files)
         self.turn_files = [f for f in self.files if f.table == "turns"]
         self.session_files = [f for f in self.files if f.table == "sessions"]
+        self._index: LogIndex | None = None
 
     @classmethod
     def open(cls, paths: Iterable[str | Path], *, exclude: Iterable[Path] = ()) -> TurnLog:
@@ -250,130 +252,330 @@ class TurnLog:
 
     def session_ids(self) -> list[str]:
         """Every session id that has turns, in code-point order."""
-        ids: set[str] = set()
-        for log_file in self.turn_files:
-            try:
-                column = pq.read_table(log_file.path, columns=["session_id"]).column("session_id")
-            except (OSError, pa.ArrowException) as exc:
-                raise UnreadableLogError(f"cannot read ({exc})", file=log_file.path) from None
-            ids.update(v for v in pc.unique(column).to_pylist() if v is not None)
-        return sorted(ids)
+        return self.index().session_ids
+
+    def index(self, only: set[str] | None = None) -> LogIndex:
+        """Where every session's rows are (first pass: ``session_id`` and ``seq`` only).
+
+        The whole log's index is cached; an ``only`` index is built afresh.
+        """
+        if only is None and self._index is not None:
+            return self._index
+        index = build_index(self.turn_files, only)
+        if only is None:
+            self._index = index
+        return index
 
     def iter_sessions(self, only: set[str] | None = None) -> Iterator[SessionRows]:
-        """Every session's raw rows (or those in ``only``), in code-point order of id, rows in ``seq`` order."""
-        tables = []
-        for number, log_file in enumerate(self.turn_files):
-            table = _read(log_file)
-            if only is not None:
-                table = table.filter(pc.is_in(table.column("session_id"), pa.array(sorted(only), pa.string())))
-            if table.num_rows == 0:
-                continue
-            if table.column("session_id").null_count:
-                row = table.column("session_id").to_pylist().index(None)
-                raise SchemaError("session_id is null", file=log_file.path, row=row)
-            table = _normalise_turns(table)
-            table = table.append_column("_file", pa.array(np.full(table.num_rows, number, np.int32)))
-            table = table.append_column("_row", pa.array(np.arange(table.num_rows, dtype=np.int64)))
-            tables.append(table)
-        if not tables:
-            return
-        table = pa.concat_tables(tables)
-        order = pc.sort_indices(
-            table,
-            sort_keys=[("session_id", "ascending"), ("seq", "ascending"), ("_file", "ascending"), ("_row", "ascending")],
-        )
-        table = table.take(order).combine_chunks()
-        yield from _split_sessions(table, [str(f.path) for f in self.turn_files])
+        """Every session's raw rows (or those in ``only``), in code-point order of id, rows in ``seq`` order.
+
+        Row groups are read when a session first needs them and dropped after
+        the last session that needs them, so memory follows the sessions being
+        read, not the log (for logs whose sessions are interleaved in id
+        order; the rebuild's log-order batches, :meth:`LogIndex.batches`,
+        bound it for any log).
+        """
+        index = self.index(only)
+        yield from read_batch(self.turn_files, ReadBatch(index.row_groups, index.in_id_order()))
 
 
-def _read(log_file: LogFile) -> pa.Table:
-    try:
-        return pq.read_table(log_file.path, columns=list(log_file.columns))
-    except (OSError, pa.ArrowException) as exc:
-        raise UnreadableLogError(f"cannot read ({exc})", file=log_file.path) from None
+# -- the read path ------------------------------------------------------------
+#
+# Reading is two passes.  The first (``build_index``) reads only ``session_id``
+# and ``seq`` and records, per session, the row groups and rows that hold its
+# turns, in ``seq`` order.  The second (``read_batch``) reads the other columns
+# one row group at a time, only for the row groups a batch of sessions needs,
+# and hands out each row's ids as numpy views into the decoded column: nothing
+# is sorted, taken, cast or converted to Python lists.
+
+#: The columns a rebuild reads from a turns file (``timestamp`` is not needed).
+READ_COLUMNS = tuple(name for name in _TURNS_COLUMNS if name != "timestamp")
+_LIST_COLUMNS = ("prompt_ids", "output_ids", "output_logprobs")
+_STRING_COLUMNS = ("finish_reason", "prompt_messages", "response_message", "tools", "metadata")
 
 
-def _normalise_turns(table: pa.Table) -> pa.Table:
-    """Give every turns table the same columns and types, so files can be concatenated."""
-    columns = {}
-    for name in _TURNS_COLUMNS:
-        if name in table.column_names:
-            columns[name] = table.column(name)
-    n = table.num_rows
-    target = {
-        "session_id": pa.string(),
-        "seq": pa.int64(),
-        "prompt_ids": pa.large_list(pa.int64()),
-        "output_ids": pa.large_list(pa.int64()),
-        "output_logprobs": pa.large_list(pa.float64()),
-        "finish_reason": pa.string(),
-        "prompt_messages": pa.large_string(),
-        "response_message": pa.large_string(),
-        "tools": pa.large_string(),
-        "metadata": pa.large_string(),
-    }
-    out = {}
-    for name, typ in target.items():
-        if name in columns:
-            out[name] = columns[name].cast(typ)
-        else:
-            out[name] = pa.nulls(n, typ)
-    return pa.table(out)
+@dataclass(frozen=True, slots=True)
+class RowGroup:
+    """One row group of a turns file."""
+
+    file: int  # position in the turn-file list
+    index: int  # row group number inside the file
+    first_row: int  # file row number of its first row (for error messages)
+    num_rows: int
+    #: Uncompressed size of the columns read, per row (a planning estimate).
+    bytes_per_row: float
 
 
-def _split_sessions(table: pa.Table, file_names: list[str]) -> Iterator[SessionRows]:
-    session_ids = table.column("session_id").to_pylist()
-    seqs = table.column("seq").to_pylist()
-    files = table.column("_file").to_numpy()
-    rows = table.column("_row").to_numpy()
-    lists = {}
-    for name in ("prompt_ids", "output_ids", "output_logprobs"):
-        array = table.column(name).chunk(0) if table.column(name).num_chunks else None
-        lists[name] = _ListColumn(array)
-    strings = {
-        name: table.column(name).to_pylist()
-        for name in ("finish_reason", "prompt_messages", "response_message", "tools", "metadata")
-    }
-    current: SessionRows | None = None
-    for i, sid in enumerate(session_ids):
-        if current is None or current.session_id != sid:
-            if current is not None:
-                yield current
-            current = SessionRows(sid)
-        current.rows.append(
-            RawTurn(
-                seq=seqs[i],
-                prompt_ids=lists["prompt_ids"].get(i),
-                output_ids=lists["output_ids"].get(i),
-                output_logprobs=lists["output_logprobs"].get(i),
-                finish_reason=strings["finish_reason"][i],
-                prompt_messages=strings["prompt_messages"][i],
-                response_message=strings["response_message"][i],
-                tools=strings["tools"][i],
-                metadata=strings["metadata"][i],
-                source=RowRef(file_names[files[i]], int(rows[i])),
+@dataclass(slots=True)
+class SessionPlace:
+    """Where one session's rows are, in ``seq`` order (ties: file, then row)."""
+
+    session_id: str
+    #: Per row: the global row-group number (into ``LogIndex.row_groups``) and the row inside it.
+    groups: np.ndarray
+    rows: np.ndarray
+    #: Estimated decoded size of the session's rows.
+    nbytes: int
+
+    @property
+    def last_group(self) -> int:
+        return int(self.groups.max())
+
+
+@dataclass(slots=True)
+class ReadBatch:
+    """Sessions to read together, in the order they are to be handed out."""
+
+    row_groups: list[RowGroup]
+    sessions: list[SessionPlace]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(s.nbytes for s in self.sessions)
+
+
+@dataclass(slots=True)
+class LogIndex:
+    row_groups: list[RowGroup]
+    #: By session id.
+    places: dict[str, SessionPlace]
+
+    @property
+    def session_ids(self) -> list[str]:
+        return sorted(self.places)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(p.nbytes for p in self.places.values())
+
+    def in_id_order(self) -> list[SessionPlace]:
+        return [self.places[sid] for sid in self.session_ids]
+
+    def in_log_order(self) -> list[SessionPlace]:
+        """Sessions in the order their last row appears in the log (ties by id).
+
+        A log is written in time order, so this is the order sessions finish:
+        consecutive sessions share row groups, and a batch of them reads few
+        row groups that another batch also reads.
+        """
+        return sorted(self.places.values(), key=lambda p: (p.last_group, p.session_id))
+
+    def batches(self, target_bytes: float) -> list[ReadBatch]:
+        """Cut the sessions, in log order, into batches of about ``target_bytes`` decoded bytes."""
+        batches: list[ReadBatch] = []
+        current: list[SessionPlace] = []
+        size = 0
+        for place in self.in_log_order():
+            current.append(place)
+            size += place.nbytes
+            if size >= target_bytes:
+                batches.append(ReadBatch(self.row_groups, current))
+                current, size = [], 0
+        if current:
+            batches.append(ReadBatch(self.row_groups, current))
+        return batches
+
+
+def build_index(files: Sequence[LogFile], only: set[str] | None = None) -> LogIndex:
+    """First pass over the turns files: where each session's rows are."""
+    row_groups: list[RowGroup] = []
+    codes: dict[str, int] = {}
+    parts: list[tuple[np.ndarray, ...]] = []
+    for number, log_file in enumerate(files):
+        try:
+            parquet = pq.ParquetFile(log_file.path)
+            table = parquet.read(columns=["session_id", "seq"], use_threads=False)
+        except (OSError, pa.ArrowException) as exc:
+            raise UnreadableLogError(f"cannot read ({exc})", file=log_file.path) from None
+        sids = table.column("session_id").combine_chunks()
+        n = len(sids)
+        # Row groups of this file, and each row's group and row inside it.
+        group_of_row = np.empty(n, dtype=np.int32)
+        row_in_group = np.empty(n, dtype=np.int64)
+        first = 0
+        for g in range(parquet.metadata.num_row_groups):
+            meta = parquet.metadata.row_group(g)
+            size = sum(
+                meta.column(c).total_uncompressed_size
+                for c in range(meta.num_columns)
+                if meta.column(c).path_in_schema.split(".")[0] in READ_COLUMNS
+            )
+            rows = meta.num_rows
+            group_of_row[first : first + rows] = len(row_groups)
+            row_in_group[first : first + rows] = np.arange(rows)
+            row_groups.append(RowGroup(number, g, first, rows, size / max(rows, 1)))
+            first += rows
+        keep = np.ones(n, dtype=bool)
+        if sids.null_count:
+            valid = validity(sids)
+            if only is None:
+                raise SchemaError("session_id is null", file=log_file.path, row=int(np.argmin(valid)))
+            keep &= valid
+        unique = pc.unique(sids).drop_null()
+        unique_ids = unique.to_pylist()
+        local, _ = _int64_values(pc.index_in(sids, value_set=unique))
+        if only is not None:
+            wanted = np.array([sid in only for sid in unique_ids] or [False])
+            keep &= wanted[local]
+        to_global = np.array([codes.setdefault(sid, len(codes)) for sid in unique_ids] or [0], dtype=np.int64)
+        seq_values, seq_valid = _int64_values(table.column("seq").combine_chunks())
+        seq_null = ~seq_valid
+        file_rows = np.arange(n, dtype=np.int64)
+        parts.append(
+            tuple(
+                a[keep]
+                for a in (to_global[local], seq_null, seq_values, np.full(n, number), file_rows,
+                          group_of_row, row_in_group)
             )
         )
-    if current is not None:
-        yield current
+    places: dict[str, SessionPlace] = {}
+    if not parts:
+        return LogIndex(row_groups, places)
+    columns = (np.concatenate(c) for c in zip(*parts, strict=True))
+    code, seq_null, seq_values, file_no, file_row, group, row = columns
+    # Rows in seq order (a null seq sorts last, where validation reports it), ties by file and row.
+    order = np.lexsort((file_row, file_no, seq_values, seq_null, code))
+    code, group, row = code[order], group[order], row[order]
+    bytes_per_row = np.array([g.bytes_per_row for g in row_groups] or [0.0])
+    row_bytes = bytes_per_row[group]
+    starts = np.flatnonzero(np.diff(code, prepend=-1))
+    ends = np.append(starts[1:], len(code))
+    ids = {c: sid for sid, c in codes.items()}
+    for lo, hi in zip(starts, ends, strict=False):
+        sid = ids[int(code[lo])]
+        places[sid] = SessionPlace(sid, group[lo:hi], row[lo:hi], int(row_bytes[lo:hi].sum()))
+    return LogIndex(row_groups, places)
+
+
+def read_batch(files: Sequence[LogFile], batch: ReadBatch) -> Iterator[SessionRows]:
+    """Each session of ``batch`` as raw rows, in batch order; row groups are read lazily, once.
+
+    A row group's decoded columns stay alive until the last session of the
+    batch that needs it has been handed out (the consumer is done with a
+    session when it asks for the next one).
+    """
+    last_user: dict[int, int] = {}
+    for position, place in enumerate(batch.sessions):
+        for g in np.unique(place.groups).tolist():
+            last_user[g] = position
+    loaded: dict[int, _Columns] = {}
+    for position, place in enumerate(batch.sessions):
+        session = SessionRows(place.session_id)
+        for g, r in zip(place.groups.tolist(), place.rows.tolist(), strict=False):
+            columns = loaded.get(g)
+            if columns is None:
+                columns = loaded[g] = _load_group(files, batch.row_groups[g])
+            session.rows.append(columns.row(r))
+        yield session
+        for g in [g for g in loaded if last_user[g] == position]:
+            del loaded[g]
+
+
+def _int64_values(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """An integer column as (int64 values, validity); values at null slots are 0."""
+    valid = validity(array)
+    if pa.types.is_null(array.type):
+        return np.zeros(len(array), dtype=np.int64), valid
+    cast = array.cast(pa.int64())
+    # Straight from the data buffer: exact for any int64, and no float detour for nulls.
+    values = np.frombuffer(cast.buffers()[1], dtype=np.int64, count=cast.offset + len(cast))[cast.offset :]
+    if array.null_count:
+        values = np.where(valid, values, 0)
+    return values, valid
+
+
+def _load_group(files: Sequence[LogFile], group: RowGroup) -> _Columns:
+    log_file = files[group.file]
+    try:
+        # Opened per row group, not kept: an open ParquetFile holds on to buffers it has read.
+        with pq.ParquetFile(log_file.path) as parquet:
+            columns = [name for name in READ_COLUMNS if name in log_file.columns]
+            # One worker, one core: pyarrow's own threads would compete with the other workers.
+            table = parquet.read_row_group(group.index, columns=columns, use_threads=False)
+    except (OSError, pa.ArrowException) as exc:
+        raise UnreadableLogError(f"cannot read ({exc})", file=log_file.path) from None
+    return _Columns(table, str(log_file.path), group.first_row)
+
+
+class _Columns:
+    """One decoded row group, handing out rows as :class:`RawTurn` with numpy views for the ids."""
+
+    def __init__(
+        self, table: pa.Table, file_name: str, first_row: int, sources: Sequence[RowRef] | None = None
+    ) -> None:
+        self.file_name = file_name
+        self.first_row = first_row
+        #: Where each row came from, when the table is not one file's row group (the Ray engine).
+        self.sources = sources
+        names = table.column_names
+
+        def array(name: str) -> pa.Array | None:
+            if name not in names:
+                return None
+            column = table.column(name)
+            return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+
+        seq = array("seq")
+        assert seq is not None  # a required column
+        self.seq, self.seq_valid = _int64_values(seq)
+        self.lists = {name: _ListColumn(array(name)) for name in _LIST_COLUMNS}
+        self.strings = {name: array(name) for name in _STRING_COLUMNS}
+
+    def row(self, r: int) -> RawTurn:
+        def text(name: str) -> str | None:
+            column = self.strings[name]
+            return None if column is None else column[r].as_py()
+
+        return RawTurn(
+            seq=int(self.seq[r]) if self.seq_valid[r] else None,
+            prompt_ids=self.lists["prompt_ids"].get(r),
+            output_ids=self.lists["output_ids"].get(r),
+            output_logprobs=self.lists["output_logprobs"].get(r),
+            finish_reason=text("finish_reason"),
+            prompt_messages=text("prompt_messages"),
+            response_message=text("response_message"),
+            tools=text("tools"),
+            metadata=text("metadata"),
+            source=RowRef(self.file_name, self.first_row + r) if self.sources is None else self.sources[r],
+        )
+
+
+def rows_from_table(session_id: str, table: pa.Table, sources: Sequence[RowRef]) -> SessionRows:
+    """One session's rows from an Arrow table already in ``seq`` order (``sources[i]`` names row ``i``)."""
+    columns = _Columns(table, "", 0, sources)
+    return SessionRows(session_id, [columns.row(r) for r in range(table.num_rows)])
 
 
 class _ListColumn:
     """Row access to a list column as numpy slices, without converting values to Python."""
 
     def __init__(self, array: pa.Array | None) -> None:
-        self.valid = None if array is None else np.asarray(array.is_valid())
-        if array is None:
-            self.offsets = self.values = None
+        if array is None or pa.types.is_null(array.type):
+            self.valid = self.offsets = self.values = None
+            return
+        self.valid = validity(array)
+        offsets_type = np.int64 if pa.types.is_large_list(array.type) else np.int32
+        self.offsets = numpy_view(array.buffers()[1], offsets_type, array.offset, len(array) + 1)
+        values = array.values
+        if values.null_count or values.type not in NUMPY_TYPES:
+            self.values = values.to_numpy(zero_copy_only=False)  # rare: nulls inside a list
         else:
-            self.offsets = array.offsets.to_numpy()
-            self.values = array.values.to_numpy(zero_copy_only=False)
+            dtype = NUMPY_TYPES[values.type]
+            self.values = numpy_view(values.buffers()[1], dtype, values.offset, len(values))
 
     def get(self, i: int) -> np.ndarray | None:
         if self.valid is None or not self.valid[i]:
             return None
         assert self.offsets is not None and self.values is not None
-        return self.values[self.offsets[i] : self.offsets[i + 1]]
+        view: np.ndarray = self.values[self.offsets[i] : self.offsets[i + 1]]
+        return view
+
+
+def _read(log_file: LogFile) -> pa.Table:
+    try:
+        return pq.ParquetFile(log_file.path).read(columns=list(log_file.columns), use_threads=False)
+    except (OSError, pa.ArrowException) as exc:
+        raise UnreadableLogError(f"cannot read ({exc})", file=log_file.path) from None
 
 
 def _session_info(cols: dict[str, list[Any]], row: int, ref: RowRef) -> SessionInfo:
@@ -412,46 +614,47 @@ def _info_values(info: SessionInfo) -> tuple[Any, ...]:
 
 
 class _MessageParser:
-    """Parses ``prompt_messages`` JSON, reusing the previous turn's work.
+    """Parses ``prompt_messages`` JSON, reusing the previous turns' work.
 
     A session's prompts mostly extend the previous prompt by a few messages.
     When the raw JSON text starts with an earlier prompt's text minus its
     closing bracket, followed by a comma, only the new tail is parsed and
     canonicalised (JSON is parsed left to right, so the shared prefix means
-    the same messages).
+    the same messages).  Each earlier prompt's "head" (its text without the
+    closing bracket) is cut once, when it is remembered, so checking a
+    candidate is one prefix comparison, not a copy of a long prompt.
     """
 
     def __init__(self) -> None:
-        self._recent: list[tuple[str, list[Message], list[str]]] = []
+        self._recent: list[tuple[str | None, list[Message], list[str]]] = []
 
     def parse(self, raw: str) -> tuple[list[Message], list[str]]:
-        for prev_raw, prev_messages, prev_keys in self._recent:
-            head = prev_raw.rstrip()
-            if not prev_messages or not head.endswith("]"):
+        for head, prev_messages, prev_keys in self._recent:
+            if head is None or not raw.startswith(head):
                 continue
-            head = head[:-1]
-            if raw.startswith(head):
-                rest = raw[len(head) :].lstrip()
-                if rest == "]":
-                    messages, keys = prev_messages, prev_keys
-                    break
-                if rest.startswith(","):
-                    try:
-                        tail = json.loads("[" + rest[1:])
-                    except json.JSONDecodeError:
-                        continue  # the full parse below reports the error at its true position
-                    if not tail:
-                        # "[a, b,]": a trailing comma, not JSON.  Let the full parse say so.
-                        continue
-                    messages = prev_messages + tail
-                    keys = prev_keys + [canonical_json(m) if isinstance(m, dict) else "" for m in tail]
-                    break
+            rest = raw[len(head) :].lstrip()
+            if rest == "]":
+                messages, keys = prev_messages, prev_keys
+                break
+            if rest.startswith(","):
+                try:
+                    tail = json.loads("[" + rest[1:])
+                except json.JSONDecodeError:
+                    continue  # the full parse below reports the error at its true position
+                if not tail:
+                    # "[a, b,]": a trailing comma, not JSON.  Let the full parse say so.
+                    continue
+                messages = prev_messages + tail
+                keys = prev_keys + [canonical_json(m) if isinstance(m, dict) else "" for m in tail]
+                break
         else:
             messages = json.loads(raw)
             if not isinstance(messages, list):
                 raise ValueError("prompt_messages is not a JSON array")
             keys = [canonical_json(m) if isinstance(m, dict) else "" for m in messages]
-        self._recent.insert(0, (raw, messages, keys))
+        stripped = raw.rstrip()
+        head = stripped[:-1] if messages and stripped.endswith("]") else None
+        self._recent.insert(0, (head, messages, keys))
         del self._recent[4:]
         return messages, keys
 
@@ -472,10 +675,13 @@ def _parse_json(raw: str | None, what: str, expected: type | None) -> Any:
 def _ids(values: np.ndarray | None, what: str) -> np.ndarray:
     if values is None:
         raise ValueError(f"{what} is null")
-    if values.size and (values.min() < 0 or values.max() > INT32_MAX):
+    # int32 values cannot exceed the upper bound: one pass over the ids, not two.
+    too_big = values.dtype.itemsize > 4 or values.dtype.kind == "u"
+    if values.size and (values.min() < 0 or (too_big and values.max() > INT32_MAX)):
         bad = values[(values < 0) | (values > INT32_MAX)][0]
         raise ValueError(f"{what} holds {int(bad)}, outside 0..{INT32_MAX}")
-    return values.astype(np.int32)
+    # Already int32 (the capture format): keep the view into the decoded column.
+    return values.astype(np.int32, copy=False)
 
 
 def parse_session(rows: SessionRows) -> list[Turn]:
@@ -519,7 +725,7 @@ def parse_session(rows: SessionRows) -> list[Turn]:
                     )
                 if not np.isfinite(logprobs).all():
                     raise ValueError("output_logprobs holds NaN or infinity")
-                logprobs = logprobs.astype(np.float32)
+                logprobs = logprobs.astype(np.float32, copy=False)
         except ValueError as exc:
             raise InvalidSessionError(
                 str(exc), file=raw.source.file, row=raw.source.row, session_id=rows.session_id

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -18,6 +19,11 @@ from .app import EXIT_CODES_HELP, app, err_console, guarded
 class RewardChoice(Enum):
     split = "split"
     full = "full"
+
+
+class EngineChoice(Enum):
+    local = "local"
+    ray = "ray"
 
 
 @app.command(help="Route and linearize every session of a turn log into a samples Parquet file.\n\n" + EXIT_CODES_HELP)
@@ -40,8 +46,38 @@ def rebuild(
         help="'split': each sample gets reward / samples of its session; 'full': each gets the whole reward.",
     ),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing output file."),
+    workers: int = typer.Option(
+        None,
+        "--workers",
+        "-j",
+        min=1,
+        show_default="this machine's cores",
+        help="Processes rebuilding sessions in parallel. The output is the same for any number; "
+        "logs under 64 MiB are rebuilt in-process.",
+    ),
+    batch_mb: float = typer.Option(
+        None,
+        "--batch-mb",
+        min=0,
+        show_default="the log split in two batches per worker",
+        help="Size (MiB of decoded turn columns) of the batches of sessions handed to workers.",
+    ),
+    engine: EngineChoice = typer.Option(
+        EngineChoice.local,
+        "--engine",
+        help="'local': this machine's processes, one samples file. 'ray': a Ray Data pipeline "
+        "(pip install 'tito[ray]'); --out is then a folder of Parquet files, see docs/performance.md.",
+    ),
 ) -> None:
     policy = Policy(fork_threshold=fork_threshold, reward_mode=reward_mode.value)
+    batch_bytes = None if batch_mb is None else batch_mb * (1 << 20)
+    if engine is EngineChoice.ray:
+        from ..ray_engine import rebuild_ray
+
+        summary = rebuild_ray(logs, out, policy, overwrite=overwrite)
+        err_console.print(render_rebuild_summary(summary))
+        raise typer.Exit(EXIT_REJECTED if summary.rejected else EXIT_OK)
+    options: dict[str, Any] = {"overwrite": overwrite, "workers": workers, "batch_bytes": batch_bytes}
 
     if err_console.is_terminal:
         with Progress(
@@ -58,9 +94,9 @@ def rebuild(
             def progress(done: int, total: int) -> None:
                 bar.update(task, completed=done, total=total)
 
-            summary = rebuild_logs(logs, out, policy, overwrite=overwrite, progress=progress)
+            summary = rebuild_logs(logs, out, policy, progress=progress, **options)
     else:
-        summary = rebuild_logs(logs, out, policy, overwrite=overwrite)
+        summary = rebuild_logs(logs, out, policy, **options)
 
     # soft_wrap: long paths and reasons stay on one line (greppable) when stderr is a file.
     err_console.print(render_rebuild_summary(summary), soft_wrap=True)

@@ -1,0 +1,36 @@
+"""The I/O floor: read the columns a rebuild reads, into memory, with pyarrow, and nothing else.
+
+    python benchmarks/bare_read.py LOGS [--threads]
+
+Single-threaded by default, like one rebuild worker (one worker, one core);
+``--threads`` lets pyarrow decode with all cores, for reference.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+# The turns columns tito's reader asks for (tito_cli.turnlog.READ_COLUMNS); sessions files are read whole.
+TURNS_COLUMNS = [
+    "session_id", "seq", "prompt_ids", "output_ids", "output_logprobs",
+    "finish_reason", "prompt_messages", "response_message", "tools", "metadata",
+]
+
+
+def main() -> None:
+    folder = Path(sys.argv[1])
+    threads = "--threads" in sys.argv[2:]
+    rows = 0
+    for path in sorted(folder.rglob("*.parquet")):
+        parquet = pq.ParquetFile(path)
+        names = parquet.schema_arrow.names
+        columns = [c for c in TURNS_COLUMNS if c in names] if "prompt_ids" in names else None
+        rows += parquet.read(columns=columns, use_threads=threads).num_rows
+    print(rows)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,159 @@
+"""tito rebuild against the I/O floor: speed, scaling over workers, and memory.
+
+    python benchmarks/run.py            # the issue #6 workload: 20 sessions x 40 turns, prompts to ~110k tokens
+    python benchmarks/run.py --quick    # 8 sessions x 30 turns, 3 runs each (about a minute)
+
+Runs, alternating, several times: the bare read (benchmarks/bare_read.py),
+``tito rebuild --workers 1`` and ``tito rebuild --workers 2``, each as its own
+process, as a user runs them.  Then rebuilds the same workload with 5x the
+sessions at one worker, for memory.  Prints medians, peak RSS (the whole
+process tree, sampled), the load average, and the three ratios against their
+targets.  Workloads are generated once and cached under .benchmarks/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from workload import REPO, WorkloadSpec, ensure  # noqa: E402
+
+SPEED_TARGET = 1.5  # rebuild (1 worker) / bare read, at most
+SCALING_TARGET = 1.7  # throughput at 2 workers / at 1 worker, at least
+MEMORY_TARGET = 1.2  # peak RSS with 5x the sessions / peak RSS, at most
+
+
+def _tree_rss(pid: int) -> int:
+    """Resident bytes of a process and all its descendants (0 once it is gone)."""
+    total = 0
+    stack = [pid]
+    while stack:
+        p = stack.pop()
+        try:
+            with open(f"/proc/{p}/statm") as f:
+                total += int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+            with open(f"/proc/{p}/task/{p}/children") as f:
+                stack.extend(int(c) for c in f.read().split())
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+    return total
+
+
+@dataclasses.dataclass
+class Run:
+    seconds: float
+    peak_rss: int  # bytes, process tree, sampled every 5 ms
+
+
+def run(cmd: list[str]) -> Run:
+    peak = 0
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    done = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not done.is_set():
+            peak = max(peak, _tree_rss(proc.pid))
+            time.sleep(0.005)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    _, err = proc.communicate()
+    seconds = time.perf_counter() - start
+    done.set()
+    sampler.join()
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{err.decode(errors='replace')}")
+    return Run(seconds, peak)
+
+
+def rebuild_cmd(logs: Path, out: Path, workers: int) -> list[str]:
+    return [sys.executable, "-m", "tito_cli", "rebuild", str(logs), "--out", str(out), "--overwrite",
+            "--workers", str(workers)]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="smaller workload, fewer repetitions")
+    parser.add_argument("--repeat", type=int, default=None, help="runs of each measurement (default 5, quick 3)")
+    parser.add_argument("--generator", default="synthetic", help="workload generator: synthetic or swe")
+    parser.add_argument("--concurrency", type=int, default=None, help="sessions recorded at the same time")
+    args = parser.parse_args()
+
+    if args.quick:
+        spec = WorkloadSpec(generator=args.generator, sessions=8, turns=30)
+    else:
+        spec = WorkloadSpec(generator=args.generator)
+    if args.concurrency:
+        spec = dataclasses.replace(spec, concurrency=args.concurrency)
+    big = dataclasses.replace(spec, sessions=spec.sessions * 5)
+    repeat = args.repeat or (3 if args.quick else 5)
+
+    logs = ensure(spec) / "logs"
+    big_logs = ensure(big) / "logs"
+    size = sum(p.stat().st_size for p in logs.rglob("*.parquet"))
+    print(f"workload: {spec.sessions} sessions x {spec.turns} turns (+ a 4-turn sub-agent each), prompts growing "
+          f"to {spec.final_prompt_tokens:,} tokens, {spec.concurrency} sessions at a time; "
+          f"{size / 2**20:.0f} MiB of Parquet in {len(list(logs.glob('*.parquet')))} files")
+    print(f"load average before: {os.getloadavg()[0]:.2f} (on {os.cpu_count()} cores)")
+
+    with tempfile.TemporaryDirectory(prefix="tito-bench-") as tmp:
+        out = Path(tmp)
+        times: dict[str, list[Run]] = {"bare read": [], "rebuild, 1 worker": [], "rebuild, 2 workers": []}
+        for _ in range(repeat):
+            times["bare read"].append(run([sys.executable, str(HERE / "bare_read.py"), str(logs)]))
+            times["rebuild, 1 worker"].append(run(rebuild_cmd(logs, out / "w1.parquet", 1)))
+            times["rebuild, 2 workers"].append(run(rebuild_cmd(logs, out / "w2.parquet", 2)))
+        identical = (out / "w1.parquet").read_bytes() == (out / "w2.parquet").read_bytes()
+        threaded = run([sys.executable, str(HERE / "bare_read.py"), str(logs), "--threads"])
+
+        memory = {"x1": [], "x5": []}
+        for _ in range(2 if args.quick else 3):
+            memory["x1"].append(run(rebuild_cmd(logs, out / "m1.parquet", 1)).peak_rss)
+            memory["x5"].append(run(rebuild_cmd(big_logs, out / "m5.parquet", 1)).peak_rss)
+    load_after = os.getloadavg()[0]
+
+    med = {name: statistics.median(r.seconds for r in runs) for name, runs in times.items()}
+    print()
+    print(f"{'':22}{'median s':>10}{'min s':>8}{'max s':>8}{'peak RSS MiB':>14}")
+    for name, runs in times.items():
+        secs = [r.seconds for r in runs]
+        rss = statistics.median(r.peak_rss for r in runs) / 2**20
+        print(f"{name:22}{med[name]:>10.2f}{min(secs):>8.2f}{max(secs):>8.2f}{rss:>14.0f}")
+    print(f"{'(bare read, threaded)':22}{threaded.seconds:>10.2f}")
+    mem1 = statistics.median(memory["x1"])
+    mem5 = statistics.median(memory["x5"])
+    print(f"peak RSS, 1 worker: {spec.sessions} sessions {mem1 / 2**20:.0f} MiB, "
+          f"{big.sessions} sessions {mem5 / 2**20:.0f} MiB")
+    print(f"load average after: {load_after:.2f}")
+    print()
+
+    speed = med["rebuild, 1 worker"] / med["bare read"]
+    scaling = med["rebuild, 1 worker"] / med["rebuild, 2 workers"]
+    growth = mem5 / mem1
+    rows = [
+        ("speed: rebuild 1 worker / bare read", speed, f"<= {SPEED_TARGET}", speed <= SPEED_TARGET),
+        ("scaling: 2 workers vs 1 (throughput)", scaling, f">= {SCALING_TARGET}", scaling >= SCALING_TARGET),
+        ("memory: peak RSS 5x sessions / 1x", growth, f"<= {MEMORY_TARGET}", growth <= MEMORY_TARGET),
+    ]
+    for label, value, target, ok in rows:
+        print(f"{label:40}{value:>6.2f}  target {target:8} {'ok' if ok else 'MISSED'}")
+    print(f"{'output, 2 workers vs 1':40}{'byte-identical' if identical else 'DIFFERENT'}")
+    if not identical or not all(ok for *_, ok in rows):
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

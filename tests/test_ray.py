@@ -1,0 +1,50 @@
+"""The Ray Data engine: the conformance corpus, rebuilt on a local Ray, gives the local engine's samples.
+
+Skipped when Ray is not installed (``pip install 'tito[ray]'``); CI installs it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from tito_cli.policy import Policy
+from tito_cli.rebuild import rebuild
+
+from .helpers import conformance_folders, read_jsonl, write_log
+
+ray = pytest.importorskip("ray", reason="the Ray engine needs Ray Data: pip install 'tito[ray]'")
+pytest.importorskip("ray.data", reason="the Ray engine needs Ray Data: pip install 'tito[ray]'")
+
+# Ray's own modules warn about their dependencies; those are not tito's warnings.
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")
+
+FOLDERS = conformance_folders()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def local_ray() -> Iterator[None]:
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    yield
+    ray.shutdown()
+
+
+@pytest.mark.parametrize("folder", FOLDERS, ids=[f.name for f in FOLDERS])
+def test_ray_matches_local_engine(folder: Path, tmp_path: Path) -> None:
+    from tito_cli.ray_engine import read_samples, rebuild_ray
+
+    logs = tmp_path / "logs"
+    write_log(logs, read_jsonl(folder / "turns.jsonl"), read_jsonl(folder / "sessions.jsonl"), max_rows=97)
+    policy = Policy(fork_threshold=int((folder / "threshold").read_text()))
+
+    local = rebuild([logs], tmp_path / "local.parquet", policy, workers=1)
+    on_ray = rebuild_ray([logs], tmp_path / "ray", policy)
+
+    assert read_samples(tmp_path / "ray").to_pylist() == pq.read_table(tmp_path / "local.parquet").to_pylist()
+    assert [r.to_dict() for r in on_ray.rejected] == [r.to_dict() for r in local.rejected]
+    assert on_ray.sessions == local.sessions
+    assert on_ray.totals == local.totals
+    assert (tmp_path / "ray.rejects.jsonl").read_text() == (tmp_path / "local.parquet.rejects.jsonl").read_text()

@@ -1,0 +1,172 @@
+"""The streaming read path: an index pass, row groups read only when needed and dropped after, ids as views."""
+
+from __future__ import annotations
+
+import gc
+import json
+import weakref
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from tito_cli import turnlog
+from tito_cli.errors import SchemaError
+from tito_cli.schema import TURNS_SCHEMA, table_metadata
+from tito_cli.turnlog import ReadBatch, TurnLog, _MessageParser, parse_session, read_batch
+from tito_cli.turns import canonical_json
+
+from .helpers import write_log
+
+
+def _turn(sid: str, seq: int, prompt: list[int]) -> dict[str, Any]:
+    return {
+        "session_id": sid,
+        "seq": seq,
+        "prompt_ids": prompt,
+        "output_ids": [90 + seq],
+        "output_logprobs": [-0.5],
+        "prompt_messages": [{"role": "user", "content": f"{sid}-{seq}"}],
+    }
+
+
+def _interleaved_log(tmp_path: Path) -> Path:
+    """Three sessions, recorded out of seq order, two rows per file."""
+    turns = []
+    for seq in (2, 0, 3, 1):
+        for sid in ("b", "a", "c"):
+            turns.append(_turn(sid, seq, list(range(seq + 3))))
+    logs = tmp_path / "logs"
+    write_log(logs, turns, max_rows=2)
+    return logs
+
+
+def test_rows_come_in_seq_order_with_their_file_and_row(tmp_path: Path) -> None:
+    log = TurnLog.open([_interleaved_log(tmp_path)])
+    sessions = list(log.iter_sessions())
+    assert [s.session_id for s in sessions] == ["a", "b", "c"]
+    for session in sessions:
+        assert [r.seq for r in session.rows] == [0, 1, 2, 3]
+        for raw in session.rows:
+            # The reference points at the very row: read it back from the file.
+            row = pq.read_table(raw.source.file).slice(raw.source.row, 1).to_pylist()[0]
+            assert (row["session_id"], row["seq"]) == (session.session_id, raw.seq)
+            assert raw.prompt_ids.tolist() == row["prompt_ids"]
+
+
+def test_only_the_row_groups_holding_a_session_are_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    logs = tmp_path / "logs"
+    # Two rows per file: "x" lives in the first file only, "y" in the other two.
+    write_log(logs, [_turn("x", 0, [1]), _turn("x", 1, [1, 2]), _turn("y", 0, [5]), _turn("y", 1, [6]),
+                     _turn("y", 2, [7])], max_rows=2)
+    log = TurnLog.open([logs])
+    loaded: list[str] = []
+    real = turnlog._load_group
+
+    def counting(files: Any, group: turnlog.RowGroup) -> Any:
+        loaded.append(Path(files[group.file].path).name)
+        return real(files, group)
+
+    monkeypatch.setattr(turnlog, "_load_group", counting)
+    [x] = list(log.iter_sessions(only={"x"}))
+    assert [r.seq for r in x.rows] == [0, 1]
+    assert loaded == ["turns-test-000001.parquet"]
+    loaded.clear()
+    list(log.iter_sessions(only={"y"}))
+    assert sorted(loaded) == ["turns-test-000002.parquet", "turns-test-000003.parquet"]
+
+
+def test_row_groups_are_dropped_after_their_last_session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    turns = [_turn(f"s{n}", seq, [n, seq]) for n in range(4) for seq in range(3)]
+    logs = tmp_path / "logs"
+    write_log(logs, turns, max_rows=3)  # one session per file
+    log = TurnLog.open([logs])
+    alive: list[weakref.ref[Any]] = []
+    real = turnlog._load_group
+
+    def tracking(files: Any, group: turnlog.RowGroup) -> Any:
+        columns = real(files, group)
+        alive.append(weakref.ref(columns))
+        return columns
+
+    monkeypatch.setattr(turnlog, "_load_group", tracking)
+    index = log.index()
+    for n, session in enumerate(read_batch(log.turn_files, ReadBatch(index.row_groups, index.in_log_order()))):
+        del session
+        gc.collect()
+        # Only the current session's row group is still held (the reader drops it on the next step).
+        assert sum(ref() is not None for ref in alive) <= 1, n
+    assert len(alive) == 4
+
+
+def test_ids_stay_views_into_the_decoded_column(tmp_path: Path) -> None:
+    log = TurnLog.open([_interleaved_log(tmp_path)])
+    session = next(log.iter_sessions(only={"a"}))
+    turns = parse_session(session)
+    for raw, turn in zip(session.rows, turns, strict=False):
+        assert turn.prompt_ids.dtype == np.int32
+        assert np.shares_memory(turn.prompt_ids, raw.prompt_ids)
+        assert turn.output_logprobs is not None and turn.output_logprobs.dtype == np.float32
+
+
+def test_other_integer_types_are_read_and_checked(tmp_path: Path) -> None:
+    schema = pa.schema(
+        [f.with_type(pa.list_(pa.int64())) if f.name in ("prompt_ids", "output_ids") else f for f in TURNS_SCHEMA]
+    ).with_metadata(table_metadata("turns"))
+    rows = {
+        "session_id": ["a", "a", "b"],
+        "seq": [1, 0, 0],
+        "prompt_ids": [[1, 2, 3], [1], [2**40]],
+        "output_ids": [[4], [2], [5]],
+        "output_logprobs": [None, [-1.0], None],
+        "finish_reason": ["stop"] * 3,
+        "prompt_messages": [json.dumps([{"role": "user", "content": "q"}])] * 3,
+        "response_message": [None] * 3,
+        "tools": [None] * 3,
+        "metadata": [None] * 3,
+        "timestamp": [None] * 3,
+    }
+    (tmp_path / "logs").mkdir()
+    pq.write_table(pa.table(rows, schema=schema), tmp_path / "logs" / "turns.parquet")
+    a, b = TurnLog.open([tmp_path / "logs"]).iter_sessions()
+    turns = parse_session(a)
+    assert [t.seq for t in turns] == [0, 1]
+    assert turns[1].prompt_ids.tolist() == [1, 2, 3] and turns[1].prompt_ids.dtype == np.int32
+    assert turns[0].output_logprobs is not None and turns[1].output_logprobs is None
+    with pytest.raises(turnlog.InvalidSessionError, match=r"prompt_ids holds 1099511627776") as caught:
+        parse_session(b)
+    assert caught.value.row == 2 and caught.value.session_id == "b"
+
+
+def test_a_null_session_id_names_file_and_row(tmp_path: Path) -> None:
+    table = pa.table(
+        {"session_id": ["a", None], "seq": [0, 1], "prompt_ids": [[1], [2]], "output_ids": [[3], [4]],
+         "finish_reason": ["stop"] * 2, "prompt_messages": ["[]"] * 2},
+    )
+    (tmp_path / "logs").mkdir()
+    pq.write_table(table, tmp_path / "logs" / "t.parquet")
+    log = TurnLog.open([tmp_path / "logs"])
+    with pytest.raises(SchemaError) as caught:
+        log.session_ids()
+    assert caught.value.row == 1 and caught.value.file.endswith("t.parquet")
+    # Asking for one session does not trip over another's bad row.
+    [a] = list(TurnLog.open([tmp_path / "logs"]).iter_sessions(only={"a"}))
+    assert a.session_id == "a"
+
+
+def test_message_parser_reuse_gives_the_full_parse() -> None:
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "s"}]
+    texts = [json.dumps(messages)]
+    for n in range(6):
+        messages = [*messages, {"content": f"m{n}", "role": "user" if n % 2 else "assistant", "n": [n, 1.0]}]
+        texts.append(json.dumps(messages, indent=None if n % 3 else 1))
+    texts.append(texts[2])  # a resent older prompt
+    texts.append(json.dumps([*messages[:3], {"role": "user", "content": "fork"}]))
+    parser = _MessageParser()
+    for text in texts:
+        parsed, keys = parser.parse(text)
+        assert parsed == json.loads(text)
+        assert keys == [canonical_json(m) for m in json.loads(text)]

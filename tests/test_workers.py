@@ -1,0 +1,139 @@
+"""Parallel rebuild: the same bytes for any number of workers and any batching, conformance included."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from tito_cli.cli import app
+from tito_cli.corpus import Corpus
+from tito_cli.errors import EXIT_BAD_INPUT, UnreadableLogError
+from tito_cli.parallel import SessionOutput, _InOrder, plan_batches, rebuild_outputs
+from tito_cli.policy import Policy
+from tito_cli.rebuild import rebuild
+
+from .helpers import conformance_folders, read_jsonl, write_log
+
+FOLDERS = conformance_folders()
+
+
+def _conformance_log(tmp_path: Path, name: str) -> tuple[Path, Policy]:
+    folder = next(f for f in FOLDERS if f.name == name)
+    logs = tmp_path / "logs"
+    write_log(logs, read_jsonl(folder / "turns.jsonl"), read_jsonl(folder / "sessions.jsonl"), max_rows=97)
+    return logs, Policy(fork_threshold=int((folder / "threshold").read_text()))
+
+
+@pytest.mark.parametrize("name", ["cases-threshold-1024", "random-threshold-2"])
+def test_two_workers_write_the_same_bytes_as_one(tmp_path: Path, name: str) -> None:
+    logs, policy = _conformance_log(tmp_path, name)
+    one = rebuild([logs], tmp_path / "one.parquet", policy, workers=1)
+    # One session per batch: every batch goes to a worker process, results arrive batch by batch.
+    two = rebuild([logs], tmp_path / "two.parquet", policy, workers=2, batch_bytes=1)
+
+    assert (tmp_path / "one.parquet").read_bytes() == (tmp_path / "two.parquet").read_bytes()
+    assert (tmp_path / "one.parquet.rejects.jsonl").read_text() == (tmp_path / "two.parquet.rejects.jsonl").read_text()
+    assert two.totals == one.totals
+    assert two.sessions == one.sessions > 0
+
+
+def test_outputs_come_in_session_id_order_whatever_the_log_order(tmp_path: Path) -> None:
+    # Sessions finish in the log in the reverse of their id order, so every one but the last arrives early.
+    turns = []
+    for n in range(6):
+        sid = f"s{5 - n}"
+        for seq in range(2):
+            turns.append(
+                {
+                    "session_id": sid,
+                    "seq": seq,
+                    "prompt_ids": [1, 2, 3] + [7] * seq,
+                    "output_ids": [4, 5],
+                    "prompt_messages": [{"role": "user", "content": f"{sid} {seq}"}],
+                }
+            )
+    logs = tmp_path / "logs"
+    write_log(logs, turns, max_rows=2)
+    corpus = Corpus.open([logs])
+    index = corpus.log.index()
+    assert [p.session_id for p in index.in_log_order()] == [f"s{5 - n}" for n in range(6)]
+
+    outputs = list(rebuild_outputs(corpus, workers=1, batch_bytes=1, spill_dir=tmp_path))
+    assert [o.session_id for o in outputs] == [f"s{n}" for n in range(6)]
+    assert all(isinstance(o, SessionOutput) and o.table is not None for o in outputs)
+    assert [o.table.column("session_id")[0].as_py() for o in outputs] == [f"s{n}" for n in range(6)]
+
+
+def test_early_outputs_are_parked_on_disk_and_come_back_intact(tmp_path: Path) -> None:
+    logs, policy = _conformance_log(tmp_path, "random-threshold-8")
+    corpus = Corpus.open([logs], policy)
+    outputs = [o for o in rebuild_outputs(corpus) if isinstance(o, SessionOutput) and o.table.num_rows]
+    tables = {o.session_id: o.table for o in outputs}
+    in_order = _InOrder(sorted(tables), spill_dir=tmp_path)
+    arrivals = [SessionOutput(o.session_id, o.table, o.report) for o in reversed(outputs)]
+    emitted = []
+    for output in arrivals[:-1]:
+        emitted += list(in_order.push(output))
+    # Nothing can go out before the first id arrives, and what waits holds no rows in memory.
+    assert emitted == []
+    assert all(o.table is None for o in arrivals[:-1])
+    emitted += list(in_order.push(arrivals[-1])) + list(in_order.finish())
+    in_order.close()
+    assert [o.session_id for o in emitted] == sorted(tables)
+    for output in emitted:
+        assert output.table.equals(tables[output.session_id])
+
+
+def test_batches_cover_every_session_once_in_log_order(tmp_path: Path) -> None:
+    logs, _ = _conformance_log(tmp_path, "random-threshold-3")
+    index = Corpus.open([logs]).log.index()
+    for batch_bytes in (1, index.nbytes / 3, None):
+        batches = plan_batches(index, workers=2, batch_bytes=batch_bytes)
+        flat = [p.session_id for b in batches for p in b.sessions]
+        assert flat == [p.session_id for p in index.in_log_order()]
+        assert sorted(flat) == index.session_ids
+    assert len(plan_batches(index, workers=2, batch_bytes=1)) == len(index.session_ids)
+    # A log this small is not worth starting processes for.
+    assert len(plan_batches(index, workers=2)) == 1
+
+
+def test_a_worker_error_names_the_file(tmp_path: Path) -> None:
+    logs, policy = _conformance_log(tmp_path, "random-threshold-1")
+    corpus = Corpus.open([logs], policy)
+    corpus.log.index()
+    # The file goes bad after the first pass: the worker that reads it raises, and the error crosses over.
+    victim = corpus.log.turn_files[0].path
+    victim.write_bytes(b"PAR1 not really")
+    with pytest.raises(UnreadableLogError) as caught:
+        list(rebuild_outputs(corpus, workers=2, batch_bytes=1))
+    assert caught.value.file == str(victim)
+
+
+def test_cli_workers_option(tmp_path: Path) -> None:
+    logs, _ = _conformance_log(tmp_path, "random-threshold-1024")
+    runner = CliRunner()
+    one = runner.invoke(app, ["rebuild", str(logs), "--out", str(tmp_path / "a.parquet"), "--workers", "1"])
+    two = runner.invoke(
+        app, ["rebuild", str(logs), "--out", str(tmp_path / "b.parquet"), "-j", "2", "--batch-mb", "0.001"]
+    )
+    assert one.exit_code == two.exit_code == 0, one.output + two.output
+    assert (tmp_path / "a.parquet").read_bytes() == (tmp_path / "b.parquet").read_bytes()
+    assert pq.read_metadata(tmp_path / "a.parquet").num_rows > 0
+
+    bad = runner.invoke(app, ["rebuild", str(logs), "--out", str(tmp_path / "c.parquet"), "--workers", "0"])
+    assert bad.exit_code == 2
+    assert "--workers" in bad.output
+
+
+def test_cli_unreadable_file_with_workers(tmp_path: Path) -> None:
+    logs, _ = _conformance_log(tmp_path, "random-threshold-1024")
+    (logs / "turns-broken.parquet").write_bytes(b"not parquet")
+    result = CliRunner().invoke(
+        app, ["rebuild", str(logs), "--out", str(tmp_path / "x.parquet"), "-j", "2", "--batch-mb", "0.001"]
+    )
+    assert result.exit_code == EXIT_BAD_INPUT
+    assert "turns-broken.parquet" in result.output
+    assert not (tmp_path / "x.parquet").exists()

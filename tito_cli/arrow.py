@@ -1,0 +1,85 @@
+"""Arrow arrays to and from numpy, built from buffers.
+
+``pa.array(...)`` and ``Array.to_numpy()`` probe for pandas, and the first
+probe imports it: half a second or more, which is more than a small log's
+whole rebuild and a third of the budget on the benchmark workload.  The hot
+paths (the turn-log reader, the samples writer) build and read arrays
+through these helpers instead, which touch only buffers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+__all__ = ["NUMPY_TYPES", "list_array", "numpy_view", "primitive_array", "string_array", "validity"]
+
+NUMPY_TYPES: dict[pa.DataType, Any] = {
+    pa.int8(): np.int8, pa.int16(): np.int16, pa.int32(): np.int32, pa.int64(): np.int64,
+    pa.uint8(): np.uint8, pa.uint16(): np.uint16, pa.uint32(): np.uint32, pa.uint64(): np.uint64,
+    pa.float16(): np.float16, pa.float32(): np.float32, pa.float64(): np.float64,
+}
+
+
+def numpy_view(buffer: pa.Buffer | None, dtype: type, offset: int, count: int) -> np.ndarray:
+    """``count`` values of ``dtype`` from ``buffer``, starting at element ``offset``, without a copy."""
+    if buffer is None or count == 0:
+        return np.zeros(count, dtype=dtype)
+    return np.frombuffer(buffer, dtype=dtype, count=offset + count)[offset:]
+
+
+def validity(array: pa.Array) -> np.ndarray:
+    """The array's validity as booleans."""
+    if array.null_count == 0:
+        return np.ones(len(array), dtype=bool)
+    bitmap = array.buffers()[0]
+    if bitmap is None:  # a null-typed array
+        return np.zeros(len(array), dtype=bool)
+    bits = np.unpackbits(np.frombuffer(bitmap, dtype=np.uint8), bitorder="little")
+    return bits[array.offset : array.offset + len(array)].astype(bool)
+
+
+def _bitmap(valid: np.ndarray) -> pa.Buffer | None:
+    if valid.all():
+        return None
+    return pa.py_buffer(np.packbits(valid, bitorder="little"))
+
+
+def primitive_array(values: np.ndarray | Sequence[float | int | None], type: pa.DataType) -> pa.Array:
+    """A numeric array; ``None`` entries (in a sequence) become nulls."""
+    dtype = NUMPY_TYPES[type]
+    if isinstance(values, np.ndarray):
+        contiguous = np.ascontiguousarray(values, dtype=dtype)
+        return pa.Array.from_buffers(type, len(contiguous), [None, pa.py_buffer(contiguous)])
+    valid = np.fromiter((v is not None for v in values), dtype=bool, count=len(values))
+    data = np.array([0 if v is None else v for v in values], dtype=dtype)
+    nulls = int(len(values) - valid.sum())
+    return pa.Array.from_buffers(type, len(data), [_bitmap(valid), pa.py_buffer(data)], null_count=nulls)
+
+
+def string_array(values: Sequence[str | None]) -> pa.Array:
+    """A ``string`` array; ``None`` entries become nulls."""
+    encoded = [b"" if v is None else v.encode("utf-8") for v in values]
+    offsets = np.zeros(len(encoded) + 1, dtype=np.int32)
+    np.cumsum([len(b) for b in encoded], out=offsets[1:])
+    valid = np.fromiter((v is not None for v in values), dtype=bool, count=len(values))
+    buffers = [_bitmap(valid), pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))]
+    nulls = int(len(values) - valid.sum())
+    return pa.Array.from_buffers(pa.string(), len(encoded), buffers, null_count=nulls)
+
+
+def list_array(parts: Sequence[np.ndarray], value_type: pa.DataType) -> pa.Array:
+    """A ``list<value_type>`` array with one entry per numpy array."""
+    offsets = np.zeros(len(parts) + 1, dtype=np.int64)
+    np.cumsum([len(p) for p in parts], out=offsets[1:])
+    if offsets[-1] > np.iinfo(np.int32).max:
+        raise OverflowError("a list column holds more than 2**31 values")
+    dtype = NUMPY_TYPES[value_type]
+    values = np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(0, dtype=dtype)
+    child = primitive_array(values, value_type)
+    return pa.ListArray.from_buffers(
+        pa.list_(value_type), len(parts), [None, pa.py_buffer(offsets.astype(np.int32))], children=[child]
+    )

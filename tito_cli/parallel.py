@@ -1,0 +1,283 @@
+"""Rebuilding a whole log: batches of sessions, worker processes, samples in session-id order.
+
+    for output in rebuild_outputs(corpus, workers=2, spill_dir=out.parent):
+        ...   # SessionOutput (samples as Arrow rows + counts) or Reject, in session-id order
+
+The log's index (``session_id`` and ``seq`` only) is cut into batches of
+sessions in *log order*, the order sessions finish in the files, so that a
+batch reads few row groups that another batch also reads.  Each batch is
+read, routed and linearized by :func:`rebuild_batch`, in this process (one
+worker) or in a pool of spawned processes; a worker sends back only each
+session's sample rows and counts, never the turns or the tree.  Outputs come
+back in log order and :class:`_InOrder` hands them out in session-id order,
+parking early arrivals in a spill file, so memory does not grow with the
+corpus and the written file is the same for any number of workers.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sys
+import tempfile
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import pyarrow as pa
+
+from .corpus import Corpus, Reject
+from .engine import SessionReport, SessionResult, rebuild_session
+from .errors import InvalidSessionError
+from .policy import Policy
+from .samples import session_table
+from .turnlog import LogFile, LogIndex, ReadBatch, parse_session, read_batch
+from .turns import RowRef, SessionInfo
+
+__all__ = [
+    "SessionOutput",
+    "default_workers",
+    "iter_batch",
+    "plan_batches",
+    "rebuild_batch",
+    "rebuild_outputs",
+]
+
+
+def default_workers() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+#: Logs smaller than this (decoded turn columns) are rebuilt in-process:
+#: starting workers costs more than it saves.
+MIN_PARALLEL_BYTES = 64 << 20
+
+
+@dataclass(slots=True)
+class SessionOutput:
+    """What the writer and the summary need from one rebuilt session."""
+
+    session_id: str
+    #: The session's sample rows (``samples.session_table``); ``None`` while parked in the spill file.
+    table: pa.Table | None
+    report: SessionReport
+
+
+def plan_batches(index: LogIndex, workers: int, batch_bytes: float | None = None) -> list[ReadBatch]:
+    """Cut the log into batches for ``workers`` processes.
+
+    One worker reads the whole log in one log-order sweep (memory follows the
+    sessions open at a time).  Several workers get two batches each, so that
+    a slow batch does not leave a core idle for long; every cut may re-read a
+    row group shared by sessions on both sides, so there are few of them.
+    ``batch_bytes`` overrides the size (tests use it to force many batches).
+    """
+    if batch_bytes is None:
+        if workers <= 1 or index.nbytes < MIN_PARALLEL_BYTES:
+            batch_bytes = float("inf")
+        else:
+            batch_bytes = index.nbytes / (2 * workers)
+    return index.batches(batch_bytes)
+
+
+def iter_batch(
+    files: list[LogFile],
+    batch: ReadBatch,
+    infos: dict[str, SessionInfo],
+    invalid: dict[str, tuple[str, RowRef]],
+    policy: Policy,
+) -> Iterator[SessionOutput | Reject]:
+    """Read, validate, route and linearize one batch, session by session, in batch order."""
+    for rows in read_batch(files, batch):
+        sid = rows.session_id
+        if sid in invalid:
+            reason, ref = invalid[sid]
+            yield Reject(sid, reason, ref.file, ref.row)
+            continue
+        try:
+            turns = parse_session(rows)
+        except InvalidSessionError as exc:
+            yield Reject(sid, exc.message, exc.file, exc.row)
+            continue
+        result = rebuild_session(sid, turns, infos.get(sid), policy)
+        output = SessionOutput(sid, session_table(result), result.report)
+        _drop(result)
+        del rows, turns, result
+        yield output
+
+
+def rebuild_batch(
+    files: list[LogFile],
+    batch: ReadBatch,
+    infos: dict[str, SessionInfo],
+    invalid: dict[str, tuple[str, RowRef]],
+    policy: Policy,
+) -> list[SessionOutput | Reject]:
+    """:func:`iter_batch` as a list: the task a worker process runs."""
+    return list(iter_batch(files, batch, infos, invalid, policy))
+
+
+def _drop(result: SessionResult) -> None:
+    """Break the routing tree's parent/child cycles.
+
+    The tree's nodes hold the turns, whose ids are views into decoded row
+    groups.  Without cycles, reference counting frees them as soon as the
+    session is done, instead of at the next full garbage collection, which
+    may come many sessions (hundreds of megabytes) later.
+    """
+    for node in list(result.tree.root.walk()):
+        node.parent = None
+        node.children = []
+        node._index = {}
+
+
+def rebuild_outputs(
+    corpus: Corpus,
+    *,
+    workers: int = 1,
+    batch_bytes: float | None = None,
+    spill_dir: str | os.PathLike[str] | None = None,
+) -> Iterator[SessionOutput | Reject]:
+    """Rebuild every session of ``corpus``; yield its output or rejection in session-id order."""
+    index = corpus.log.index()
+    batches = plan_batches(index, workers, batch_bytes)
+    table = corpus.sessions_table
+    in_order = _InOrder(index.session_ids, spill_dir)
+
+    def task(batch: ReadBatch) -> tuple[Any, ...]:
+        sids = [p.session_id for p in batch.sessions]
+        infos = {sid: table.infos[sid] for sid in sids if sid in table.infos}
+        invalid = {sid: table.invalid[sid] for sid in sids if sid in table.invalid}
+        return (corpus.log.turn_files, batch, infos, invalid, corpus.policy)
+
+    try:
+        for outputs in _run(batches, task, min(workers, len(batches))):
+            for output in outputs:
+                yield from in_order.push(output)
+        yield from in_order.finish()
+    finally:
+        in_order.close()
+
+
+def _run(
+    batches: list[ReadBatch], task: Callable[[ReadBatch], tuple[Any, ...]], workers: int
+) -> Iterator[list[SessionOutput | Reject]]:
+    """Each batch's outputs, in batch order (in-process: one session at a time)."""
+    if workers <= 1:
+        for batch in batches:
+            for output in iter_batch(*task(batch)):
+                yield [output]
+        return
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=_mp_context())
+    pending: deque[Future[list[SessionOutput | Reject]]] = deque()
+    todo = iter(batches)
+    try:
+        # Keep every worker busy plus one batch queued; take results in submission order.
+        for batch in todo:
+            pending.append(pool.submit(rebuild_batch, *task(batch)))
+            if len(pending) > workers:
+                break
+        while pending:
+            outputs = pending.popleft().result()
+            next_batch = next(todo, None)
+            if next_batch is not None:
+                pending.append(pool.submit(rebuild_batch, *task(next_batch)))
+            yield outputs
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _mp_context() -> multiprocessing.context.BaseContext:
+    """How worker processes start.
+
+    A spawned worker imports numpy and pyarrow afresh, about half a second
+    before its first row, which is a third of a whole rebuild of the
+    benchmark workload; a forked one starts in milliseconds.  Forking a
+    process that has threads (numpy's BLAS pool, pyarrow's pools, a progress
+    bar) is safe for what a worker does (those libraries reset their pools
+    after fork, and a worker prints nothing), but Python 3.12 deprecates it
+    with a warning, so from 3.12 on workers come from a fork server, which
+    pays the import once per rebuild.
+    """
+    methods = multiprocessing.get_all_start_methods()
+    if sys.version_info < (3, 12) and "fork" in methods:
+        return multiprocessing.get_context("fork")
+    if "forkserver" in methods:
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(["tito_cli.parallel"])
+        return context
+    return multiprocessing.get_context("spawn")  # pragma: no cover - Windows
+
+
+class _InOrder:
+    """Hands out outputs in session-id order, whatever order they arrive in.
+
+    An output that arrives before its turn is parked: its counts stay in
+    memory, its sample rows go to an anonymous spill file (Arrow IPC) and are
+    read back when its turn comes.  Logs whose sessions finish in id order
+    never touch the file.
+    """
+
+    def __init__(self, order: Iterable[str], spill_dir: str | os.PathLike[str] | None) -> None:
+        self._order = list(order)
+        self._next = 0
+        self._parked: dict[str, SessionOutput | Reject] = {}
+        self._spilled: dict[str, tuple[int, int]] = {}
+        self._spill_dir = None if spill_dir is None else Path(spill_dir)
+        self._spill: IO[bytes] | None = None
+
+    def push(self, output: SessionOutput | Reject) -> Iterator[SessionOutput | Reject]:
+        if self._next < len(self._order) and output.session_id == self._order[self._next]:
+            self._next += 1
+            yield output
+            yield from self._drain()
+            return
+        if isinstance(output, SessionOutput) and output.table is not None:
+            self._park_table(output)
+        self._parked[output.session_id] = output
+
+    def finish(self) -> Iterator[SessionOutput | Reject]:
+        yield from self._drain()
+        if self._parked:  # pragma: no cover - every indexed session produces exactly one output
+            raise RuntimeError(f"outputs of sessions not in the index: {sorted(self._parked)[:5]}")
+
+    def close(self) -> None:
+        if self._spill is not None:
+            self._spill.close()
+            self._spill = None
+
+    def _drain(self) -> Iterator[SessionOutput | Reject]:
+        while self._next < len(self._order) and self._order[self._next] in self._parked:
+            output = self._parked.pop(self._order[self._next])
+            self._next += 1
+            if isinstance(output, SessionOutput) and output.table is None:
+                output.table = self._unpark_table(output.session_id)
+            yield output
+
+    def _park_table(self, output: SessionOutput) -> None:
+        assert output.table is not None
+        if self._spill is None:
+            # Anonymous (unlinked at once): nothing is left behind, whatever happens.
+            self._spill = tempfile.TemporaryFile(prefix=".tito-spill-", dir=self._spill_dir)  # noqa: SIM115
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, output.table.schema) as stream:
+            stream.write_table(output.table)
+        data = sink.getvalue()
+        offset = self._spill.seek(0, os.SEEK_END)
+        self._spill.write(data)
+        self._spilled[output.session_id] = (offset, data.size)
+        output.table = None
+
+    def _unpark_table(self, session_id: str) -> pa.Table:
+        assert self._spill is not None
+        offset, size = self._spilled.pop(session_id)
+        self._spill.seek(offset)
+        data = self._spill.read(size)
+        return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
