@@ -121,3 +121,26 @@ def test_tools_ride_on_the_first_mounted_system_node() -> None:
     t0.tools = tools
     tree = route([t0], Policy())
     assert tree.root.children[0].tools == tools
+
+
+def _shape(node):  # type: ignore[no-untyped-def]
+    """A tree as nested tuples of what routing decides: keys, turns, merges."""
+    turn_seq = node.turn.seq if node.turn is not None else None
+    merged = node.merged_rewrite.abandoned_seq if node.merged_rewrite is not None else None
+    return (node.key, turn_seq, merged, tuple(_shape(c) for c in node.children))
+
+
+def test_starting_below_an_extended_prompt_routes_like_the_full_walk() -> None:
+    from tito_cli.turnlog import TurnLog, parse_session
+
+    from .helpers import REPO
+
+    shortcuts = 0
+    for rows in TurnLog.open([REPO / "fixtures" / "logs"]).iter_sessions():
+        turns = parse_session(rows)
+        shortcuts += sum(t.extends is not None for t in turns)
+        with_shortcut = route(turns, Policy())
+        for t in turns:
+            t.extends = None
+        assert _shape(route(turns, Policy()).root) == _shape(with_shortcut.root), rows.session_id
+    assert shortcuts > 100

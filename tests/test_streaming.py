@@ -166,7 +166,15 @@ def test_message_parser_reuse_gives_the_full_parse() -> None:
     texts.append(texts[2])  # a resent older prompt
     texts.append(json.dumps([*messages[:3], {"role": "user", "content": "fork"}]))
     parser = _MessageParser()
-    for text in texts:
-        parsed, keys = parser.parse(text)
-        assert parsed == json.loads(text)
-        assert keys == [canonical_json(m) for m in json.loads(text)]
+    reused = 0
+    for number, text in enumerate(texts):
+        parsed = parser.parse(text)
+        assert parsed.messages == json.loads(text)
+        assert parsed.keys == [canonical_json(m) for m in json.loads(text)]
+        if parsed.source is not None:
+            # It extends an earlier prompt: that prompt's messages, as the same objects.
+            reused += 1
+            earlier = json.loads(texts[parsed.source])
+            assert parsed.source < number and parsed.shared == len(earlier)
+            assert parsed.messages[: parsed.shared] == earlier
+    assert reused >= 4

@@ -113,6 +113,7 @@ def route(turns: Iterable[Turn], policy: Policy) -> SessionTree:
     """Build the routing tree of one session from its turns in ``seq`` order."""
     tree = SessionTree(root=Node(role=None, message=None, key=None))
     threshold = policy.fork_threshold
+    prompt_ends: dict[int, Node] = {}  # id(turn) -> the node its prompt's last message is at
     for turn in turns:
         messages = turn.prompt_messages
         if not messages:
@@ -123,6 +124,15 @@ def route(turns: Iterable[Turn], policy: Policy) -> SessionTree:
         # Find the mount point: the deepest node matching a prefix of the prompt.
         node = tree.root
         i = 0
+        if turn.extends is not None:
+            # The prompt starts with all of an earlier turn's prompt messages.  The
+            # nodes that prompt matched or mounted still match it: children are only
+            # appended, and a rekeyed (absorbed) node is a leaf, while every node on
+            # a routed prompt's path has a child.  So start where that prompt ended.
+            earlier, shared = turn.extends
+            end = prompt_ends.get(id(earlier))
+            if end is not None and shared == len(earlier.prompt_messages):
+                node, i = end, shared
         while i < len(messages):
             child = node.find_child(messages[i].get("role"), keys[i])
             if child is None:
@@ -166,6 +176,8 @@ def route(turns: Iterable[Turn], policy: Policy) -> SessionTree:
                 child.tools = turn.tools
                 tools_pending = False
             node = node.add_child(child)
+
+        prompt_ends[id(turn)] = node
 
         # Attach the turn as a new generated leaf.
         response = turn.response_message

@@ -519,12 +519,16 @@ class _Columns:
         assert seq is not None  # a required column
         self.seq, self.seq_valid = _int64_values(seq)
         self.lists = {name: _ListColumn(array(name)) for name in _LIST_COLUMNS}
-        self.strings = {name: array(name) for name in _STRING_COLUMNS}
+        # Whole columns to Python at once: one C loop, not a scalar object per cell.
+        self.strings: dict[str, list[str | None] | None] = {}
+        for name in _STRING_COLUMNS:
+            column = array(name)
+            self.strings[name] = None if column is None else column.to_pylist()
 
     def row(self, r: int) -> RawTurn:
         def text(name: str) -> str | None:
             column = self.strings[name]
-            return None if column is None else column[r].as_py()
+            return None if column is None else column[r]
 
         return RawTurn(
             seq=int(self.seq[r]) if self.seq_valid[r] else None,
@@ -613,6 +617,16 @@ def _info_values(info: SessionInfo) -> tuple[Any, ...]:
 # -- validation of one session ------------------------------------------------
 
 
+@dataclass(slots=True)
+class _ParsedPrompt:
+    messages: list[Message]
+    keys: list[str]
+    #: Number of the earlier prompt (in parse order) this one extends, and how
+    #: many of its messages it shares (all of them); ``None``/0 when parsed whole.
+    source: int | None
+    shared: int
+
+
 class _MessageParser:
     """Parses ``prompt_messages`` JSON, reusing the previous turns' work.
 
@@ -620,21 +634,25 @@ class _MessageParser:
     When the raw JSON text starts with an earlier prompt's text minus its
     closing bracket, followed by a comma, only the new tail is parsed and
     canonicalised (JSON is parsed left to right, so the shared prefix means
-    the same messages).  Each earlier prompt's "head" (its text without the
-    closing bracket) is cut once, when it is remembered, so checking a
-    candidate is one prefix comparison, not a copy of a long prompt.
+    the same messages, as the same objects).  Each earlier prompt's "head"
+    (its text without the closing bracket) is cut once, when it is
+    remembered, so checking a candidate is one prefix comparison, not a copy
+    of a long prompt.  The result says which earlier prompt was extended, so
+    that validation and routing can skip the shared messages too.
     """
 
     def __init__(self) -> None:
-        self._recent: list[tuple[str | None, list[Message], list[str]]] = []
+        self._recent: list[tuple[str | None, list[Message], list[str], int]] = []
+        self._count = 0
 
-    def parse(self, raw: str) -> tuple[list[Message], list[str]]:
-        for head, prev_messages, prev_keys in self._recent:
+    def parse(self, raw: str) -> _ParsedPrompt:
+        parsed: _ParsedPrompt | None = None
+        for head, prev_messages, prev_keys, number in self._recent:
             if head is None or not raw.startswith(head):
                 continue
             rest = raw[len(head) :].lstrip()
             if rest == "]":
-                messages, keys = prev_messages, prev_keys
+                parsed = _ParsedPrompt(prev_messages, prev_keys, number, len(prev_messages))
                 break
             if rest.startswith(","):
                 try:
@@ -644,19 +662,24 @@ class _MessageParser:
                 if not tail:
                     # "[a, b,]": a trailing comma, not JSON.  Let the full parse say so.
                     continue
-                messages = prev_messages + tail
                 keys = prev_keys + [canonical_json(m) if isinstance(m, dict) else "" for m in tail]
+                parsed = _ParsedPrompt(prev_messages + tail, keys, number, len(prev_messages))
                 break
-        else:
+        if parsed is None:
             messages = json.loads(raw)
             if not isinstance(messages, list):
                 raise ValueError("prompt_messages is not a JSON array")
             keys = [canonical_json(m) if isinstance(m, dict) else "" for m in messages]
-        stripped = raw.rstrip()
-        head = stripped[:-1] if messages and stripped.endswith("]") else None
-        self._recent.insert(0, (head, messages, keys))
+            parsed = _ParsedPrompt(messages, keys, None, 0)
+        # The head is the text before the closing bracket (one copy of the prompt).
+        end = len(raw)
+        while end and raw[end - 1] in " \t\r\n":
+            end -= 1
+        head = raw[: end - 1] if parsed.messages and end and raw[end - 1] == "]" else None
+        self._recent.insert(0, (head, parsed.messages, parsed.keys, self._count))
+        self._count += 1
         del self._recent[4:]
-        return messages, keys
+        return parsed
 
 
 def _parse_json(raw: str | None, what: str, expected: type | None) -> Any:
@@ -688,6 +711,7 @@ def parse_session(rows: SessionRows) -> list[Turn]:
     """Validate one session's raw rows into turns (``seq`` order); raise on the first problem."""
     turns: list[Turn] = []
     parser = _MessageParser()
+    prompt_turns: list[Turn] = []  # by the parser's prompt numbers
     seen: dict[int, RowRef] = {}
     for raw in rows.rows:
         try:
@@ -703,10 +727,13 @@ def parse_session(rows: SessionRows) -> list[Turn]:
             if raw.prompt_messages is None:
                 raise ValueError("prompt_messages is null")
             try:
-                messages, keys = parser.parse(raw.prompt_messages)
+                parsed = parser.parse(raw.prompt_messages)
             except json.JSONDecodeError as exc:
                 raise ValueError(f"prompt_messages is not valid JSON ({exc})") from None
-            for position, message in enumerate(messages):
+            messages, keys = parsed.messages, parsed.keys
+            # Messages shared with an earlier prompt were checked when it was parsed.
+            for position in range(parsed.shared, len(messages)):
+                message = messages[position]
                 if not isinstance(message, dict):
                     raise ValueError(f"prompt message {position} is not a JSON object")
                 if not isinstance(message.get("role"), str):
@@ -745,4 +772,7 @@ def parse_session(rows: SessionRows) -> list[Turn]:
                 message_keys=keys,
             )
         )
+        if parsed.source is not None:
+            turns[-1].extends = (prompt_turns[parsed.source], parsed.shared)
+        prompt_turns.append(turns[-1])
     return turns
