@@ -5,7 +5,10 @@ from __future__ import annotations
 import hashlib
 import re
 
-__all__ = ["safe_filename"]
+__all__ = ["FIXTURE_TOKENIZER", "safe_filename"]
+
+#: The tokenizer shipped in the repository (relative to its root), used by the simulator.
+FIXTURE_TOKENIZER = "fixtures/tokenizer"
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 

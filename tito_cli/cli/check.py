@@ -9,8 +9,6 @@ from pathlib import Path
 import typer
 
 from ..errors import EXIT_CHECK_FAILED, EXIT_OK
-from ..golden.compare import check_goldens
-from ..golden.report import check_report_dict, render_check_report
 from .app import EXIT_CODES_HELP, app, guarded, out_console
 from .dump import FORK_THRESHOLD, LOGS, NO_DECODE, REWARD_MODE, SESSIONS, STYLE, TOKENIZER, golden_options, option_args
 
@@ -39,6 +37,9 @@ def check(
     tokenizer: Path | None = TOKENIZER,
     no_decode: bool = NO_DECODE,
 ) -> None:
+    from ..golden.compare import check_goldens
+    from ..golden.report import check_report_dict, render_check_report
+
     options = golden_options(fork_threshold, reward_mode, style, tokenizer, no_decode)
     report = check_goldens(logs, golden, options, sessions or None, update=update)
     words = ["tito", "check", *map(str, logs), "--golden", str(golden)]

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
-from ..golden.compare import GoldenOptions, iter_dumps, write_dumps
 from ..policy import DEFAULT_FORK_THRESHOLD, Policy
 from .app import EXIT_CODES_HELP, app, err_console, guarded
+
+if TYPE_CHECKING:  # the golden package is imported when a command runs, not at start-up
+    from ..golden.compare import GoldenOptions
 
 # Options shared by ``dump`` and ``check``: a check must be run the way its goldens were written.
 LOGS = typer.Argument(..., help="Turn-log folders or Parquet files; folders are searched recursively for *.parquet.")
@@ -51,6 +53,8 @@ def golden_options(
         raise typer.BadParameter("must be 'split' or 'full'", param_hint="--reward-mode")
     if style not in ("full", "compact"):
         raise typer.BadParameter("must be 'full' or 'compact'", param_hint="--style")
+    from ..golden.compare import GoldenOptions
+
     policy = Policy(fork_threshold=fork_threshold, reward_mode=reward_mode)  # type: ignore[arg-type]
     return GoldenOptions(policy=policy, style=style, tokenizer=tokenizer, decode=not no_decode)  # type: ignore[arg-type]
 
@@ -92,6 +96,8 @@ def dump(
     tokenizer: Path | None = TOKENIZER,
     no_decode: bool = NO_DECODE,
 ) -> None:
+    from ..golden.compare import iter_dumps, write_dumps
+
     options = golden_options(fork_threshold, reward_mode, style, tokenizer, no_decode)
     if out == "-":
         for one in iter_dumps(logs, options, sessions or None):

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..errors import EXIT_OK, EXIT_REJECTED
 from ..policy import DEFAULT_FORK_THRESHOLD, Policy
@@ -80,6 +79,9 @@ def rebuild(
     options: dict[str, Any] = {"overwrite": overwrite, "workers": workers, "batch_bytes": batch_bytes}
 
     if err_console.is_terminal:
+        # Imported here: rich.progress costs 40 ms of start-up that a piped run need not pay.
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
         with Progress(
             TextColumn("rebuilding"),
             BarColumn(),

@@ -6,12 +6,9 @@ from enum import Enum
 from pathlib import Path
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..errors import EXIT_USAGE
-from ..render.simulation import render_simulation_summary
-from ..simulate import DEFAULT_TOKENIZER, resolve_tokenizer
-from ..simulate import simulate as run_simulation
+from ..paths import FIXTURE_TOKENIZER as DEFAULT_TOKENIZER
 from .app import EXIT_CODES_HELP, app, err_console, guarded
 
 
@@ -47,6 +44,13 @@ def simulate(
     ),
     overwrite: bool = typer.Option(False, "--overwrite", help="Delete Parquet files already in --out first."),
 ) -> None:
+    # The simulator (and transformers, through it) is imported only when simulating.
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from ..render.simulation import render_simulation_summary
+    from ..simulate import resolve_tokenizer
+    from ..simulate import simulate as run_simulation
+
     if not Path(resolve_tokenizer(tokenizer)).is_dir():
         err_console.print(f"[bold red]ERROR[/] --tokenizer {tokenizer}: no such folder", soft_wrap=True)
         raise typer.Exit(EXIT_USAGE)

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from ..capture import TurnLogWriter
 from ..errors import OutputError
+from ..paths import FIXTURE_TOKENIZER
 from .chat import Chat
 from .environment import Workspace
 from .profiles import FEATURES, PROFILES, Features, Profile, assign_features
@@ -45,7 +46,7 @@ __all__ = [
 ]
 
 #: The tokenizer shipped with tito, as recorded in the logs (a repo-relative path).
-DEFAULT_TOKENIZER = "fixtures/tokenizer"
+DEFAULT_TOKENIZER = FIXTURE_TOKENIZER
 _REPO_ROOT = Path(__file__).resolve().parents[2]
 _EPOCH = datetime(2026, 6, 1, 9, 0, tzinfo=timezone.utc)
 
