@@ -15,9 +15,10 @@ from pathlib import Path
 from .engine import SessionResult, rebuild_session
 from .errors import InvalidSessionError, UnknownSessionError
 from .policy import Policy
-from .turnlog import SessionsTable, TurnLog, parse_session
+from .turnlog import SessionRows, SessionsTable, TurnLog, parse_session
+from .turns import RowRef, SessionInfo
 
-__all__ = ["Corpus", "Reject", "find_session_id"]
+__all__ = ["Corpus", "Reject", "find_session_id", "rebuild_rows"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,19 +67,8 @@ class Corpus:
         per invalid one (including sessions whose sessions row is unusable).
         """
         wanted = None if only is None else set(only)
-        invalid_rows = self.sessions_table.invalid
         for rows in self.log.iter_sessions(only=wanted):
-            sid = rows.session_id
-            if sid in invalid_rows:
-                reason, ref = invalid_rows[sid]
-                yield Reject(sid, reason, ref.file, ref.row)
-                continue
-            try:
-                turns = parse_session(rows)
-            except InvalidSessionError as exc:
-                yield Reject(sid, exc.message, exc.file, exc.row)
-                continue
-            yield rebuild_session(sid, turns, self.sessions_table.infos.get(sid), self.policy)
+            yield rebuild_rows(rows, self.sessions_table.infos, self.sessions_table.invalid, self.policy)
 
     def session(self, session_id_or_prefix: str) -> SessionResult | Reject:
         """One session by exact id or unique prefix."""
@@ -86,6 +76,24 @@ class Corpus:
         for result in self.results(only=[sid]):
             return result
         raise UnknownSessionError(f"no session {sid!r}")  # pragma: no cover - ids come from the log
+
+
+def rebuild_rows(
+    rows: SessionRows,
+    infos: dict[str, SessionInfo],
+    invalid: dict[str, tuple[str, RowRef]],
+    policy: Policy,
+) -> SessionResult | Reject:
+    """One session's raw rows → its result, or a :class:`Reject` when its rows or sessions row are unusable."""
+    sid = rows.session_id
+    if sid in invalid:
+        reason, ref = invalid[sid]
+        return Reject(sid, reason, ref.file, ref.row)
+    try:
+        turns = parse_session(rows)
+    except InvalidSessionError as exc:
+        return Reject(sid, exc.message, exc.file, exc.row)
+    return rebuild_session(sid, turns, infos.get(sid), policy)
 
 
 def find_session_id(session_ids: list[str], query: str) -> str:

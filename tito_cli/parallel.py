@@ -29,12 +29,11 @@ from typing import IO, Any
 
 import pyarrow as pa
 
-from .corpus import Corpus, Reject
-from .engine import SessionReport, SessionResult, rebuild_session
-from .errors import InvalidSessionError
+from .corpus import Corpus, Reject, rebuild_rows
+from .engine import SessionReport, SessionResult
 from .policy import Policy
 from .samples import session_table
-from .turnlog import LogFile, LogIndex, ReadBatch, parse_session, read_batch
+from .turnlog import LogFile, LogIndex, ReadBatch, read_batch
 from .turns import RowRef, SessionInfo
 
 __all__ = [
@@ -96,20 +95,13 @@ def iter_batch(
 ) -> Iterator[SessionOutput | Reject]:
     """Read, validate, route and linearize one batch, session by session, in batch order."""
     for rows in read_batch(files, batch):
-        sid = rows.session_id
-        if sid in invalid:
-            reason, ref = invalid[sid]
-            yield Reject(sid, reason, ref.file, ref.row)
+        result = rebuild_rows(rows, infos, invalid, policy)
+        if isinstance(result, Reject):
+            yield result
             continue
-        try:
-            turns = parse_session(rows)
-        except InvalidSessionError as exc:
-            yield Reject(sid, exc.message, exc.file, exc.row)
-            continue
-        result = rebuild_session(sid, turns, infos.get(sid), policy)
-        output = SessionOutput(sid, session_table(result), result.report)
+        output = SessionOutput(result.session_id, session_table(result), result.report)
         _drop(result)
-        del rows, turns, result
+        del rows, result
         yield output
 
 
