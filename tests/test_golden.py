@@ -592,3 +592,21 @@ def test_a_golden_that_is_not_utf8_is_a_change_that_update_repairs(cases_log: Pa
     assert "-session: case-1.1\ufffd" in result.stdout.splitlines()
     assert run("check", cases_log, "--golden", golden, "-s", "case-1.1", "--update").exit_code == EXIT_OK
     assert run("check", cases_log, "--golden", golden, "-s", "case-1.1").exit_code == EXIT_OK
+
+
+def test_dumps_are_byte_identical_across_worker_counts(tmp_path: Path) -> None:
+    from tito_cli.golden.compare import GoldenOptions, iter_dumps
+
+    from .helpers import REPO
+
+    logs = REPO / "fixtures" / "logs"
+    serial = [(d.session_id, d.file_name, d.text) for d in iter_dumps([logs], GoldenOptions(workers=1))]
+    parallel = [(d.session_id, d.file_name, d.text) for d in iter_dumps([logs], GoldenOptions(workers=2))]
+    assert len(serial) == 32 and parallel == serial
+    # And through the CLI, into files.
+    for n in ("1", "2"):
+        result = CliRunner().invoke(app, ["dump", str(logs), "--out", str(tmp_path / n), "--workers", n])
+        assert result.exit_code == EXIT_OK, result.output
+    one = {p.name: p.read_bytes() for p in (tmp_path / "1").iterdir()}
+    two = {p.name: p.read_bytes() for p in (tmp_path / "2").iterdir()}
+    assert one == two and len(one) == 32

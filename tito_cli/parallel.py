@@ -167,7 +167,7 @@ def _run(
             for output in iter_batch(*task(batch)):
                 yield [output]
         return
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=_mp_context())
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=worker_context())
     pending: deque[Future[list[SessionOutput | Reject]]] = deque()
     todo = iter(batches)
     try:
@@ -186,7 +186,7 @@ def _run(
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _mp_context() -> multiprocessing.context.BaseContext:
+def worker_context() -> multiprocessing.context.BaseContext:
     """How worker processes start.
 
     A spawned worker imports numpy and pyarrow afresh, about half a second

@@ -10,7 +10,18 @@ import typer
 
 from ..errors import EXIT_CHECK_FAILED, EXIT_OK
 from .app import EXIT_CODES_HELP, app, guarded, out_console
-from .dump import FORK_THRESHOLD, LOGS, NO_DECODE, REWARD_MODE, SESSIONS, STYLE, TOKENIZER, golden_options, option_args
+from .dump import (
+    FORK_THRESHOLD,
+    LOGS,
+    NO_DECODE,
+    REWARD_MODE,
+    SESSIONS,
+    STYLE,
+    TOKENIZER,
+    WORKERS,
+    golden_options,
+    option_args,
+)
 
 
 @app.command(
@@ -36,11 +47,12 @@ def check(
     style: str = STYLE,
     tokenizer: Path | None = TOKENIZER,
     no_decode: bool = NO_DECODE,
+    workers: int = WORKERS,
 ) -> None:
     from ..golden.compare import check_goldens
     from ..golden.report import check_report_dict, render_check_report
 
-    options = golden_options(fork_threshold, reward_mode, style, tokenizer, no_decode)
+    options = golden_options(fork_threshold, reward_mode, style, tokenizer, no_decode, workers)
     report = check_goldens(logs, golden, options, sessions or None, update=update)
     words = ["tito", "check", *map(str, logs), "--golden", str(golden)]
     words += option_args(fork_threshold, reward_mode, style, tokenizer, no_decode, sessions)

@@ -44,10 +44,17 @@ TOKENIZER = typer.Option(
     "an error if it is recorded but missing).",
 )
 NO_DECODE = typer.Option(False, "--no-decode", help="Write token ids even when a tokenizer is available.")
+WORKERS = typer.Option(
+    1,
+    "--workers",
+    "-j",
+    min=1,
+    help="Processes making dumps in parallel; the dumps are byte-identical for any number.",
+)
 
 
 def golden_options(
-    fork_threshold: int, reward_mode: str, style: str, tokenizer: Path | None, no_decode: bool
+    fork_threshold: int, reward_mode: str, style: str, tokenizer: Path | None, no_decode: bool, workers: int = 1
 ) -> GoldenOptions:
     if reward_mode not in ("split", "full"):
         raise typer.BadParameter("must be 'split' or 'full'", param_hint="--reward-mode")
@@ -56,7 +63,13 @@ def golden_options(
     from ..golden.compare import GoldenOptions
 
     policy = Policy(fork_threshold=fork_threshold, reward_mode=reward_mode)  # type: ignore[arg-type]
-    return GoldenOptions(policy=policy, style=style, tokenizer=tokenizer, decode=not no_decode)  # type: ignore[arg-type]
+    return GoldenOptions(
+        policy=policy,
+        style=style,  # type: ignore[arg-type]
+        tokenizer=tokenizer,
+        decode=not no_decode,
+        workers=workers,
+    )
 
 
 def option_args(
@@ -95,10 +108,11 @@ def dump(
     style: str = STYLE,
     tokenizer: Path | None = TOKENIZER,
     no_decode: bool = NO_DECODE,
+    workers: int = WORKERS,
 ) -> None:
     from ..golden.compare import iter_dumps, write_dumps
 
-    options = golden_options(fork_threshold, reward_mode, style, tokenizer, no_decode)
+    options = golden_options(fork_threshold, reward_mode, style, tokenizer, no_decode, workers)
     if out == "-":
         for one in iter_dumps(logs, options, sessions or None):
             sys.stdout.write(one.text)

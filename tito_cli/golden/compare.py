@@ -52,6 +52,9 @@ class GoldenOptions:
     tokenizer: str | os.PathLike[str] | None = None
     #: False: dump token ids even when a tokenizer is available.
     decode: bool = True
+    #: Processes making dumps in parallel (1: in this process).  The dumps are
+    #: the same for any number: each session's dump depends on that session alone.
+    workers: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,29 +155,74 @@ def iter_dumps(
     search_from = [p if p.is_dir() else p.parent for p in paths]
     tokens = golden_token_text(corpus.tokenizer, search_from, override=options.tokenizer, decode=options.decode)
     known_files = [str(f.path) for f in corpus.log.files]
-    return _dumps(corpus, wanted, options, tokens, known_files)
+    if options.workers > 1:
+        ids = wanted if wanted is not None else corpus.session_ids()
+        dumps = _parallel_dumps(paths, options, ids, search_from)
+    else:
+        dumps = _dumps(corpus, wanted, options, tokens, known_files)
+    return _check_names(dumps)
 
 
 def _dumps(
     corpus: Corpus, wanted: list[str] | None, options: GoldenOptions, tokens: TokenText, known_files: list[str]
 ) -> Iterator[SessionDump]:
-    names: dict[str, str] = {}
     words = TokenWords(tokens)
     for result in corpus.results(only=wanted):
-        name = dump_file_name(result.session_id)
+        text = dump_session(result, options.policy, words, options.style, known_files=known_files)
+        yield SessionDump(result.session_id, dump_file_name(result.session_id), text)
+
+
+def _check_names(dumps: Iterator[SessionDump]) -> Iterator[SessionDump]:
+    names: dict[str, str] = {}
+    for dump in dumps:
         # safe_filename never maps two ids to one name, but a case-insensitive
         # file system (macOS, Windows) would still merge "A.txt" and "a.txt".
-        other = names.setdefault(name.lower(), result.session_id)
-        if other != result.session_id:
+        other = names.setdefault(dump.file_name.lower(), dump.session_id)
+        if other != dump.session_id:
             raise OutputError(
-                f"sessions {other!r} and {result.session_id!r} would share the dump file {name!r} "
+                f"sessions {other!r} and {dump.session_id!r} would share the dump file {dump.file_name!r} "
                 "on a case-insensitive file system"
             )
-        yield SessionDump(
-            result.session_id,
-            name,
-            dump_session(result, options.policy, words, options.style, known_files=known_files),
-        )
+        yield dump
+
+
+# Per worker process: the log opened once and the decoder loaded once (_start_worker).
+_WORKER: tuple[Corpus, GoldenOptions, TokenText, list[str]] | None = None
+
+
+def _start_worker(paths: list[Path], options: GoldenOptions, search_from: list[Path]) -> None:
+    global _WORKER
+    corpus = Corpus.open(paths, options.policy)
+    tokens = golden_token_text(corpus.tokenizer, search_from, override=options.tokenizer, decode=options.decode)
+    _WORKER = (corpus, options, tokens, [str(f.path) for f in corpus.log.files])
+
+
+def _dump_chunk(session_ids: list[str]) -> list[SessionDump]:
+    assert _WORKER is not None, "worker not started"
+    corpus, options, tokens, known_files = _WORKER
+    return list(_dumps(corpus, session_ids, options, tokens, known_files))
+
+
+def _parallel_dumps(
+    paths: list[Path], options: GoldenOptions, session_ids: list[str], search_from: list[Path]
+) -> Iterator[SessionDump]:
+    """Dumps made by ``options.workers`` processes, in session-id order."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    from ..parallel import worker_context
+
+    # Contiguous chunks, a few per worker, so a slow session holds up little.
+    count = max(1, min(len(session_ids), 4 * options.workers))
+    size = -(-len(session_ids) // count) if session_ids else 1
+    chunks = [session_ids[i : i + size] for i in range(0, len(session_ids), size)]
+    with ProcessPoolExecutor(
+        max_workers=options.workers,
+        mp_context=worker_context(),
+        initializer=_start_worker,
+        initargs=(paths, options, search_from),
+    ) as pool:
+        for dumps in pool.map(_dump_chunk, chunks):
+            yield from dumps
 
 
 def _write(path: Path, text: str) -> None:
