@@ -137,3 +137,22 @@ def test_cli_unreadable_file_with_workers(tmp_path: Path) -> None:
     assert result.exit_code == EXIT_BAD_INPUT
     assert "turns-broken.parquet" in result.output
     assert not (tmp_path / "x.parquet").exists()
+
+
+def test_batches_are_cut_between_sessions_that_share_no_row_group(tmp_path: Path) -> None:
+    # Sessions recorded two at a time: each file (one row group) holds a pair's turns.
+    turns = read_jsonl(conformance_folders()[0].parent / "cases-threshold-1024" / "turns.jsonl")
+    by_session: dict[str, list[dict[str, object]]] = {}
+    for t in turns:
+        by_session.setdefault(str(t["session_id"]), []).append(t)
+    pairs = [sorted(by_session)[i : i + 2] for i in range(0, 8, 2)]
+    logs = tmp_path / "logs"
+    for n, pair in enumerate(pairs):
+        write_log(logs, [t for sid in pair for t in by_session[sid]], name=f"pair{n}")
+    index = Corpus.open([logs]).log.index()
+    one_session = min(index.places[sid].nbytes for pair in pairs for sid in pair)
+    batches = plan_batches(index, workers=2, batch_bytes=one_session)
+    groups = [{int(g) for p in b.sessions for g in p.groups} for b in batches]
+    # Closing a batch after one session of a pair would make both batches decode the pair's row group.
+    assert len(batches) == 4
+    assert all(not (a & b) for i, a in enumerate(groups) for b in groups[i + 1 :])

@@ -69,20 +69,25 @@ class SessionOutput:
     report: SessionReport
 
 
+#: Batches per worker: more keep every core busy to the end (a batch runs on one
+#: core); cuts fall between sessions that share no row group (LogIndex.batches),
+#: so more batches cost little re-reading.
+BATCHES_PER_WORKER = 4
+
+
 def plan_batches(index: LogIndex, workers: int, batch_bytes: float | None = None) -> list[ReadBatch]:
     """Cut the log into batches for ``workers`` processes.
 
     One worker reads the whole log in one log-order sweep (memory follows the
-    sessions open at a time).  Several workers get two batches each, so that
-    a slow batch does not leave a core idle for long; every cut may re-read a
-    row group shared by sessions on both sides, so there are few of them.
+    sessions open at a time).  Several workers get a few batches each, so that
+    a slow batch does not leave a core idle for long.
     ``batch_bytes`` overrides the size (tests use it to force many batches).
     """
     if batch_bytes is None:
         if workers <= 1 or index.nbytes < MIN_PARALLEL_BYTES:
             batch_bytes = float("inf")
         else:
-            batch_bytes = index.nbytes / (2 * workers)
+            batch_bytes = index.nbytes / (BATCHES_PER_WORKER * workers)
     return index.batches(batch_bytes)
 
 

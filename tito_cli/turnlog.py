@@ -361,14 +361,28 @@ class LogIndex:
         return sorted(self.places.values(), key=lambda p: (p.last_group, p.session_id))
 
     def batches(self, target_bytes: float) -> list[ReadBatch]:
-        """Cut the sessions, in log order, into batches of about ``target_bytes`` decoded bytes."""
+        """Cut the sessions, in log order, into batches of about ``target_bytes`` decoded bytes.
+
+        A cut between two batches that both need a row group makes both decode
+        it, so a batch that has reached its size is closed at the next *clean*
+        cut (no later session reads a row group an earlier one read), unless
+        none comes before it has grown to twice its size.
+        """
+        order = self.in_log_order()
+        if not order:
+            return []
+        # Clean cut after position k: every row group used so far lies before every
+        # row group used from k + 1 on.
+        highest_so_far = np.maximum.accumulate([int(p.groups.max()) for p in order])
+        lowest_after = np.minimum.accumulate([int(p.groups.min()) for p in reversed(order)])[::-1]
+        clean = np.append(highest_so_far[:-1] < lowest_after[1:], True)
         batches: list[ReadBatch] = []
         current: list[SessionPlace] = []
         size = 0
-        for place in self.in_log_order():
+        for k, place in enumerate(order):
             current.append(place)
             size += place.nbytes
-            if size >= target_bytes:
+            if size >= 2 * target_bytes or (size >= target_bytes and clean[k]):
                 batches.append(ReadBatch(self.row_groups, current))
                 current, size = [], 0
         if current:
