@@ -138,3 +138,25 @@ def test_installed_entry_point_runs(logs: Path, tmp_path: Path) -> None:
     assert proc.returncode == EXIT_REJECTED, proc.stderr
     assert "\x1b[" not in proc.stderr  # not a terminal: no ANSI codes
     assert "sessions rebuilt" in proc.stderr and out.exists()
+
+
+def test_progress_bar_only_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib
+    import io
+
+    from rich.console import Console
+
+    # The module, not the Typer object the package exports under the same name.
+    app_module = importlib.import_module("tito_cli.cli.app")
+
+    calls: list[tuple[int, int]] = []
+    with app_module.progress_bar("rebuilding", "sessions") as progress:
+        assert progress is None  # pytest's stderr is not a terminal
+    screen = io.StringIO()
+    monkeypatch.setattr(app_module, "err_console", Console(file=screen, force_terminal=True, width=100))
+    with app_module.progress_bar("rebuilding", "sessions") as progress:
+        assert progress is not None
+        for done in range(1, 4):
+            progress(done, 3)
+            calls.append((done, 3))
+    assert "rebuilding" in screen.getvalue() and "3/3" in screen.getvalue() and calls

@@ -12,7 +12,7 @@ from ..errors import EXIT_OK, EXIT_REJECTED
 from ..policy import DEFAULT_FORK_THRESHOLD, Policy
 from ..rebuild import rebuild as rebuild_logs
 from ..render.summary import render_rebuild_summary
-from .app import EXIT_CODES_HELP, app, err_console, guarded
+from .app import EXIT_CODES_HELP, app, err_console, guarded, progress_bar
 
 
 class RewardChoice(Enum):
@@ -78,27 +78,8 @@ def rebuild(
         raise typer.Exit(EXIT_REJECTED if summary.rejected else EXIT_OK)
     options: dict[str, Any] = {"overwrite": overwrite, "workers": workers, "batch_bytes": batch_bytes}
 
-    if err_console.is_terminal:
-        # Imported here: rich.progress costs 40 ms of start-up that a piped run need not pay.
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        with Progress(
-            TextColumn("rebuilding"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("sessions"),
-            TimeElapsedColumn(),
-            console=err_console,
-            transient=True,
-        ) as bar:
-            task = bar.add_task("rebuild", total=None)
-
-            def progress(done: int, total: int) -> None:
-                bar.update(task, completed=done, total=total)
-
-            summary = rebuild_logs(logs, out, policy, progress=progress, **options)
-    else:
-        summary = rebuild_logs(logs, out, policy, **options)
+    with progress_bar("rebuilding", "sessions") as progress:
+        summary = rebuild_logs(logs, out, policy, progress=progress, **options)
 
     # soft_wrap: long paths and reasons stay on one line (greppable) when stderr is a file.
     err_console.print(render_rebuild_summary(summary), soft_wrap=True)

@@ -9,7 +9,7 @@ import typer
 
 from ..errors import EXIT_USAGE
 from ..paths import FIXTURE_TOKENIZER as DEFAULT_TOKENIZER
-from .app import EXIT_CODES_HELP, app, err_console, guarded
+from .app import EXIT_CODES_HELP, app, err_console, guarded, progress_bar
 
 
 class ProfileChoice(Enum):
@@ -45,8 +45,6 @@ def simulate(
     overwrite: bool = typer.Option(False, "--overwrite", help="Delete Parquet files already in --out first."),
 ) -> None:
     # The simulator (and transformers, through it) is imported only when simulating.
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     from ..render.simulation import render_simulation_summary
     from ..simulate import resolve_tokenizer
     from ..simulate import simulate as run_simulation
@@ -55,24 +53,8 @@ def simulate(
         err_console.print(f"[bold red]ERROR[/] --tokenizer {tokenizer}: no such folder", soft_wrap=True)
         raise typer.Exit(EXIT_USAGE)
 
-    if err_console.is_terminal:
-        with Progress(
-            TextColumn("simulating"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("sessions"),
-            TimeElapsedColumn(),
-            console=err_console,
-            transient=True,
-        ) as bar:
-            task = bar.add_task("simulate", total=sessions)
-
-            def progress(done: int, total: int) -> None:
-                bar.update(task, completed=done, total=total)
-
-            summary = run_simulation(
-                out, sessions, seed, profile.value, tokenizer=tokenizer, overwrite=overwrite, progress=progress
-            )
-    else:
-        summary = run_simulation(out, sessions, seed, profile.value, tokenizer=tokenizer, overwrite=overwrite)
+    with progress_bar("simulating", "sessions") as progress:
+        summary = run_simulation(
+            out, sessions, seed, profile.value, tokenizer=tokenizer, overwrite=overwrite, progress=progress
+        )
     err_console.print(render_simulation_summary(summary))
