@@ -22,7 +22,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .arrow import NUMPY_TYPES, numpy_view, validity
@@ -425,9 +424,17 @@ def build_index(files: Sequence[LogFile], only: set[str] | None = None) -> LogIn
             if only is None:
                 raise SchemaError("session_id is null", file=log_file.path, row=int(np.argmin(valid)))
             keep &= valid
-        unique = pc.unique(sids).drop_null()
-        unique_ids = unique.to_pylist()
-        local, _ = _int64_values(pc.index_in(sids, value_set=unique))
+        # Session ids -> small integers in first-seen order (a null id maps to 0; `keep`
+        # drops it).  A dict over the column's values: this pass reads one short
+        # string per turn, and pyarrow.compute would add ~50 ms of start-up to
+        # every command.
+        local_of: dict[str, int] = {}
+        local = np.fromiter(
+            (0 if sid is None else local_of.setdefault(sid, len(local_of)) for sid in sids.to_pylist()),
+            dtype=np.int64,
+            count=n,
+        )
+        unique_ids = list(local_of)
         if only is not None:
             wanted = np.array([sid in only for sid in unique_ids] or [False])
             keep &= wanted[local]
@@ -490,7 +497,8 @@ def _int64_values(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     valid = validity(array)
     if pa.types.is_null(array.type):
         return np.zeros(len(array), dtype=np.int64), valid
-    cast = array.cast(pa.int64())
+    # (cast goes through pyarrow.compute, a 50 ms import: skip it when there is nothing to do)
+    cast = array if pa.types.is_int64(array.type) else array.cast(pa.int64())
     # Straight from the data buffer: exact for any int64, and no float detour for nulls.
     values = np.frombuffer(cast.buffers()[1], dtype=np.int64, count=cast.offset + len(cast))[cast.offset :]
     if array.null_count:
