@@ -116,6 +116,10 @@ def main() -> None:
     print(f"workload: {spec.sessions} sessions x {spec.turns} turns (+ a 4-turn sub-agent each), prompts growing "
           f"to {spec.final_prompt_tokens:,} tokens, {spec.concurrency} sessions at a time; "
           f"{size / 2**20:.0f} MiB of Parquet in {len(list(logs.glob('*.parquet')))} files")
+    # Bytecode for tito's modules, as `pip install` writes it: a checkout run with
+    # PYTHONDONTWRITEBYTECODE=1 (set on some machines) would otherwise compile every
+    # module from source at each start (~0.1 s), which no installed copy does.
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO / "tito_cli")], check=True)
     print(f"load average before: {os.getloadavg()[0]:.2f} (on {os.cpu_count()} cores)")
 
     with tempfile.TemporaryDirectory(prefix="tito-bench-") as tmp:
