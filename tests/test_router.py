@@ -131,7 +131,8 @@ def _shape(node):  # type: ignore[no-untyped-def]
 
 
 def test_starting_below_an_extended_prompt_routes_like_the_full_walk() -> None:
-    from tito_cli.turnlog import TurnLog, parse_session
+    from tito_cli.turnlog import TurnLog
+    from tito_cli.validate import parse_session
 
     from .helpers import REPO
 

@@ -13,11 +13,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tito_cli import turnlog
-from tito_cli.errors import SchemaError
+from tito_cli import readpath
+from tito_cli.errors import InvalidSessionError, SchemaError
+from tito_cli.readpath import ReadBatch, read_batch
 from tito_cli.schema import TURNS_SCHEMA, table_metadata
-from tito_cli.turnlog import ReadBatch, TurnLog, _MessageParser, parse_session, read_batch
+from tito_cli.turnlog import TurnLog
 from tito_cli.turns import canonical_json
+from tito_cli.validate import _MessageParser, parse_session
 
 from .helpers import write_log
 
@@ -64,13 +66,13 @@ def test_only_the_row_groups_holding_a_session_are_read(tmp_path: Path, monkeypa
                      _turn("y", 2, [7])], max_rows=2)
     log = TurnLog.open([logs])
     loaded: list[str] = []
-    real = turnlog._load_group
+    real = readpath._load_group
 
-    def counting(files: Any, group: turnlog.RowGroup) -> Any:
+    def counting(files: Any, group: readpath.RowGroup) -> Any:
         loaded.append(Path(files[group.file].path).name)
         return real(files, group)
 
-    monkeypatch.setattr(turnlog, "_load_group", counting)
+    monkeypatch.setattr(readpath, "_load_group", counting)
     [x] = list(log.iter_sessions(only={"x"}))
     assert [r.seq for r in x.rows] == [0, 1]
     assert loaded == ["turns-test-000001.parquet"]
@@ -85,14 +87,14 @@ def test_row_groups_are_dropped_after_their_last_session(tmp_path: Path, monkeyp
     write_log(logs, turns, max_rows=3)  # one session per file
     log = TurnLog.open([logs])
     alive: list[weakref.ref[Any]] = []
-    real = turnlog._load_group
+    real = readpath._load_group
 
-    def tracking(files: Any, group: turnlog.RowGroup) -> Any:
+    def tracking(files: Any, group: readpath.RowGroup) -> Any:
         columns = real(files, group)
         alive.append(weakref.ref(columns))
         return columns
 
-    monkeypatch.setattr(turnlog, "_load_group", tracking)
+    monkeypatch.setattr(readpath, "_load_group", tracking)
     index = log.index()
     for n, session in enumerate(read_batch(log.turn_files, ReadBatch(index.row_groups, index.in_log_order()))):
         del session
@@ -136,7 +138,7 @@ def test_other_integer_types_are_read_and_checked(tmp_path: Path) -> None:
     assert [t.seq for t in turns] == [0, 1]
     assert turns[1].prompt_ids.tolist() == [1, 2, 3] and turns[1].prompt_ids.dtype == np.int32
     assert turns[0].output_logprobs is not None and turns[1].output_logprobs is None
-    with pytest.raises(turnlog.InvalidSessionError, match=r"prompt_ids holds 1099511627776") as caught:
+    with pytest.raises(InvalidSessionError, match=r"prompt_ids holds 1099511627776") as caught:
         parse_session(b)
     assert caught.value.row == 2 and caught.value.session_id == "b"
 

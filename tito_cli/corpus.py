@@ -15,8 +15,10 @@ from pathlib import Path
 from .engine import SessionResult, rebuild_session
 from .errors import InvalidSessionError, UnknownSessionError
 from .policy import Policy
-from .turnlog import SessionRows, SessionsTable, TurnLog, parse_session
+from .readpath import SessionRows
+from .turnlog import SessionsTable, TurnLog
 from .turns import RowRef, SessionInfo
+from .validate import parse_session
 
 __all__ = ["Corpus", "Reject", "find_session_id", "rebuild_rows"]
 

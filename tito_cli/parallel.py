@@ -31,9 +31,10 @@ import pyarrow as pa
 
 from .corpus import Corpus, Reject, rebuild_rows
 from .engine import SessionReport, SessionResult
+from .logfiles import LogFile
 from .policy import Policy
+from .readpath import LogIndex, ReadBatch, read_batch
 from .samples import session_table
-from .turnlog import LogFile, LogIndex, ReadBatch, read_batch
 from .turns import RowRef, SessionInfo
 
 __all__ = [

@@ -39,12 +39,15 @@ from .atomic import atomic_path
 from .corpus import Reject
 from .engine import SessionReport, rebuild_session
 from .errors import InvalidSessionError, OutputError, TitoError
+from .logfiles import READ_COLUMNS
 from .policy import Policy
+from .readpath import rows_from_table
 from .rebuild import RebuildSummary, rejects_path
 from .samples import session_table
 from .schema import SAMPLES_SCHEMA
-from .turnlog import READ_COLUMNS, TurnLog, parse_session, rows_from_table
+from .turnlog import TurnLog
 from .turns import RowRef, SessionInfo
+from .validate import parse_session
 
 __all__ = ["read_samples", "rebuild_ray"]
 

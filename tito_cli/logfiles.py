@@ -1,0 +1,149 @@
+"""The files of a turn log (SPEC §2): find them, and tell turns tables from sessions tables.
+
+Reads footers only.  A file that is not Parquet, is truncated, or holds
+neither table raises :class:`~tito_cli.errors.LogError` naming it, before
+anything is rebuilt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .errors import SchemaError, UnreadableLogError
+from .schema import META_TABLE, META_TOKENIZER
+
+__all__ = ["READ_COLUMNS", "LogFile", "classify_file", "discover_files"]
+
+# Column -> check of its Arrow type, and whether a turns/sessions file must have it.
+_TURNS_COLUMNS: dict[str, tuple[str, bool]] = {
+    "session_id": ("string", True),
+    "seq": ("integer", True),
+    "prompt_ids": ("int_list", True),
+    "output_ids": ("int_list", True),
+    "output_logprobs": ("float_list", False),
+    "finish_reason": ("string", True),
+    "prompt_messages": ("string", True),
+    "response_message": ("string", False),
+    "tools": ("string", False),
+    "metadata": ("string", False),
+    "timestamp": ("timestamp", False),
+}
+_SESSIONS_COLUMNS: dict[str, tuple[str, bool]] = {
+    "session_id": ("string", True),
+    "reward": ("number", False),
+    "index": ("integer", False),
+    "group_index": ("integer", False),
+    "label": ("string", False),
+    "metadata": ("string", False),
+}
+_TYPE_NAMES = {
+    "string": "string",
+    "integer": "an integer type",
+    "number": "a numeric type",
+    "int_list": "list<int32>",
+    "float_list": "list<float32> or list<float64>",
+    "timestamp": "timestamp",
+}
+
+
+def _type_ok(kind: str, t: pa.DataType) -> bool:
+    if kind == "string":
+        return bool(pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_null(t))
+    if kind == "integer":
+        return bool(pa.types.is_integer(t) or pa.types.is_null(t))
+    if kind == "number":
+        return bool(pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_null(t))
+    if kind == "timestamp":
+        return bool(pa.types.is_timestamp(t) or pa.types.is_null(t))
+    if pa.types.is_null(t):
+        return kind == "float_list"
+    if not (pa.types.is_list(t) or pa.types.is_large_list(t)):
+        return False
+    value = t.value_type
+    if kind == "int_list":
+        return bool(pa.types.is_integer(value))
+    return bool(pa.types.is_floating(value) or pa.types.is_null(value))
+
+
+#: The columns a rebuild reads from a turns file (``timestamp`` is not needed).
+READ_COLUMNS = tuple(name for name in _TURNS_COLUMNS if name != "timestamp")
+
+
+@dataclass(frozen=True, slots=True)
+class LogFile:
+    path: Path
+    #: ``turns`` or ``sessions``.
+    table: str
+    num_rows: int
+    #: The columns of interest this file has.
+    columns: tuple[str, ...]
+    tokenizer: str | None = None
+
+
+def discover_files(paths: Iterable[str | Path], *, exclude: Iterable[Path] = ()) -> list[Path]:
+    """Every ``*.parquet`` file under ``paths`` (files given directly are taken as they are)."""
+    excluded = {p.resolve() for p in exclude}
+    found: set[Path] = set()
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            candidates = [p for p in path.rglob("*.parquet") if p.is_file() and not p.name.startswith(".")]
+        elif path.is_file():
+            candidates = [path]
+        else:
+            raise UnreadableLogError("no such file or directory", file=path)
+        found.update(p for p in candidates if p.resolve() not in excluded)
+    return sorted(found, key=lambda p: str(p))
+
+
+def classify_file(path: Path) -> LogFile:
+    """Read a file's footer and decide which table it holds; raise if it is neither."""
+    try:
+        parquet = pq.ParquetFile(path)
+        schema = parquet.schema_arrow
+        num_rows = parquet.metadata.num_rows
+    except (OSError, pa.ArrowException) as exc:
+        raise UnreadableLogError(f"not a readable Parquet file ({exc})", file=path) from None
+    meta = {k.decode(errors="replace"): v.decode(errors="replace") for k, v in (schema.metadata or {}).items()}
+    names = set(schema.names)
+    if len(names) != len(schema.names):
+        # Which one would a reader take?  Neither: refuse the file.
+        twice = sorted(n for n in names if schema.names.count(n) > 1)
+        raise SchemaError(f"column {twice[0]!r} appears {schema.names.count(twice[0])} times", file=path)
+    table = meta.get(META_TABLE)
+    if table is None:
+        if "seq" in names and "prompt_ids" in names:
+            table = "turns"
+        elif "reward" in names and "seq" not in names:
+            table = "sessions"
+        else:
+            raise SchemaError(
+                "neither a turns table (needs seq and prompt_ids) nor a sessions table (needs reward)",
+                file=path,
+                tip="turn logs are written by tito_cli.capture.TurnLogWriter; see SPEC §2",
+            )
+    if table not in ("turns", "sessions"):
+        raise SchemaError(
+            f"holds a {table!r} table, not turns or sessions",
+            file=path,
+            tip="keep rebuilt samples outside the log folder, or pass the log files explicitly",
+        )
+    expected = _TURNS_COLUMNS if table == "turns" else _SESSIONS_COLUMNS
+    for name, (kind, required) in expected.items():
+        if name not in names:
+            if required:
+                raise SchemaError(f"{table} table is missing required column {name!r}", file=path)
+            continue
+        actual = schema.field(name).type
+        if not _type_ok(kind, actual):
+            raise SchemaError(
+                f"column {name!r} has type {actual}, expected {_TYPE_NAMES[kind]}",
+                file=path,
+            )
+    columns = tuple(name for name in expected if name in names)
+    return LogFile(path, table, num_rows, columns, meta.get(META_TOKENIZER))

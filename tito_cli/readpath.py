@@ -1,0 +1,364 @@
+"""The read path: a turn log's rows, session by session, with bounded memory.
+
+Reading is two passes.  The first (``build_index``) reads only ``session_id``
+and ``seq`` and records, per session, the row groups and rows that hold its
+turns, in ``seq`` order.  The second (``read_batch``) reads the other columns
+one row group at a time, only for the row groups a batch of sessions needs,
+and hands out each row's ids as numpy views into the decoded column: nothing
+is sorted, taken, cast or converted to Python lists.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .arrow import NUMPY_TYPES, numpy_view, validity
+from .errors import SchemaError, UnreadableLogError
+from .logfiles import READ_COLUMNS, LogFile
+from .turns import RowRef
+
+__all__ = [
+    "LogIndex",
+    "RawTurn",
+    "ReadBatch",
+    "RowGroup",
+    "SessionPlace",
+    "SessionRows",
+    "build_index",
+    "read_batch",
+    "rows_from_table",
+]
+
+_LIST_COLUMNS = ("prompt_ids", "output_ids", "output_logprobs")
+_STRING_COLUMNS = ("finish_reason", "prompt_messages", "response_message", "tools", "metadata")
+
+
+@dataclass(slots=True)
+class RawTurn:
+    """One turns row before validation; ids are numpy views into the read columns."""
+
+    seq: int | None
+    prompt_ids: np.ndarray | None
+    output_ids: np.ndarray | None
+    output_logprobs: np.ndarray | None
+    finish_reason: str | None
+    prompt_messages: str | None
+    response_message: str | None
+    tools: str | None
+    metadata: str | None
+    source: RowRef
+
+
+@dataclass(slots=True)
+class SessionRows:
+    session_id: str
+    rows: list[RawTurn] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class RowGroup:
+    """One row group of a turns file."""
+
+    file: int  # position in the turn-file list
+    index: int  # row group number inside the file
+    first_row: int  # file row number of its first row (for error messages)
+    num_rows: int
+    #: Uncompressed size of the columns read, per row (a planning estimate).
+    bytes_per_row: float
+
+
+@dataclass(slots=True)
+class SessionPlace:
+    """Where one session's rows are, in ``seq`` order (ties: file, then row)."""
+
+    session_id: str
+    #: Per row: the global row-group number (into ``LogIndex.row_groups``) and the row inside it.
+    groups: np.ndarray
+    rows: np.ndarray
+    #: Estimated decoded size of the session's rows.
+    nbytes: int
+
+    @property
+    def last_group(self) -> int:
+        return int(self.groups.max())
+
+
+@dataclass(slots=True)
+class ReadBatch:
+    """Sessions to read together, in the order they are to be handed out."""
+
+    row_groups: list[RowGroup]
+    sessions: list[SessionPlace]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(s.nbytes for s in self.sessions)
+
+
+@dataclass(slots=True)
+class LogIndex:
+    row_groups: list[RowGroup]
+    #: By session id.
+    places: dict[str, SessionPlace]
+
+    @property
+    def session_ids(self) -> list[str]:
+        return sorted(self.places)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(p.nbytes for p in self.places.values())
+
+    def in_id_order(self) -> list[SessionPlace]:
+        return [self.places[sid] for sid in self.session_ids]
+
+    def in_log_order(self) -> list[SessionPlace]:
+        """Sessions in the order their last row appears in the log (ties by id).
+
+        A log is written in time order, so this is the order sessions finish:
+        consecutive sessions share row groups, and a batch of them reads few
+        row groups that another batch also reads.
+        """
+        return sorted(self.places.values(), key=lambda p: (p.last_group, p.session_id))
+
+    def batches(self, target_bytes: float) -> list[ReadBatch]:
+        """Cut the sessions, in log order, into batches of about ``target_bytes`` decoded bytes.
+
+        A cut between two batches that both need a row group makes both decode
+        it, so a batch that has reached its size is closed at the next *clean*
+        cut (no later session reads a row group an earlier one read), unless
+        none comes before it has grown to twice its size.
+        """
+        order = self.in_log_order()
+        if not order:
+            return []
+        # Clean cut after position k: every row group used so far lies before every
+        # row group used from k + 1 on.
+        highest_so_far = np.maximum.accumulate([int(p.groups.max()) for p in order])
+        lowest_after = np.minimum.accumulate([int(p.groups.min()) for p in reversed(order)])[::-1]
+        clean = np.append(highest_so_far[:-1] < lowest_after[1:], True)
+        batches: list[ReadBatch] = []
+        current: list[SessionPlace] = []
+        size = 0
+        for k, place in enumerate(order):
+            current.append(place)
+            size += place.nbytes
+            if size >= 2 * target_bytes or (size >= target_bytes and clean[k]):
+                batches.append(ReadBatch(self.row_groups, current))
+                current, size = [], 0
+        if current:
+            batches.append(ReadBatch(self.row_groups, current))
+        return batches
+
+
+def build_index(files: Sequence[LogFile], only: set[str] | None = None) -> LogIndex:
+    """First pass over the turns files: where each session's rows are."""
+    row_groups: list[RowGroup] = []
+    codes: dict[str, int] = {}
+    parts: list[tuple[np.ndarray, ...]] = []
+    for number, log_file in enumerate(files):
+        try:
+            parquet = pq.ParquetFile(log_file.path)
+            table = parquet.read(columns=["session_id", "seq"], use_threads=False)
+        except (OSError, pa.ArrowException) as exc:
+            raise UnreadableLogError(f"cannot read ({exc})", file=log_file.path) from None
+        sids = table.column("session_id").combine_chunks()
+        n = len(sids)
+        # Row groups of this file, and each row's group and row inside it.
+        group_of_row = np.empty(n, dtype=np.int32)
+        row_in_group = np.empty(n, dtype=np.int64)
+        first = 0
+        for g in range(parquet.metadata.num_row_groups):
+            meta = parquet.metadata.row_group(g)
+            size = sum(
+                meta.column(c).total_uncompressed_size
+                for c in range(meta.num_columns)
+                if meta.column(c).path_in_schema.split(".")[0] in READ_COLUMNS
+            )
+            rows = meta.num_rows
+            group_of_row[first : first + rows] = len(row_groups)
+            row_in_group[first : first + rows] = np.arange(rows)
+            row_groups.append(RowGroup(number, g, first, rows, size / max(rows, 1)))
+            first += rows
+        keep = np.ones(n, dtype=bool)
+        if sids.null_count:
+            valid = validity(sids)
+            if only is None:
+                raise SchemaError("session_id is null", file=log_file.path, row=int(np.argmin(valid)))
+            keep &= valid
+        # Session ids -> small integers in first-seen order (a null id maps to 0; `keep`
+        # drops it).  A dict over the column's values: this pass reads one short
+        # string per turn, and pyarrow.compute would add ~50 ms of start-up to
+        # every command.
+        local_of: dict[str, int] = {}
+        local = np.fromiter(
+            (0 if sid is None else local_of.setdefault(sid, len(local_of)) for sid in sids.to_pylist()),
+            dtype=np.int64,
+            count=n,
+        )
+        unique_ids = list(local_of)
+        if only is not None:
+            wanted = np.array([sid in only for sid in unique_ids] or [False])
+            keep &= wanted[local]
+        to_global = np.array([codes.setdefault(sid, len(codes)) for sid in unique_ids] or [0], dtype=np.int64)
+        seq_values, seq_valid = _int64_values(table.column("seq").combine_chunks())
+        seq_null = ~seq_valid
+        file_rows = np.arange(n, dtype=np.int64)
+        parts.append(
+            tuple(
+                a[keep]
+                for a in (to_global[local], seq_null, seq_values, np.full(n, number), file_rows,
+                          group_of_row, row_in_group)
+            )
+        )
+    places: dict[str, SessionPlace] = {}
+    if not parts:
+        return LogIndex(row_groups, places)
+    columns = (np.concatenate(c) for c in zip(*parts, strict=True))
+    code, seq_null, seq_values, file_no, file_row, group, row = columns
+    # Rows in seq order (a null seq sorts last, where validation reports it), ties by file and row.
+    order = np.lexsort((file_row, file_no, seq_values, seq_null, code))
+    code, group, row = code[order], group[order], row[order]
+    bytes_per_row = np.array([g.bytes_per_row for g in row_groups] or [0.0])
+    row_bytes = bytes_per_row[group]
+    starts = np.flatnonzero(np.diff(code, prepend=-1))
+    ends = np.append(starts[1:], len(code))
+    ids = {c: sid for sid, c in codes.items()}
+    for lo, hi in zip(starts, ends, strict=False):
+        sid = ids[int(code[lo])]
+        places[sid] = SessionPlace(sid, group[lo:hi], row[lo:hi], int(row_bytes[lo:hi].sum()))
+    return LogIndex(row_groups, places)
+
+
+def read_batch(files: Sequence[LogFile], batch: ReadBatch) -> Iterator[SessionRows]:
+    """Each session of ``batch`` as raw rows, in batch order; row groups are read lazily, once.
+
+    A row group's decoded columns stay alive until the last session of the
+    batch that needs it has been handed out (the consumer is done with a
+    session when it asks for the next one).
+    """
+    last_user: dict[int, int] = {}
+    for position, place in enumerate(batch.sessions):
+        for g in np.unique(place.groups).tolist():
+            last_user[g] = position
+    loaded: dict[int, _Columns] = {}
+    for position, place in enumerate(batch.sessions):
+        session = SessionRows(place.session_id)
+        for g, r in zip(place.groups.tolist(), place.rows.tolist(), strict=False):
+            columns = loaded.get(g)
+            if columns is None:
+                columns = loaded[g] = _load_group(files, batch.row_groups[g])
+            session.rows.append(columns.row(r))
+        yield session
+        for g in [g for g in loaded if last_user[g] == position]:
+            del loaded[g]
+
+
+def _int64_values(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """An integer column as (int64 values, validity); values at null slots are 0."""
+    valid = validity(array)
+    if pa.types.is_null(array.type):
+        return np.zeros(len(array), dtype=np.int64), valid
+    # (cast goes through pyarrow.compute, a 50 ms import: skip it when there is nothing to do)
+    cast = array if pa.types.is_int64(array.type) else array.cast(pa.int64())
+    # Straight from the data buffer: exact for any int64, and no float detour for nulls.
+    values = np.frombuffer(cast.buffers()[1], dtype=np.int64, count=cast.offset + len(cast))[cast.offset :]
+    if array.null_count:
+        values = np.where(valid, values, 0)
+    return values, valid
+
+
+def _load_group(files: Sequence[LogFile], group: RowGroup) -> _Columns:
+    log_file = files[group.file]
+    try:
+        # Opened per row group, not kept: an open ParquetFile holds on to buffers it has read.
+        with pq.ParquetFile(log_file.path) as parquet:
+            columns = [name for name in READ_COLUMNS if name in log_file.columns]
+            # One worker, one core: pyarrow's own threads would compete with the other workers.
+            table = parquet.read_row_group(group.index, columns=columns, use_threads=False)
+    except (OSError, pa.ArrowException) as exc:
+        raise UnreadableLogError(f"cannot read ({exc})", file=log_file.path) from None
+    return _Columns(table, str(log_file.path), group.first_row)
+
+
+class _Columns:
+    """One decoded row group, handing out rows as :class:`RawTurn` with numpy views for the ids."""
+
+    def __init__(
+        self, table: pa.Table, file_name: str, first_row: int, sources: Sequence[RowRef] | None = None
+    ) -> None:
+        self.file_name = file_name
+        self.first_row = first_row
+        #: Where each row came from, when the table is not one file's row group (the Ray engine).
+        self.sources = sources
+        names = table.column_names
+
+        def array(name: str) -> pa.Array | None:
+            if name not in names:
+                return None
+            column = table.column(name)
+            return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+
+        seq = array("seq")
+        assert seq is not None  # a required column
+        self.seq, self.seq_valid = _int64_values(seq)
+        self.lists = {name: _ListColumn(array(name)) for name in _LIST_COLUMNS}
+        # Whole columns to Python at once: one C loop, not a scalar object per cell.
+        self.strings: dict[str, list[str | None] | None] = {}
+        for name in _STRING_COLUMNS:
+            column = array(name)
+            self.strings[name] = None if column is None else column.to_pylist()
+
+    def row(self, r: int) -> RawTurn:
+        def text(name: str) -> str | None:
+            column = self.strings[name]
+            return None if column is None else column[r]
+
+        return RawTurn(
+            seq=int(self.seq[r]) if self.seq_valid[r] else None,
+            prompt_ids=self.lists["prompt_ids"].get(r),
+            output_ids=self.lists["output_ids"].get(r),
+            output_logprobs=self.lists["output_logprobs"].get(r),
+            finish_reason=text("finish_reason"),
+            prompt_messages=text("prompt_messages"),
+            response_message=text("response_message"),
+            tools=text("tools"),
+            metadata=text("metadata"),
+            source=RowRef(self.file_name, self.first_row + r) if self.sources is None else self.sources[r],
+        )
+
+
+def rows_from_table(session_id: str, table: pa.Table, sources: Sequence[RowRef]) -> SessionRows:
+    """One session's rows from an Arrow table already in ``seq`` order (``sources[i]`` names row ``i``)."""
+    columns = _Columns(table, "", 0, sources)
+    return SessionRows(session_id, [columns.row(r) for r in range(table.num_rows)])
+
+
+class _ListColumn:
+    """Row access to a list column as numpy slices, without converting values to Python."""
+
+    def __init__(self, array: pa.Array | None) -> None:
+        if array is None or pa.types.is_null(array.type):
+            self.valid = self.offsets = self.values = None
+            return
+        self.valid = validity(array)
+        offsets_type = np.int64 if pa.types.is_large_list(array.type) else np.int32
+        self.offsets = numpy_view(array.buffers()[1], offsets_type, array.offset, len(array) + 1)
+        values = array.values
+        if values.null_count or values.type not in NUMPY_TYPES:
+            self.values = values.to_numpy(zero_copy_only=False)  # rare: nulls inside a list
+        else:
+            dtype = NUMPY_TYPES[values.type]
+            self.values = numpy_view(values.buffers()[1], dtype, values.offset, len(values))
+
+    def get(self, i: int) -> np.ndarray | None:
+        if self.valid is None or not self.valid[i]:
+            return None
+        assert self.offsets is not None and self.values is not None
+        view: np.ndarray = self.values[self.offsets[i] : self.offsets[i + 1]]
+        return view
