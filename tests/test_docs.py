@@ -30,3 +30,17 @@ def test_every_command_is_in_the_readme_and_has_a_docs_page() -> None:
     for name in _commands():
         assert f"`tito {name}" in readme, name
         assert f"tito {name}" in docs, name
+
+
+def test_readme_shows_the_real_output_of_its_first_command(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The summary printed in the README is what rebuilding the shipped demo logs prints today."""
+    from typer.testing import CliRunner
+
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert "tito rebuild fixtures/logs --out samples.parquet" in readme
+    shown = readme[readme.index("sessions rebuilt") : readme.index("wrote samples.parquet")].rstrip().splitlines()
+    out = tmp_path / "samples.parquet"
+    result = CliRunner().invoke(app, ["rebuild", str(REPO / "fixtures" / "logs"), "--out", str(out)])
+    assert result.exit_code == 0, result.stderr
+    printed = result.stderr[: result.stderr.index("wrote ")].rstrip().splitlines()
+    assert printed == shown
