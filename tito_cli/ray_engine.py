@@ -35,7 +35,6 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .arrow import list_array, primitive_array, string_array
-from .atomic import atomic_path
 from .corpus import Reject
 from .engine import SessionReport, rebuild_session
 from .errors import InvalidSessionError, OutputError, TitoError
@@ -130,26 +129,14 @@ def rebuild_ray(
         if row["status"] == "rejected":
             rejected.append(Reject(row["session_id"], detail["reason"], detail["file"], detail["row"]))
             continue
-        report = SessionReport(**detail)
-        summary.sessions += 1
-        summary.totals.add(report)
-        summary.sessions_without_row += report.missing_sessions_row
-        summary.sessions_without_samples += not report.samples
+        summary.add_session(row["session_id"], SessionReport(**detail))
 
     # Move the finished folder into place (the old one goes only once the new one is complete).
     if out.exists():
         shutil.rmtree(out)
     os.replace(tmp, out)
 
-    summary.rows_without_turns = sorted(set(sessions.infos) - set(session_ids))
-    rejected_ids = {r.session_id for r in rejected}
-    for sid, (reason, ref) in sessions.invalid.items():
-        if sid not in rejected_ids:
-            rejected.append(Reject(sid, reason, ref.file, ref.row))
-    summary.rejected = sorted(rejected, key=lambda r: r.session_id)
-    with atomic_path(rejects_file) as tmp_rejects:
-        lines = (json.dumps(r.to_dict(), ensure_ascii=False) + "\n" for r in summary.rejected)
-        tmp_rejects.write_text("".join(lines), encoding="utf-8")
+    summary.finish(session_ids, sessions, rejected)
     return summary
 
 

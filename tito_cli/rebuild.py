@@ -19,6 +19,7 @@ from .errors import OutputError
 from .parallel import default_workers, rebuild_outputs
 from .policy import Policy
 from .samples import SamplesWriter
+from .turnlog import SessionsTable
 
 __all__ = ["RebuildSummary", "Reject", "rebuild", "rejects_path"]
 
@@ -45,6 +46,36 @@ class RebuildSummary:
     tokenizer: str | None = None
     #: Leftover temporaries of a killed earlier rebuild of the same output, removed.
     stale_temporaries_removed: list[Path] = field(default_factory=list)
+
+    def add_session(self, session_id: str, report: SessionReport) -> None:
+        """Count one rebuilt session (the local and the Ray engine both report through here)."""
+        self.sessions += 1
+        self.totals.add(report)
+        self.sessions_without_row += report.missing_sessions_row
+        self.sessions_without_samples += not report.samples
+        self.notes.extend((session_id, note) for note in report.notes())
+
+    def finish(self, session_ids: Iterable[str], sessions_table: SessionsTable, rejected: list[Reject]) -> None:
+        """Close the summary and write the rejects report (atomically).
+
+        ``session_ids`` are the sessions with turns; sessions rows without turns
+        become notes, and unusable sessions rows of sessions with no turns are
+        rejected too, so nothing in the log goes unreported.
+        """
+        with_turns = set(session_ids)
+        self.rows_without_turns = sorted(set(sessions_table.infos) - with_turns)
+        self.notes.extend((sid, "sessions row without turns (nothing to rebuild)") for sid in self.rows_without_turns)
+        self.notes.sort(key=lambda note: note[0])
+        rejected_ids = {r.session_id for r in rejected}
+        extra = [
+            Reject(sid, reason, ref.file, ref.row)
+            for sid, (reason, ref) in sessions_table.invalid.items()
+            if sid not in rejected_ids
+        ]
+        self.rejected = sorted([*rejected, *extra], key=lambda r: r.session_id)
+        with atomic_path(self.rejects_file) as tmp:
+            lines = (json.dumps(r.to_dict(), ensure_ascii=False) + "\n" for r in self.rejected)
+            tmp.write_text("".join(lines), encoding="utf-8")
 
 
 def rejects_path(out: Path) -> Path:
@@ -105,24 +136,9 @@ def rebuild(
             else:
                 assert result.table is not None
                 writer.add_table(result.table)
-                summary.sessions += 1
-                summary.totals.add(result.report)
-                summary.sessions_without_row += result.report.missing_sessions_row
-                summary.sessions_without_samples += not result.report.samples
-                summary.notes.extend((result.session_id, note) for note in result.report.notes())
+                summary.add_session(result.session_id, result.report)
             if progress is not None:
                 progress(done, len(session_ids))
 
-    summary.rows_without_turns = sorted(set(corpus.sessions_table.infos) - set(session_ids))
-    summary.notes.extend((sid, "sessions row without turns (nothing to rebuild)") for sid in summary.rows_without_turns)
-    summary.notes.sort(key=lambda note: note[0])
-    # Sessions rows that are unusable, for sessions that have no turns, are reported too.
-    rejected_ids = {r.session_id for r in rejected}
-    for sid, (reason, ref) in corpus.sessions_table.invalid.items():
-        if sid not in rejected_ids:
-            rejected.append(Reject(sid, reason, ref.file, ref.row))
-    summary.rejected = sorted(rejected, key=lambda r: r.session_id)
-    with atomic_path(rejects_file) as tmp:
-        lines = (json.dumps(r.to_dict(), ensure_ascii=False) + "\n" for r in summary.rejected)
-        tmp.write_text("".join(lines), encoding="utf-8")
+    summary.finish(session_ids, corpus.sessions_table, rejected)
     return summary
