@@ -115,7 +115,6 @@ def parse_session(rows: SessionRows) -> list[Turn]:
     """Validate one session's raw rows into turns (``seq`` order); raise on the first problem."""
     turns: list[Turn] = []
     parser = _MessageParser()
-    prompt_turns: list[Turn] = []  # by the parser's prompt numbers
     seen: dict[int, RowRef] = {}
     for raw in rows.rows:
         try:
@@ -177,6 +176,7 @@ def parse_session(rows: SessionRows) -> list[Turn]:
             )
         )
         if parsed.source is not None:
-            turns[-1].extends = (prompt_turns[parsed.source], parsed.shared)
-        prompt_turns.append(turns[-1])
+            # Every parsed prompt became a turn (or the session was rejected), so the
+            # parser's prompt numbers are positions in `turns`.
+            turns[-1].extends = (turns[parsed.source], parsed.shared)
     return turns
