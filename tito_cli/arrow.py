@@ -71,15 +71,21 @@ def string_array(values: Sequence[str | None]) -> pa.Array:
     return pa.Array.from_buffers(pa.string(), len(encoded), buffers, null_count=nulls)
 
 
-def list_array(parts: Sequence[np.ndarray], value_type: pa.DataType) -> pa.Array:
-    """A ``list<value_type>`` array with one entry per numpy array."""
+def list_array(parts: Sequence[np.ndarray | None], value_type: pa.DataType) -> pa.Array:
+    """A ``list<value_type>`` array with one entry per numpy array; ``None`` entries become nulls."""
     offsets = np.zeros(len(parts) + 1, dtype=np.int64)
-    np.cumsum([len(p) for p in parts], out=offsets[1:])
+    np.cumsum([0 if p is None else len(p) for p in parts], out=offsets[1:])
     if offsets[-1] > np.iinfo(np.int32).max:
         raise OverflowError("a list column holds more than 2**31 values")
     dtype = NUMPY_TYPES[value_type]
-    values = np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(0, dtype=dtype)
+    present = [p for p in parts if p is not None]
+    values = np.concatenate(present).astype(dtype, copy=False) if present else np.zeros(0, dtype=dtype)
     child = primitive_array(values, value_type)
+    valid = np.fromiter((p is not None for p in parts), dtype=bool, count=len(parts))
     return pa.ListArray.from_buffers(
-        pa.list_(value_type), len(parts), [None, pa.py_buffer(offsets.astype(np.int32))], children=[child]
+        pa.list_(value_type),
+        len(parts),
+        [_bitmap(valid), pa.py_buffer(offsets.astype(np.int32))],
+        null_count=int(len(parts) - valid.sum()),
+        children=[child],
     )

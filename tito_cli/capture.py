@@ -30,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .arrow import list_array
 from .atomic import atomic_path
 from .schema import SESSIONS_SCHEMA, TURNS_SCHEMA, table_metadata
 
@@ -236,30 +237,15 @@ class TurnLogWriter:
         return target
 
 
-def _list_column(arrays: list[np.ndarray | None], value_type: pa.DataType) -> pa.Array:
-    """A list<value_type> column built from numpy arrays without a Python loop over values."""
-    lengths = np.fromiter((0 if a is None else a.size for a in arrays), dtype=np.int64, count=len(arrays))
-    offsets = np.zeros(len(arrays) + 1, dtype=np.int32)
-    np.cumsum(lengths, out=offsets[1:])
-    present = [a for a in arrays if a is not None]
-    values = np.concatenate(present) if present else np.zeros(0)
-    mask = pa.array([a is None for a in arrays], type=pa.bool_())
-    return pa.ListArray.from_arrays(
-        pa.array(offsets, type=pa.int32()),
-        pa.array(values, type=value_type),
-        mask=mask if any(a is None for a in arrays) else None,
-    )
-
-
 def _turns_table(rows: list[dict[str, Any]], tokenizer: str | None) -> pa.Table:
     # Keep each session's rows together (better compression, cheaper reads).
     rows.sort(key=lambda r: (r["session_id"], r["seq"]))
     columns = {
         "session_id": pa.array([r["session_id"] for r in rows], pa.string()),
         "seq": pa.array([r["seq"] for r in rows], pa.int64()),
-        "prompt_ids": _list_column([r["prompt_ids"] for r in rows], pa.int32()),
-        "output_ids": _list_column([r["output_ids"] for r in rows], pa.int32()),
-        "output_logprobs": _list_column([r["output_logprobs"] for r in rows], pa.float32()),
+        "prompt_ids": list_array([r["prompt_ids"] for r in rows], pa.int32()),
+        "output_ids": list_array([r["output_ids"] for r in rows], pa.int32()),
+        "output_logprobs": list_array([r["output_logprobs"] for r in rows], pa.float32()),
     }
     for name in ("finish_reason", "prompt_messages", "response_message", "tools", "metadata"):
         columns[name] = pa.array([r[name] for r in rows], pa.string())
