@@ -165,7 +165,7 @@ def parse(session: dict[str, Any], sid: str = "s") -> list[Turn]:
             output_ids=ids(r["output_ids"]),
             output_logprobs=None if r["output_logprobs"] is None else np.asarray(r["output_logprobs"], np.float64),
             finish_reason="stop",
-            prompt_messages=json.dumps(r["prompt_messages"]),
+            prompt_messages=np.frombuffer(json.dumps(r["prompt_messages"]).encode(), dtype=np.uint8),
             response_message=None if r["response_message"] is None else json.dumps(r["response_message"]),
             tools=None,
             metadata=None,

@@ -18,7 +18,7 @@ from tito_cli.errors import InvalidSessionError, SchemaError
 from tito_cli.readpath import ReadBatch, read_batch
 from tito_cli.schema import TURNS_SCHEMA, table_metadata
 from tito_cli.turnlog import TurnLog
-from tito_cli.turns import canonical_json
+from tito_cli.turns import message_key
 from tito_cli.validate import _MessageParser, parse_session
 
 from .helpers import write_log
@@ -159,6 +159,19 @@ def test_a_null_session_id_names_file_and_row(tmp_path: Path) -> None:
     assert a.session_id == "a"
 
 
+def test_a_session_id_that_is_not_utf8_names_file_and_row(tmp_path: Path) -> None:
+    sids = pa.array([b"a", b"b\xff"], pa.binary()).view(pa.string())
+    table = pa.table(
+        {"session_id": sids, "seq": [0, 1], "prompt_ids": [[1], [2]], "output_ids": [[3], [4]],
+         "finish_reason": ["stop"] * 2, "prompt_messages": ["[]"] * 2},
+    )
+    (tmp_path / "logs").mkdir()
+    pq.write_table(table, tmp_path / "logs" / "t.parquet")
+    with pytest.raises(SchemaError, match="session_id is not valid UTF-8") as caught:
+        TurnLog.open([tmp_path / "logs"]).session_ids()
+    assert caught.value.row == 1 and caught.value.file.endswith("t.parquet")
+
+
 def test_message_parser_reuse_gives_the_full_parse() -> None:
     messages: list[dict[str, Any]] = [{"role": "system", "content": "s"}]
     texts = [json.dumps(messages)]
@@ -172,7 +185,7 @@ def test_message_parser_reuse_gives_the_full_parse() -> None:
     for number, text in enumerate(texts):
         parsed = parser.parse(text)
         assert parsed.messages == json.loads(text)
-        assert parsed.keys == [canonical_json(m) for m in json.loads(text)]
+        assert parsed.keys == [message_key(m) for m in json.loads(text)]
         if parsed.source is not None:
             # It extends an earlier prompt: that prompt's messages, as the same objects.
             reused += 1

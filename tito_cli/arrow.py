@@ -15,7 +15,16 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["NUMPY_TYPES", "list_array", "numpy_view", "primitive_array", "string_array", "validity"]
+__all__ = [
+    "NUMPY_TYPES",
+    "NotUtf8",
+    "list_array",
+    "numpy_view",
+    "primitive_array",
+    "string_array",
+    "strings",
+    "validity",
+]
 
 NUMPY_TYPES: dict[pa.DataType, Any] = {
     pa.int8(): np.int8, pa.int16(): np.int16, pa.int32(): np.int32, pa.int64(): np.int64,
@@ -89,3 +98,32 @@ def list_array(parts: Sequence[np.ndarray | None], value_type: pa.DataType) -> p
         null_count=int(len(parts) - valid.sum()),
         children=[child],
     )
+
+
+class NotUtf8:
+    """A string cell whose bytes are not UTF-8 (Parquet does not check them), for the caller to reject."""
+
+    __slots__ = ("position",)
+
+    def __init__(self, position: int) -> None:
+        self.position = position  # of the first bad byte
+
+    def __str__(self) -> str:
+        return f"not valid UTF-8 (byte {self.position})"
+
+
+def strings(array: pa.Array) -> list[str | NotUtf8 | None]:
+    """A string column's cells as Python strings, a :class:`NotUtf8` for each cell that is not UTF-8."""
+    try:
+        values: list[str | NotUtf8 | None] = array.to_pylist()
+        return values
+    except UnicodeDecodeError:
+        pass
+    binary = array.view(pa.large_binary() if pa.types.is_large_string(array.type) else pa.binary())
+    cells: list[str | NotUtf8 | None] = []
+    for raw in binary.to_pylist():
+        try:
+            cells.append(None if raw is None else raw.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            cells.append(NotUtf8(exc.start))
+    return cells

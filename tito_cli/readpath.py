@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .arrow import NUMPY_TYPES, numpy_view, validity
+from .arrow import NUMPY_TYPES, NotUtf8, numpy_view, strings, validity
 from .errors import SchemaError, UnreadableLogError
 from .logfiles import READ_COLUMNS, LogFile
 from .turns import RowRef
@@ -35,7 +35,12 @@ __all__ = [
 ]
 
 _LIST_COLUMNS = ("prompt_ids", "output_ids", "output_logprobs")
-_STRING_COLUMNS = ("finish_reason", "prompt_messages", "response_message", "tools", "metadata")
+_TEXT_COLUMNS = ("finish_reason", "prompt_messages", "response_message", "tools", "metadata")
+
+#: A text cell: its UTF-8 bytes as a numpy view into the decoded column (as the
+#: reader hands it out: validation decodes it, and rejects the session if it is
+#: not UTF-8), or a str (rows built by hand).
+Text = np.ndarray | str
 
 
 @dataclass(slots=True)
@@ -46,11 +51,13 @@ class RawTurn:
     prompt_ids: np.ndarray | None
     output_ids: np.ndarray | None
     output_logprobs: np.ndarray | None
-    finish_reason: str | None
-    prompt_messages: str | None
-    response_message: str | None
-    tools: str | None
-    metadata: str | None
+    finish_reason: Text | None
+    #: A prompt's JSON text is the whole conversation so far (hundreds of
+    #: kilobytes): kept as bytes, the parser decodes only the part that is new.
+    prompt_messages: Text | None
+    response_message: Text | None
+    tools: Text | None
+    metadata: Text | None
     source: RowRef
 
 
@@ -197,7 +204,7 @@ def build_index(files: Sequence[LogFile], only: set[str] | None = None) -> LogIn
         # every command.
         local_of: dict[str, int] = {}
         local = np.fromiter(
-            (0 if sid is None else local_of.setdefault(sid, len(local_of)) for sid in sids.to_pylist()),
+            (0 if sid is None else local_of.setdefault(sid, len(local_of)) for sid in _session_ids(sids, log_file)),
             dtype=np.int64,
             count=n,
         )
@@ -233,6 +240,14 @@ def build_index(files: Sequence[LogFile], only: set[str] | None = None) -> LogIn
         sid = ids[int(code[lo])]
         places[sid] = SessionPlace(sid, group[lo:hi], row[lo:hi], int(row_bytes[lo:hi].sum()))
     return LogIndex(row_groups, places)
+
+
+def _session_ids(sids: pa.Array, log_file: LogFile) -> list[str | None]:
+    cells = strings(sids)
+    for row, sid in enumerate(cells):
+        if isinstance(sid, NotUtf8):
+            raise SchemaError(f"session_id is {sid}", file=log_file.path, row=row)
+    return cells  # type: ignore[return-value]  # no NotUtf8 left
 
 
 def read_batch(files: Sequence[LogFile], batch: ReadBatch) -> Iterator[SessionRows]:
@@ -308,16 +323,11 @@ class _Columns:
         assert seq is not None  # a required column
         self.seq, self.seq_valid = _int64_values(seq)
         self.lists = {name: _ListColumn(array(name)) for name in _LIST_COLUMNS}
-        # Whole columns to Python at once: one C loop, not a scalar object per cell.
-        self.strings: dict[str, list[str | None] | None] = {}
-        for name in _STRING_COLUMNS:
-            column = array(name)
-            self.strings[name] = None if column is None else column.to_pylist()
+        self.texts = {name: _Utf8Column(array(name)) for name in _TEXT_COLUMNS}
 
     def row(self, r: int) -> RawTurn:
-        def text(name: str) -> str | None:
-            column = self.strings[name]
-            return None if column is None else column[r]
+        def text(name: str) -> Text | None:
+            return self.texts[name].get(r)
 
         return RawTurn(
             seq=int(self.seq[r]) if self.seq_valid[r] else None,
@@ -337,6 +347,28 @@ def rows_from_table(session_id: str, table: pa.Table, sources: Sequence[RowRef])
     """One session's rows from an Arrow table already in ``seq`` order (``sources[i]`` names row ``i``)."""
     columns = _Columns(table, "", 0, sources)
     return SessionRows(session_id, [columns.row(r) for r in range(table.num_rows)])
+
+
+class _Utf8Column:
+    """Row access to a string column as numpy views of each value's UTF-8 bytes."""
+
+    def __init__(self, array: pa.Array | None) -> None:
+        if array is None or pa.types.is_null(array.type):
+            self.valid = self.offsets = self.data = None
+            return
+        self.valid = validity(array)
+        # string or large_string (logfiles checks the schema)
+        offsets_type = np.int64 if pa.types.is_large_string(array.type) else np.int32
+        self.offsets = numpy_view(array.buffers()[1], offsets_type, array.offset, len(array) + 1)
+        data = array.buffers()[2]
+        self.data = numpy_view(data, np.uint8, 0, 0 if data is None else data.size)
+
+    def get(self, i: int) -> np.ndarray | None:
+        if self.valid is None or not self.valid[i]:
+            return None
+        assert self.offsets is not None and self.data is not None
+        view: np.ndarray = self.data[self.offsets[i] : self.offsets[i + 1]]
+        return view
 
 
 class _ListColumn:

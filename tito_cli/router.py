@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .policy import Policy
-from .turns import Message, Turn, canonical_json
+from .turns import Message, MessageKey, Turn, message_key
 
 __all__ = ["MergedRewrite", "Node", "SessionTree", "route"]
 
@@ -33,9 +33,9 @@ class MergedRewrite:
 class Node:
     role: str | None
     message: Message | None
-    #: Canonical JSON of ``message``; ``None`` matches nothing (a generated
+    #: Identity of ``message`` (turns.message_key); ``None`` matches nothing (a generated
     #: node whose response message is null, and the root).
-    key: str | None
+    key: MessageKey | None
     parent: Node | None = None
     #: Position among the parent's children: "first child" means lowest position.
     position: int = 0
@@ -46,13 +46,13 @@ class Node:
     #: Tool specs of the turn that mounted a system node (informational only).
     tools: Any = None
     #: Children by (role, key), each list in insertion order.
-    _index: dict[tuple[str | None, str], list[Node]] = field(default_factory=dict, repr=False)
+    _index: dict[tuple[str | None, MessageKey], list[Node]] = field(default_factory=dict, repr=False)
 
     @property
     def generated(self) -> bool:
         return self.turn is not None
 
-    def find_child(self, role: str | None, key: str) -> Node | None:
+    def find_child(self, role: str | None, key: MessageKey) -> Node | None:
         matches = self._index.get((role, key))
         return matches[0] if matches else None
 
@@ -68,7 +68,7 @@ class Node:
         if child.key is not None:
             self._index[(child.role, child.key)].remove(child)
         child.message = message
-        child.key = canonical_json(message)
+        child.key = message_key(message)
         # A rewrite is absorbed only when no sibling matched the message, so
         # no sibling holds this key yet and appending keeps insertion order.
         self._index.setdefault((child.role, child.key), []).append(child)
@@ -186,7 +186,7 @@ def route(turns: Iterable[Turn], policy: Policy) -> SessionTree:
             Node(
                 role="assistant",
                 message=response,
-                key=canonical_json(response) if response is not None else None,
+                key=message_key(response) if response is not None else None,
                 turn=turn,
                 turn_index=len(tree.turns),
             )

@@ -18,6 +18,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .arrow import NotUtf8, strings
 from .errors import SchemaError, UnreadableLogError
 from .logfiles import LogFile, classify_file, discover_files
 from .readpath import LogIndex, ReadBatch, SessionRows, build_index, read_batch
@@ -65,12 +66,13 @@ class TurnLog:
         invalid: dict[str, tuple[str, RowRef]] = {}
         for log_file in self.session_files:
             table = _read(log_file)
-            cols = {name: table.column(name).to_pylist() for name in log_file.columns}
+            cols = {name: _cells(table.column(name)) for name in log_file.columns}
             for row in range(table.num_rows):
                 ref = RowRef(str(log_file.path), row)
                 sid = cols["session_id"][row]
-                if sid is None:
-                    raise SchemaError("session_id is null", file=log_file.path, row=row)
+                if sid is None or isinstance(sid, NotUtf8):
+                    what = "null" if sid is None else str(sid)
+                    raise SchemaError(f"session_id is {what}", file=log_file.path, row=row)
                 try:
                     info = _session_info(cols, row, ref)
                 except ValueError as exc:
@@ -124,10 +126,20 @@ def _read(log_file: LogFile) -> pa.Table:
         raise UnreadableLogError(f"cannot read ({exc})", file=log_file.path) from None
 
 
+def _cells(column: pa.ChunkedArray) -> list[Any]:
+    array = column.combine_chunks()
+    if pa.types.is_string(array.type) or pa.types.is_large_string(array.type):
+        return strings(array)
+    return array.to_pylist()
+
+
 def _session_info(cols: dict[str, list[Any]], row: int, ref: RowRef) -> SessionInfo:
     def get(name: str) -> Any:
         column = cols.get(name)
-        return None if column is None else column[row]
+        value = None if column is None else column[row]
+        if isinstance(value, NotUtf8):
+            raise ValueError(f"sessions {name} is {value}")
+        return value
 
     reward = get("reward")
     reward = 0.0 if reward is None else float(reward)

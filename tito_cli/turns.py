@@ -8,13 +8,14 @@ ids stay numpy arrays end to end: a long session holds millions of prompt ids.
 from __future__ import annotations
 
 import json
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["Message", "RowRef", "SessionInfo", "Turn", "canonical_json"]
+__all__ = ["Message", "MessageKey", "RowRef", "SessionInfo", "Turn", "canonical_json", "message_key"]
 
 Message = dict[str, Any]
 IdArray = npt.NDArray[np.int32]
@@ -36,6 +37,48 @@ def canonical_json(value: Any) -> str:
     ``json.dumps(value, sort_keys=True, ensure_ascii=False)`` texts are equal.
     """
     return _CANONICAL.encode(value)
+
+
+# Tags of the containers in a message key.  A key is a str (a JSON string) or a
+# tuple starting with one of these ints, so keys of different kinds never compare equal.
+_OBJECT, _ARRAY, _OTHER = 0, 1, 2
+
+MessageKey = Hashable
+
+
+class _ParsedPairs(tuple):  # type: ignore[type-arg]
+    """An object read back from canonical JSON text: its (key, value) pairs in text order."""
+
+
+def message_key(value: Any) -> MessageKey:
+    """A key equal to another exactly when their :func:`canonical_json` texts are equal.
+
+    The router looks messages up by identity (SPEC §3).  Encoding a long tool
+    result to canonical JSON escapes every character of it; this key instead
+    mirrors the canonical text's tree with the strings themselves (hashed
+    once, compared with memcmp): a string is itself (JSON's string encoding is
+    one-to-one), an object is its pairs in the text's order (sorted keys), an
+    array its items.  Numbers, booleans and null keep their canonical text,
+    which is what identity compares (``1`` vs ``1.0``, ``-0.0``, NaN).
+    """
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict):
+        pairs = []
+        for k, v in value.items():
+            if not isinstance(k, str):
+                # Keys such as 2 and 10 are sorted as numbers, then written as "2" and "10",
+                # and 1 and "1" write the same text: only the text says what identity sees.
+                return message_key(json.loads(canonical_json(value), object_pairs_hook=_ParsedPairs))
+            # Most values are strings: no call for them (this runs for every new message).
+            pairs.append((k, v if type(v) is str else message_key(v)))
+        pairs.sort()  # keys are unique: the sort never compares values
+        return (_OBJECT, *pairs)
+    if isinstance(value, _ParsedPairs):
+        return (_OBJECT, *[(k, message_key(v)) for k, v in value])
+    if isinstance(value, (list, tuple)):
+        return (_ARRAY, *[v if type(v) is str else message_key(v) for v in value])
+    return (_OTHER, canonical_json(value))
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,17 +107,17 @@ class Turn:
     tools: Any = None
     metadata: Any = None
     source: RowRef | None = None
-    #: Canonical JSON of each prompt message, filled by whoever parsed the
-    #: messages (the reader caches it across turns); computed lazily otherwise.
-    message_keys: list[str] | None = field(default=None, repr=False)
+    #: Identity key (:func:`message_key`) of each prompt message, filled by whoever
+    #: parsed the messages (the reader caches it across turns); computed lazily otherwise.
+    message_keys: list[MessageKey] | None = field(default=None, repr=False)
     #: Set by the reader when this prompt's message list starts with all of an
     #: earlier turn's prompt messages (the same objects): ``(that turn, how many)``.
     #: The router then starts below where that turn's prompt ended.
     extends: tuple[Turn, int] | None = field(default=None, repr=False)
 
-    def keys(self) -> list[str]:
+    def keys(self) -> list[MessageKey]:
         if self.message_keys is None:
-            self.message_keys = [canonical_json(m) for m in self.prompt_messages]
+            self.message_keys = [message_key(m) for m in self.prompt_messages]
         return self.message_keys
 
 

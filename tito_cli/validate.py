@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 
 from .errors import InvalidSessionError
-from .readpath import SessionRows
-from .turns import Message, RowRef, Turn, canonical_json
+from .readpath import SessionRows, Text
+from .turns import Message, MessageKey, RowRef, Turn, message_key
 
 __all__ = ["parse_session"]
 
@@ -24,11 +24,31 @@ INT32_MAX = 2**31 - 1
 @dataclass(slots=True)
 class _ParsedPrompt:
     messages: list[Message]
-    keys: list[str]
+    keys: list[MessageKey]
     #: Number of the earlier prompt (in parse order) this one extends, and how
     #: many of its messages it shares (all of them); ``None``/0 when parsed whole.
     source: int | None
     shared: int
+
+
+_JSON_SPACE = frozenset(b" \t\r\n")
+_CLOSE = ord("]")
+
+
+def _text(cell: Text | None, what: str) -> str | None:
+    """A text cell as a str; ``ValueError`` naming the column if its bytes are not UTF-8."""
+    if cell is None or isinstance(cell, str):
+        return cell
+    try:
+        return cell.tobytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{what} is not valid UTF-8 (byte {exc.start})") from None
+
+
+def _decode(utf8: np.ndarray) -> str:
+    text = _text(utf8, "prompt_messages")
+    assert text is not None
+    return text
 
 
 class _MessageParser:
@@ -37,24 +57,32 @@ class _MessageParser:
     A session's prompts mostly extend the previous prompt by a few messages.
     When the raw JSON text starts with an earlier prompt's text minus its
     closing bracket, followed by a comma, only the new tail is parsed and
-    canonicalised (JSON is parsed left to right, so the shared prefix means
-    the same messages, as the same objects).  Each earlier prompt's "head"
-    (its text without the closing bracket) is cut once, when it is
-    remembered, so checking a candidate is one prefix comparison, not a copy
-    of a long prompt.  The result says which earlier prompt was extended, so
-    that validation and routing can skip the shared messages too.
+    keyed (JSON is parsed left to right, so the shared prefix means the same
+    messages, as the same objects).  The texts stay UTF-8 bytes viewed in the
+    decoded column: checking a candidate is one comparison of two views, and
+    only the new tail is ever turned into a str (a prompt's text is the whole
+    conversation, hundreds of kilobytes; copying each into a str cost more
+    than all of the routing).  The result says which earlier prompt was
+    extended, so that validation and routing can skip the shared messages too.
     """
 
     def __init__(self) -> None:
-        self._recent: list[tuple[str | None, list[Message], list[str], int]] = []
+        # (head: the text up to its closing bracket, messages, keys, prompt number), newest first.
+        self._recent: list[tuple[np.ndarray | None, list[Message], list[MessageKey], int]] = []
         self._count = 0
 
-    def parse(self, raw: str) -> _ParsedPrompt:
+    def parse(self, raw: Text) -> _ParsedPrompt:
+        if isinstance(raw, str):
+            raw = np.frombuffer(raw.encode("utf-8"), dtype=np.uint8)
         parsed: _ParsedPrompt | None = None
         for head, prev_messages, prev_keys, number in self._recent:
-            if head is None or not raw.startswith(head):
+            if head is None or len(raw) <= len(head) or not np.array_equal(raw[: len(head)], head):
                 continue
-            rest = raw[len(head) :].lstrip()
+            try:
+                # The head ends on a character boundary of its own text, so of this one too.
+                rest = _decode(raw[len(head) :]).lstrip()
+            except ValueError:
+                continue  # the full parse below reports the error at its true position
             if rest == "]":
                 parsed = _ParsedPrompt(prev_messages, prev_keys, number, len(prev_messages))
                 break
@@ -66,27 +94,28 @@ class _MessageParser:
                 if not tail:
                     # "[a, b,]": a trailing comma, not JSON.  Let the full parse say so.
                     continue
-                keys = prev_keys + [canonical_json(m) if isinstance(m, dict) else "" for m in tail]
+                keys = prev_keys + [message_key(m) if isinstance(m, dict) else "" for m in tail]
                 parsed = _ParsedPrompt(prev_messages + tail, keys, number, len(prev_messages))
                 break
         if parsed is None:
-            messages = json.loads(raw)
+            messages = json.loads(_decode(raw))
             if not isinstance(messages, list):
                 raise ValueError("prompt_messages is not a JSON array")
-            keys = [canonical_json(m) if isinstance(m, dict) else "" for m in messages]
+            keys = [message_key(m) if isinstance(m, dict) else "" for m in messages]
             parsed = _ParsedPrompt(messages, keys, None, 0)
-        # The head is the text before the closing bracket (one copy of the prompt).
+        # The head is the text before the closing bracket (a view: nothing is copied).
         end = len(raw)
-        while end and raw[end - 1] in " \t\r\n":
+        while end and raw[end - 1] in _JSON_SPACE:
             end -= 1
-        head = raw[: end - 1] if parsed.messages and end and raw[end - 1] == "]" else None
+        head = raw[: end - 1] if parsed.messages and end and raw[end - 1] == _CLOSE else None
         self._recent.insert(0, (head, parsed.messages, parsed.keys, self._count))
         self._count += 1
         del self._recent[4:]
         return parsed
 
 
-def _parse_json(raw: str | None, what: str, expected: type | None) -> Any:
+def _parse_json(cell: Text | None, what: str, expected: type | None) -> Any:
+    raw = _text(cell, what)
     if raw is None:
         return None
     try:
@@ -125,7 +154,8 @@ def parse_session(rows: SessionRows) -> list[Turn]:
             seen[raw.seq] = raw.source
             prompt_ids = _ids(raw.prompt_ids, "prompt_ids")
             output_ids = _ids(raw.output_ids, "output_ids")
-            if raw.finish_reason is None:
+            finish_reason = _text(raw.finish_reason, "finish_reason")
+            if finish_reason is None:
                 raise ValueError("finish_reason is null")
             if raw.prompt_messages is None:
                 raise ValueError("prompt_messages is null")
@@ -166,7 +196,7 @@ def parse_session(rows: SessionRows) -> list[Turn]:
                 prompt_ids=prompt_ids,
                 output_ids=output_ids,
                 output_logprobs=logprobs,
-                finish_reason=raw.finish_reason,
+                finish_reason=finish_reason,
                 prompt_messages=messages,
                 response_message=response,
                 tools=tools,
