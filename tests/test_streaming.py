@@ -114,6 +114,20 @@ def test_ids_stay_views_into_the_decoded_column(tmp_path: Path) -> None:
         assert turn.output_logprobs is not None and turn.output_logprobs.dtype == np.float32
 
 
+def test_statistics_vouch_for_the_ids_only_when_the_file_has_them(tmp_path: Path) -> None:
+    folder = _interleaved_log(tmp_path)
+    # The capture writer writes column statistics: validation need not scan the ids again.
+    rows = [row for session in TurnLog.open([folder]).iter_sessions() for row in session.rows]
+    assert rows and all(row.ids_in_range for row in rows)
+    # The same rows in a file without statistics: every row's ids are checked.
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for path in folder.glob("*.parquet"):
+        pq.write_table(pq.read_table(path), bare / path.name, write_statistics=False)
+    rows = [row for session in TurnLog.open([bare]).iter_sessions() for row in session.rows]
+    assert rows and not any(row.ids_in_range for row in rows)
+
+
 def test_other_integer_types_are_read_and_checked(tmp_path: Path) -> None:
     schema = pa.schema(
         [f.with_type(pa.list_(pa.int64())) if f.name in ("prompt_ids", "output_ids") else f for f in TURNS_SCHEMA]

@@ -35,6 +35,8 @@ __all__ = [
 ]
 
 _LIST_COLUMNS = ("prompt_ids", "output_ids", "output_logprobs")
+_ID_COLUMNS = ("prompt_ids", "output_ids")
+INT32_MAX = 2**31 - 1
 _TEXT_COLUMNS = ("finish_reason", "prompt_messages", "response_message", "tools", "metadata")
 
 #: A text cell: its UTF-8 bytes as a numpy view into the decoded column (as the
@@ -59,6 +61,9 @@ class RawTurn:
     tools: Text | None
     metadata: Text | None
     source: RowRef
+    #: True when the row group's statistics show every prompt and output id in
+    #: 0..INT32_MAX, so validation need not scan them again.
+    ids_in_range: bool = False
 
 
 @dataclass(slots=True)
@@ -296,18 +301,46 @@ def _load_group(files: Sequence[LogFile], group: RowGroup) -> _Columns:
             columns = [name for name in READ_COLUMNS if name in log_file.columns]
             # One worker, one core: pyarrow's own threads would compete with the other workers.
             table = parquet.read_row_group(group.index, columns=columns, use_threads=False)
+            ids_in_range = _ids_in_range(parquet.metadata.row_group(group.index))
     except (OSError, pa.ArrowException) as exc:
         raise UnreadableLogError(f"cannot read ({exc})", file=log_file.path) from None
-    return _Columns(table, str(log_file.path), group.first_row)
+    return _Columns(table, str(log_file.path), group.first_row, ids_in_range=ids_in_range)
+
+
+def _ids_in_range(meta: pq.RowGroupMetaData) -> bool:
+    """Whether the row group's min/max statistics put every prompt and output id in 0..INT32_MAX.
+
+    Writers compute them from the values as they write (the capture writer,
+    pyarrow, Spark do), so validation can skip one scan of every prompt's ids,
+    a pass over the largest column of the log.  Without statistics, each row
+    is checked.
+    """
+    unseen = set(_ID_COLUMNS)
+    for c in range(meta.num_columns):
+        column = meta.column(c)
+        name = column.path_in_schema.split(".")[0]
+        if name in unseen:
+            stats = column.statistics
+            if stats is None or not stats.has_min_max or stats.min < 0 or stats.max > INT32_MAX:
+                return False
+            unseen.discard(name)
+    return not unseen
 
 
 class _Columns:
     """One decoded row group, handing out rows as :class:`RawTurn` with numpy views for the ids."""
 
     def __init__(
-        self, table: pa.Table, file_name: str, first_row: int, sources: Sequence[RowRef] | None = None
+        self,
+        table: pa.Table,
+        file_name: str,
+        first_row: int,
+        sources: Sequence[RowRef] | None = None,
+        *,
+        ids_in_range: bool = False,
     ) -> None:
         self.file_name = file_name
+        self.ids_in_range = ids_in_range
         self.first_row = first_row
         #: Where each row came from, when the table is not one file's row group (the Ray engine).
         self.sources = sources
@@ -340,6 +373,7 @@ class _Columns:
             tools=text("tools"),
             metadata=text("metadata"),
             source=RowRef(self.file_name, self.first_row + r) if self.sources is None else self.sources[r],
+            ids_in_range=self.ids_in_range,
         )
 
 

@@ -125,7 +125,9 @@ class SamplesWriter:
     def _write_row_group(self) -> None:
         if not self._tables:
             return
-        table = pa.concat_tables(self._tables).combine_chunks().replace_schema_metadata(self.schema.metadata)
+        # Not combined into one chunk per column: the writer streams chunks into the same
+        # pages (the bytes are the same either way), and combining copies every token once more.
+        table = pa.concat_tables(self._tables).replace_schema_metadata(self.schema.metadata)
         self._writer.write_table(table)
         self.samples_written += table.num_rows
         self._tables = []

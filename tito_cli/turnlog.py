@@ -130,7 +130,8 @@ def _cells(column: pa.ChunkedArray) -> list[Any]:
     array = column.combine_chunks()
     if pa.types.is_string(array.type) or pa.types.is_large_string(array.type):
         return strings(array)
-    return array.to_pylist()
+    values: list[Any] = array.to_pylist()
+    return values
 
 
 def _session_info(cols: dict[str, list[Any]], row: int, ref: RowRef) -> SessionInfo:

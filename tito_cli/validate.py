@@ -14,12 +14,11 @@ from typing import Any
 import numpy as np
 
 from .errors import InvalidSessionError
-from .readpath import SessionRows, Text
+from .readpath import INT32_MAX, SessionRows, Text
 from .turns import Message, MessageKey, RowRef, Turn, message_key
 
 __all__ = ["parse_session"]
 
-INT32_MAX = 2**31 - 1
 
 @dataclass(slots=True)
 class _ParsedPrompt:
@@ -128,12 +127,13 @@ def _parse_json(cell: Text | None, what: str, expected: type | None) -> Any:
     return value
 
 
-def _ids(values: np.ndarray | None, what: str) -> np.ndarray:
+def _ids(values: np.ndarray | None, what: str, in_range: bool) -> np.ndarray:
     if values is None:
         raise ValueError(f"{what} is null")
-    # int32 values cannot exceed the upper bound: one pass over the ids, not two.
+    # int32 values cannot exceed the upper bound: one pass over the ids, not two; and
+    # none when the row group's statistics already bound them (readpath._ids_in_range).
     too_big = values.dtype.itemsize > 4 or values.dtype.kind == "u"
-    if values.size and (values.min() < 0 or (too_big and values.max() > INT32_MAX)):
+    if not in_range and values.size and (values.min() < 0 or (too_big and values.max() > INT32_MAX)):
         bad = values[(values < 0) | (values > INT32_MAX)][0]
         raise ValueError(f"{what} holds {int(bad)}, outside 0..{INT32_MAX}")
     # Already int32 (the capture format): keep the view into the decoded column.
@@ -152,8 +152,8 @@ def parse_session(rows: SessionRows) -> list[Turn]:
             if raw.seq in seen:
                 raise ValueError(f"duplicate seq {raw.seq} (also at {seen[raw.seq]})")
             seen[raw.seq] = raw.source
-            prompt_ids = _ids(raw.prompt_ids, "prompt_ids")
-            output_ids = _ids(raw.output_ids, "output_ids")
+            prompt_ids = _ids(raw.prompt_ids, "prompt_ids", raw.ids_in_range)
+            output_ids = _ids(raw.output_ids, "output_ids", raw.ids_in_range)
             finish_reason = _text(raw.finish_reason, "finish_reason")
             if finish_reason is None:
                 raise ValueError("finish_reason is null")

@@ -9,7 +9,6 @@ import traceback
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
-import click
 import typer
 from rich.console import Console
 
@@ -75,9 +74,9 @@ def guarded(command: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return command(*args, **kwargs)
-        except (typer.Exit, typer.Abort, SystemExit, click.exceptions.ClickException, typer.BadParameter):
-            # typer >= 0.20 vendors click: its BadParameter is not click's ClickException, and
-            # must still reach typer to become a usage error (exit 2).
+        except (typer.Exit, typer.Abort, SystemExit, typer.BadParameter):
+            # typer's own ways out (a usage error is exit 2).  Named through typer, not click:
+            # typer vendors click from 0.26 on, and importing click too costs start-up time.
             raise
         except TitoError as error:
             if state.verbose:
