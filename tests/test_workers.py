@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -38,6 +39,22 @@ def test_two_workers_write_the_same_bytes_as_one(tmp_path: Path, name: str) -> N
     assert (tmp_path / "one.parquet.rejects.jsonl").read_text() == (tmp_path / "two.parquet.rejects.jsonl").read_text()
     assert two.totals == one.totals
     assert two.sessions == one.sessions > 0
+
+
+def test_worker_handoff_files_never_outlive_the_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    logs, policy = _conformance_log(tmp_path, "random-threshold-2")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    rebuild([logs], tmp_path / "two.parquet", policy, workers=2, batch_bytes=1)
+    assert list(scratch.iterdir()) == []
+    # Nor when the run stops half-way (the consumer gives up after the first output).
+    corpus = Corpus.open([logs], policy)
+    outputs = rebuild_outputs(corpus, workers=2, batch_bytes=1, spill_dir=tmp_path)
+    first = next(outputs)
+    assert first.session_id == corpus.session_ids()[0]
+    outputs.close()
+    assert list(scratch.iterdir()) == []
 
 
 def test_outputs_come_in_session_id_order_whatever_the_log_order(tmp_path: Path) -> None:

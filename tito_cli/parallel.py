@@ -35,6 +35,7 @@ from .logfiles import LogFile
 from .policy import Policy
 from .readpath import LogIndex, ReadBatch, read_batch
 from .samples import session_table
+from .schema import SAMPLES_SCHEMA
 from .turns import RowRef, SessionInfo
 
 __all__ = [
@@ -65,15 +66,19 @@ class SessionOutput:
     """What the writer and the summary need from one rebuilt session."""
 
     session_id: str
-    #: The session's sample rows (``samples.session_table``); ``None`` while parked in the spill file.
+    #: The session's sample rows (``samples.session_table``); ``None`` while parked in the spill
+    #: file or on its way from a worker (``handoff``).
     table: pa.Table | None
     report: SessionReport
+    #: (file, first record batch, record batches) of the rows in a worker's handoff file.
+    handoff: tuple[str, int, int] | None = None
 
 
 #: Batches per worker: more keep every core busy to the end (a batch runs on one
-#: core); cuts fall between sessions that share no row group (LogIndex.batches),
-#: so more batches cost little re-reading.
-BATCHES_PER_WORKER = 4
+#: core, and the last one to finish runs alone: half a batch of idle core on
+#: average); cuts fall between sessions that share no row group
+#: (LogIndex.batches), so more batches cost little re-reading.
+BATCHES_PER_WORKER = 8
 
 
 def plan_batches(index: LogIndex, workers: int, batch_bytes: float | None = None) -> list[ReadBatch]:
@@ -117,9 +122,61 @@ def rebuild_batch(
     infos: dict[str, SessionInfo],
     invalid: dict[str, tuple[str, RowRef]],
     policy: Policy,
+    *,
+    handoff_dir: str | None = None,
 ) -> list[SessionOutput | Reject]:
-    """:func:`iter_batch` as a list: the task a worker process runs."""
-    return list(iter_batch(files, batch, infos, invalid, policy))
+    """:func:`iter_batch` as a list: the task a worker process runs.
+
+    With ``handoff_dir``, the sample rows travel in a file there (see
+    :class:`_Handoff`) and each output's ``table`` is left ``None``.
+    """
+    outputs = list(iter_batch(files, batch, infos, invalid, policy))
+    if handoff_dir is not None:
+        _Handoff.write(outputs, handoff_dir)
+    return outputs
+
+
+class _Handoff:
+    """Sample rows from a worker to the writer through a file instead of the result pipe.
+
+    Pickling a batch's tables through the pipe copies every token three
+    times more (pickle, pipe, unpickle), on the writer's side too, and the
+    writer is the one serial stage.  A worker writes its batch's rows to one
+    Arrow IPC file; the writer maps it and hands the tables to the Parquet
+    writer without copying them.  The file is unlinked as soon as it is
+    mapped.
+    """
+
+    @staticmethod
+    def write(outputs: list[SessionOutput | Reject], folder: str) -> None:
+        tables = [o for o in outputs if isinstance(o, SessionOutput)]
+        fd, path = tempfile.mkstemp(prefix="batch-", suffix=".arrow", dir=folder)
+        with os.fdopen(fd, "wb") as sink, pa.ipc.new_file(sink, SAMPLES_SCHEMA) as stream:
+            batch_number = 0
+            for output in tables:
+                assert output.table is not None
+                batches = output.table.to_batches()
+                for record_batch in batches:
+                    stream.write_batch(record_batch)
+                output.handoff = (path, batch_number, len(batches))
+                batch_number += len(batches)
+                output.table = None
+
+    @staticmethod
+    def read(outputs: list[SessionOutput | Reject]) -> None:
+        readers: dict[str, pa.ipc.RecordBatchFileReader] = {}
+        for output in outputs:
+            if not isinstance(output, SessionOutput) or output.handoff is None:
+                continue
+            path, first, count = output.handoff
+            if path not in readers:
+                readers[path] = pa.ipc.open_file(pa.memory_map(path))
+                os.unlink(path)  # the mapping stays valid; nothing is left behind
+            reader = readers[path]
+            output.table = pa.Table.from_batches(
+                [reader.get_batch(i) for i in range(first, first + count)], schema=SAMPLES_SCHEMA
+            )
+            output.handoff = None
 
 
 def _drop(result: SessionResult) -> None:
@@ -176,20 +233,28 @@ def _run(
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=worker_context())
     pending: deque[Future[list[SessionOutput | Reject]]] = deque()
     todo = iter(batches)
-    try:
-        # Keep every worker busy plus one batch queued; take results in submission order.
-        for batch in todo:
-            pending.append(pool.submit(rebuild_batch, *task(batch)))
-            if len(pending) > workers:
-                break
-        while pending:
-            outputs = pending.popleft().result()
-            next_batch = next(todo, None)
-            if next_batch is not None:
-                pending.append(pool.submit(rebuild_batch, *task(next_batch)))
-            yield outputs
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+    # Handoff files live only between a worker's write and this process's read (which unlinks
+    # them); the folder goes when the run ends, whatever the ending.
+    with tempfile.TemporaryDirectory(prefix="tito-handoff-") as handoff_dir:
+        try:
+            # Keep every worker busy plus one batch queued; take results in submission order.
+            for batch in todo:
+                pending.append(pool.submit(_in_worker, task(batch), handoff_dir))
+                if len(pending) > workers:
+                    break
+            while pending:
+                outputs = pending.popleft().result()
+                next_batch = next(todo, None)
+                if next_batch is not None:
+                    pending.append(pool.submit(_in_worker, task(next_batch), handoff_dir))
+                _Handoff.read(outputs)
+                yield outputs
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _in_worker(args: tuple[Any, ...], handoff_dir: str) -> list[SessionOutput | Reject]:
+    return rebuild_batch(*args, handoff_dir=handoff_dir)
 
 
 def worker_context() -> multiprocessing.context.BaseContext:

@@ -9,6 +9,7 @@ from typing import Any
 import typer
 
 from ..errors import EXIT_OK, EXIT_REJECTED
+from ..parallel import BATCHES_PER_WORKER
 from ..policy import DEFAULT_FORK_THRESHOLD, Policy
 from ..rebuild import rebuild as rebuild_logs
 from ..render.summary import render_rebuild_summary
@@ -58,7 +59,7 @@ def rebuild(
         None,
         "--batch-mb",
         min=0,
-        show_default="the log split in two batches per worker",
+        show_default=f"the log split in {BATCHES_PER_WORKER} batches per worker",
         help="Size (MiB of decoded turn columns) of the batches of sessions handed to workers.",
     ),
     engine: EngineChoice = typer.Option(
