@@ -19,7 +19,7 @@ from tito_cli.readpath import ReadBatch, read_batch
 from tito_cli.schema import TURNS_SCHEMA, table_metadata
 from tito_cli.turnlog import TurnLog
 from tito_cli.turns import message_key
-from tito_cli.validate import _MessageParser, parse_session
+from tito_cli.validate import _all_finite, _MessageParser, parse_session
 
 from .helpers import write_log
 
@@ -207,3 +207,13 @@ def test_message_parser_reuse_gives_the_full_parse() -> None:
             assert parsed.source < number and parsed.shared == len(earlier)
             assert parsed.messages[: parsed.shared] == earlier
     assert reused >= 4
+
+
+def test_logprob_finiteness_is_exact_at_the_float_limits() -> None:
+    # The float32 check sums in float64: huge finite values must not overflow into a false alarm.
+    assert _all_finite(np.full(1000, -3.4e38, dtype=np.float32))
+    assert _all_finite(np.full(4, -1.7e308))  # float64 values are checked one by one
+    assert _all_finite(np.zeros(0, dtype=np.float32))
+    for bad in (np.nan, np.inf, -np.inf):
+        assert not _all_finite(np.array([-0.5, bad, -1.0], dtype=np.float32))
+        assert not _all_finite(np.array([-0.5, bad]))

@@ -82,6 +82,8 @@ class RowGroup:
     num_rows: int
     #: Uncompressed size of the columns read, per row (a planning estimate).
     bytes_per_row: float
+    #: The statistics put every prompt and output id in 0..INT32_MAX (see _row_group_facts).
+    ids_in_range: bool = False
 
 
 @dataclass(slots=True)
@@ -187,15 +189,11 @@ def build_index(files: Sequence[LogFile], only: set[str] | None = None) -> LogIn
         first = 0
         for g in range(parquet.metadata.num_row_groups):
             meta = parquet.metadata.row_group(g)
-            size = sum(
-                meta.column(c).total_uncompressed_size
-                for c in range(meta.num_columns)
-                if meta.column(c).path_in_schema.split(".")[0] in READ_COLUMNS
-            )
+            size, ids_in_range = _row_group_facts(meta)
             rows = meta.num_rows
             group_of_row[first : first + rows] = len(row_groups)
             row_in_group[first : first + rows] = np.arange(rows)
-            row_groups.append(RowGroup(number, g, first, rows, size / max(rows, 1)))
+            row_groups.append(RowGroup(number, g, first, rows, size / max(rows, 1), ids_in_range))
             first += rows
         keep = np.ones(n, dtype=bool)
         if sids.null_count:
@@ -301,30 +299,35 @@ def _load_group(files: Sequence[LogFile], group: RowGroup) -> _Columns:
             columns = [name for name in READ_COLUMNS if name in log_file.columns]
             # One worker, one core: pyarrow's own threads would compete with the other workers.
             table = parquet.read_row_group(group.index, columns=columns, use_threads=False)
-            ids_in_range = _ids_in_range(parquet.metadata.row_group(group.index))
     except (OSError, pa.ArrowException) as exc:
         raise UnreadableLogError(f"cannot read ({exc})", file=log_file.path) from None
-    return _Columns(table, str(log_file.path), group.first_row, ids_in_range=ids_in_range)
+    return _Columns(table, str(log_file.path), group.first_row, ids_in_range=group.ids_in_range)
 
 
-def _ids_in_range(meta: pq.RowGroupMetaData) -> bool:
-    """Whether the row group's min/max statistics put every prompt and output id in 0..INT32_MAX.
+def _row_group_facts(meta: pq.RowGroupMetaData) -> tuple[int, bool]:
+    """The decoded size of the columns read, and whether the statistics bound every id.
 
-    Writers compute them from the values as they write (the capture writer,
-    pyarrow, Spark do), so validation can skip one scan of every prompt's ids,
-    a pass over the largest column of the log.  Without statistics, each row
-    is checked.
+    The second is true when the min/max statistics of ``prompt_ids`` and
+    ``output_ids`` put every id in 0..INT32_MAX.  Writers compute them from
+    the values as they write (the capture writer, pyarrow, Spark do), so
+    validation can skip one scan of every prompt's ids, a pass over the
+    largest column of the log.  Without statistics, each row is checked.
     """
+    size = 0
     unseen = set(_ID_COLUMNS)
+    bounded = True
     for c in range(meta.num_columns):
         column = meta.column(c)
         name = column.path_in_schema.split(".")[0]
+        if name not in READ_COLUMNS:
+            continue
+        size += column.total_uncompressed_size
         if name in unseen:
+            unseen.discard(name)
             stats = column.statistics
             if stats is None or not stats.has_min_max or stats.min < 0 or stats.max > INT32_MAX:
-                return False
-            unseen.discard(name)
-    return not unseen
+                bounded = False
+    return size, bounded and not unseen
 
 
 class _Columns:

@@ -8,6 +8,7 @@ reason; only that session is lost.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -140,6 +141,14 @@ def _ids(values: np.ndarray | None, what: str, in_range: bool) -> np.ndarray:
     return values.astype(np.int32, copy=False)
 
 
+def _all_finite(values: np.ndarray) -> bool:
+    if values.dtype.itemsize <= 4:
+        # A float64 sum of float32 values cannot overflow (2**31 of them at most), so it
+        # is finite exactly when every value is: one pass, no temporary array.
+        return math.isfinite(values.sum(dtype=np.float64))
+    return bool(np.isfinite(values).all())
+
+
 def parse_session(rows: SessionRows) -> list[Turn]:
     """Validate one session's raw rows into turns (``seq`` order); raise on the first problem."""
     turns: list[Turn] = []
@@ -183,7 +192,7 @@ def parse_session(rows: SessionRows) -> list[Turn]:
                         "output_logprobs length differs from output_ids length "
                         f"({logprobs.size} logprobs, {output_ids.size} output ids)"
                     )
-                if not np.isfinite(logprobs).all():
+                if not _all_finite(logprobs):
                     raise ValueError("output_logprobs holds NaN or infinity")
                 logprobs = logprobs.astype(np.float32, copy=False)
         except ValueError as exc:
