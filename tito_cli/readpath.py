@@ -146,7 +146,9 @@ class LogIndex:
         A cut between two batches that both need a row group makes both decode
         it, so a batch that has reached its size is closed at the next *clean*
         cut (no later session reads a row group an earlier one read), unless
-        none comes before it has grown to twice its size.
+        none comes before it has grown to four times its size.  (At twice,
+        small logs cut almost only between sessions sharing row groups: the
+        20-session benchmark decoded 42 row groups for 28.)
         """
         order = self.in_log_order()
         if not order:
@@ -162,7 +164,7 @@ class LogIndex:
         for k, place in enumerate(order):
             current.append(place)
             size += place.nbytes
-            if size >= 2 * target_bytes or (size >= target_bytes and clean[k]):
+            if size >= 4 * target_bytes or (size >= target_bytes and clean[k]):
                 batches.append(ReadBatch(self.row_groups, current))
                 current, size = [], 0
         if current:
