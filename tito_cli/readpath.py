@@ -10,7 +10,7 @@ is sorted, taken, cast or converted to Python lists.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -360,8 +360,8 @@ class _Columns:
         seq = array("seq")
         assert seq is not None  # a required column
         self.seq, self.seq_valid = _int64_values(seq)
-        self.lists = {name: _ListColumn(array(name)) for name in _LIST_COLUMNS}
-        self.texts = {name: _Utf8Column(array(name)) for name in _TEXT_COLUMNS}
+        self.lists = {name: _Slices(array(name), _list_values) for name in _LIST_COLUMNS}
+        self.texts = {name: _Slices(array(name), _utf8_bytes) for name in _TEXT_COLUMNS}
 
     def row(self, r: int) -> RawTurn:
         def text(name: str) -> Text | None:
@@ -388,44 +388,21 @@ def rows_from_table(session_id: str, table: pa.Table, sources: Sequence[RowRef])
     return SessionRows(session_id, [columns.row(r) for r in range(table.num_rows)])
 
 
-class _Utf8Column:
-    """Row access to a string column as numpy views of each value's UTF-8 bytes."""
+class _Slices:
+    """Row access to a column of variable-length cells (lists, strings) as numpy views.
 
-    def __init__(self, array: pa.Array | None) -> None:
-        if array is None or pa.types.is_null(array.type):
-            self.valid = self.offsets = self.data = None
-            return
-        self.valid = validity(array)
-        # string or large_string (logfiles checks the schema)
-        offsets_type = np.int64 if pa.types.is_large_string(array.type) else np.int32
-        self.offsets = numpy_view(array.buffers()[1], offsets_type, array.offset, len(array) + 1)
-        data = array.buffers()[2]
-        self.data = numpy_view(data, np.uint8, 0, 0 if data is None else data.size)
+    A cell is a slice of the column's one values buffer between two offsets:
+    for a list column its values, for a string column its UTF-8 bytes.
+    """
 
-    def get(self, i: int) -> np.ndarray | None:
-        if self.valid is None or not self.valid[i]:
-            return None
-        assert self.offsets is not None and self.data is not None
-        view: np.ndarray = self.data[self.offsets[i] : self.offsets[i + 1]]
-        return view
-
-
-class _ListColumn:
-    """Row access to a list column as numpy slices, without converting values to Python."""
-
-    def __init__(self, array: pa.Array | None) -> None:
+    def __init__(self, array: pa.Array | None, values: Callable[[pa.Array], np.ndarray]) -> None:
         if array is None or pa.types.is_null(array.type):
             self.valid = self.offsets = self.values = None
             return
         self.valid = validity(array)
-        offsets_type = np.int64 if pa.types.is_large_list(array.type) else np.int32
-        self.offsets = numpy_view(array.buffers()[1], offsets_type, array.offset, len(array) + 1)
-        values = array.values
-        if values.null_count or values.type not in NUMPY_TYPES:
-            self.values = values.to_numpy(zero_copy_only=False)  # rare: nulls inside a list
-        else:
-            dtype = NUMPY_TYPES[values.type]
-            self.values = numpy_view(values.buffers()[1], dtype, values.offset, len(values))
+        large = pa.types.is_large_list(array.type) or pa.types.is_large_string(array.type)
+        self.offsets = numpy_view(array.buffers()[1], np.int64 if large else np.int32, array.offset, len(array) + 1)
+        self.values = values(array)
 
     def get(self, i: int) -> np.ndarray | None:
         if self.valid is None or not self.valid[i]:
@@ -433,3 +410,17 @@ class _ListColumn:
         assert self.offsets is not None and self.values is not None
         view: np.ndarray = self.values[self.offsets[i] : self.offsets[i + 1]]
         return view
+
+
+def _list_values(array: pa.Array) -> np.ndarray:
+    values = array.values
+    if values.null_count or values.type not in NUMPY_TYPES:
+        converted: np.ndarray = values.to_numpy(zero_copy_only=False)  # rare: nulls inside a list
+        return converted
+    return numpy_view(values.buffers()[1], NUMPY_TYPES[values.type], values.offset, len(values))
+
+
+def _utf8_bytes(array: pa.Array) -> np.ndarray:
+    # string or large_string (logfiles checks the schema); offsets index the whole buffer
+    data = array.buffers()[2]
+    return numpy_view(data, np.uint8, 0, 0 if data is None else data.size)
