@@ -132,7 +132,7 @@ def _ids(values: np.ndarray | None, what: str, in_range: bool) -> np.ndarray:
     if values is None:
         raise ValueError(f"{what} is null")
     # int32 values cannot exceed the upper bound: one pass over the ids, not two; and
-    # none when the row group's statistics already bound them (readpath._ids_in_range).
+    # none when the row group's statistics already bound them (readpath._row_group_facts).
     too_big = values.dtype.itemsize > 4 or values.dtype.kind == "u"
     if not in_range and values.size and (values.min() < 0 or (too_big and values.max() > INT32_MAX)):
         bad = values[(values < 0) | (values > INT32_MAX)][0]
