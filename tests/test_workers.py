@@ -117,16 +117,21 @@ def test_batches_cover_every_session_once_in_log_order(tmp_path: Path) -> None:
     assert len(plan_batches(index, workers=2)) == 1
 
 
-def test_a_worker_error_names_the_file(tmp_path: Path) -> None:
+def test_a_worker_error_names_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     logs, policy = _conformance_log(tmp_path, "random-threshold-1")
     corpus = Corpus.open([logs], policy)
     corpus.log.index()
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     # The file goes bad after the first pass: the worker that reads it raises, and the error crosses over.
-    victim = corpus.log.turn_files[0].path
+    victim = corpus.log.turn_files[-1].path
     victim.write_bytes(b"PAR1 not really")
     with pytest.raises(UnreadableLogError) as caught:
         list(rebuild_outputs(corpus, workers=2, batch_bytes=1))
     assert caught.value.file == str(victim)
+    # Batches that finished before the error left no handoff file behind.
+    assert list(scratch.iterdir()) == []
 
 
 def test_cli_workers_option(tmp_path: Path) -> None:
