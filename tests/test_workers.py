@@ -5,15 +5,18 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
+from tito_cli import parallel
 from tito_cli.cli import app
 from tito_cli.corpus import Corpus
 from tito_cli.errors import EXIT_BAD_INPUT, UnreadableLogError
 from tito_cli.parallel import SessionOutput, _InOrder, plan_batches, rebuild_outputs
 from tito_cli.policy import Policy
+from tito_cli.readpath import LogIndex, RowGroup, SessionPlace
 from tito_cli.rebuild import rebuild
 
 from .helpers import conformance_folders, read_jsonl, write_log
@@ -115,6 +118,29 @@ def test_batches_cover_every_session_once_in_log_order(tmp_path: Path) -> None:
     assert len(plan_batches(index, workers=2, batch_bytes=1)) == len(index.session_ids)
     # A log this small is not worth starting processes for.
     assert len(plan_batches(index, workers=2)) == 1
+
+
+def _index_of_sizes(sizes_mib: list[int]) -> LogIndex:
+    """A log index of sessions in one row group each (every cut is clean), of the given decoded sizes."""
+    groups = [RowGroup(0, g, g, 1, 0.0) for g in range(len(sizes_mib))]
+    places = {
+        f"s{g:03d}": SessionPlace(f"s{g:03d}", np.array([g]), np.array([0]), size << 20)
+        for g, size in enumerate(sizes_mib)
+    }
+    return LogIndex(groups, places)
+
+
+def test_batches_are_bounded_and_shrink_toward_the_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    index = _index_of_sizes([10] * 200)  # 2000 MiB
+    monkeypatch.setattr(parallel, "MAX_BATCH_BYTES", 64 << 20)
+    sizes = [b.nbytes >> 20 for b in plan_batches(index, workers=2)]
+    assert sum(sizes) == 2000
+    # Bounded whatever the log's size (a worker holds a whole batch's samples): a batch
+    # closes at the first session that takes it to the bound.
+    assert max(sizes) < 64 + 10
+    # The last batches are the shortest: the two workers finish close together.
+    assert sizes == sorted(sizes, reverse=True)
+    assert sizes[-1] == 10 and sizes[0] > 4 * sizes[-1]
 
 
 def test_a_worker_error_names_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -60,6 +60,11 @@ def default_workers() -> int:
 #: starting workers costs more than it saves.
 MIN_PARALLEL_BYTES = 64 << 20
 
+#: Batch size bound (decoded turn columns; a batch closes at the session that
+#: reaches it).  A worker holds its batch's sample rows until the batch is
+#: done, so batches must not grow with the log.
+MAX_BATCH_BYTES = 512 << 20
+
 
 @dataclass(slots=True)
 class SessionOutput:
@@ -85,16 +90,17 @@ def plan_batches(index: LogIndex, workers: int, batch_bytes: float | None = None
     """Cut the log into batches for ``workers`` processes.
 
     One worker reads the whole log in one log-order sweep (memory follows the
-    sessions open at a time).  Several workers get a few batches each, so that
-    a slow batch does not leave a core idle for long.
-    ``batch_bytes`` overrides the size (tests use it to force many batches).
+    sessions open at a time).  Several workers get several batches each (up
+    to about MAX_BATCH_BYTES), shrinking toward the end of the log so that
+    the workers finish together.  ``batch_bytes`` overrides the size (tests use
+    it to force many batches).
     """
-    if batch_bytes is None:
-        if workers <= 1 or index.nbytes < MIN_PARALLEL_BYTES:
-            batch_bytes = float("inf")
-        else:
-            batch_bytes = index.nbytes / (BATCHES_PER_WORKER * workers)
-    return index.batches(batch_bytes)
+    if batch_bytes is not None:
+        return index.batches(batch_bytes)
+    if workers <= 1 or index.nbytes < MIN_PARALLEL_BYTES:
+        return index.batches(float("inf"))
+    target = min(index.nbytes / (BATCHES_PER_WORKER * workers), MAX_BATCH_BYTES)
+    return index.batches(target, finish_together=workers)
 
 
 def iter_batch(
