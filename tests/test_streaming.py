@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tito_cli import readpath
+from tito_cli import readpath, turnlog
 from tito_cli.errors import InvalidSessionError, SchemaError
 from tito_cli.readpath import ReadBatch, read_batch
 from tito_cli.schema import TURNS_SCHEMA, table_metadata
@@ -79,6 +79,30 @@ def test_only_the_row_groups_holding_a_session_are_read(tmp_path: Path, monkeypa
     loaded.clear()
     list(log.iter_sessions(only={"y"}))
     assert sorted(loaded) == ["turns-test-000002.parquet", "turns-test-000003.parquet"]
+
+
+def test_one_session_after_the_whole_index_is_not_a_second_index_pass(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    logs = tmp_path / "logs"
+    write_log(logs, [_turn("x", 0, [1]), _turn("y", 0, [5]), _turn("x", 1, [1, 2]), _turn("y", 1, [6])], max_rows=2)
+    log = TurnLog.open([logs])
+    passes: list[object] = []
+    real = turnlog.build_index
+
+    def counting(files: Any, only: Any = None) -> Any:
+        passes.append(only)
+        return real(files, only)
+
+    monkeypatch.setattr(turnlog, "build_index", counting)
+    assert log.session_ids() == ["x", "y"]  # as `tito inspect` resolves an id or prefix
+    [y] = list(log.iter_sessions(only={"y"}))
+    assert [r.seq for r in y.rows] == [0, 1] and list(y.rows[1].prompt_ids) == [6]
+    assert passes == [None]
+    # Without the whole index, asking for one session reads only what it needs.
+    passes.clear()
+    [x] = list(TurnLog.open([logs]).iter_sessions(only={"x"}))
+    assert [r.seq for r in x.rows] == [0, 1] and passes == [{"x"}]
 
 
 def test_row_groups_are_dropped_after_their_last_session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

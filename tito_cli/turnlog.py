@@ -97,10 +97,15 @@ class TurnLog:
     def index(self, only: set[str] | None = None) -> LogIndex:
         """Where every session's rows are (first pass: ``session_id`` and ``seq`` only).
 
-        The whole log's index is cached; an ``only`` index is built afresh.
+        The whole log's index is cached; an ``only`` index is cut from it when
+        it exists (``tito inspect`` finds the id, then reads that session),
+        and built afresh otherwise.
         """
-        if only is None and self._index is not None:
-            return self._index
+        if self._index is not None:
+            if only is None:
+                return self._index
+            places = {sid: place for sid, place in self._index.places.items() if sid in only}
+            return LogIndex(self._index.row_groups, places)
         index = build_index(self.turn_files, only)
         if only is None:
             self._index = index
