@@ -168,10 +168,11 @@ def main() -> None:
     print(f"load average after: {load_after:.2f}")
     print()
 
-    # Each round runs the three commands back to back.  This machine's speed drifts by
-    # +-20% from one minute to the next (noisy neighbours), so a ratio of two runs of the
-    # same round, made seconds apart, is steadier than a ratio of two medians taken over
-    # all rounds: the ratios judged are the medians of the per-round ratios.
+    # Each round runs the three commands back to back.  This machine's speed moves by
+    # +-20% between runs made seconds apart (noisy neighbours); a ratio of two runs of the
+    # same round cancels whatever drifts more slowly than a round, so the ratios judged are
+    # the medians of the per-round ratios.  Neither estimate is steady to better than about
+    # +-0.1 here: the ratios of the overall medians are printed too.
     rounds = list(zip(*(times[name] for name in times), strict=True))
     speeds = [one.seconds / bare.seconds for bare, one, _ in rounds]
     scalings = [one.seconds / two.seconds for _, one, two in rounds]

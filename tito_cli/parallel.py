@@ -155,11 +155,11 @@ class _Handoff:
 
     @staticmethod
     def write(outputs: list[SessionOutput | Reject], folder: str) -> None:
-        tables = [o for o in outputs if isinstance(o, SessionOutput)]
+        rebuilt = [o for o in outputs if isinstance(o, SessionOutput)]
         fd, path = tempfile.mkstemp(prefix="batch-", suffix=".arrow", dir=folder)
         with os.fdopen(fd, "wb") as sink, pa.ipc.new_file(sink, SAMPLES_SCHEMA) as stream:
             batch_number = 0
-            for output in tables:
+            for output in rebuilt:
                 assert output.table is not None
                 batches = output.table.to_batches()
                 for record_batch in batches:
