@@ -4,14 +4,19 @@
     python benchmarks/run.py --sessions 20  # the issue's minimum workload
     python benchmarks/run.py --quick        # 8 sessions x 30 turns, 3 runs each (about a minute)
 
-Runs, alternating, several times: the bare read (benchmarks/bare_read.py),
+Runs, in rounds, several times: the bare read (benchmarks/bare_read.py),
 ``tito rebuild --workers 1`` and ``tito rebuild --workers 2``, each as its own
-process, as a user runs them.  Then, for memory, rebuilds at one worker a
-workload of --memory-sessions sessions and one of 5x as many.  Prints
-medians, peak RSS (the whole process tree, sampled), the load average, and
-the three ratios against their targets (speed and scaling: the medians of
-the ratios within each round).  Workloads are generated once and cached
-under .benchmarks/.
+process, as a user runs them (every other round in the reverse order, so that
+a drift in the machine's speed during a round favours neither end).  The
+timed runs are not watched: sampling a process tree's memory every few
+milliseconds takes CPU from a run that uses both cores.  Peak RSS (the whole
+process tree, sampled) comes from one more run of each command, and, for the
+memory target, from rebuilds at one worker of a workload of --memory-sessions
+sessions and one of 5x as many.  Prints medians, CPU seconds (user + system,
+the process and its workers), peak RSS, the load average, and the three
+ratios against their targets (speed and scaling: the medians of the ratios
+within each round).  Workloads are generated once and cached under
+.benchmarks/.
 """
 
 from __future__ import annotations
@@ -56,30 +61,38 @@ def _tree_rss(pid: int) -> int:
 @dataclasses.dataclass
 class Run:
     seconds: float
-    peak_rss: int  # bytes, process tree, sampled every 5 ms
+    cpu_seconds: float  # user + system, the process and the children it waited for
+    peak_rss: int  # bytes, process tree, sampled every 5 ms; 0 when not sampled
 
 
-def run(cmd: list[str]) -> Run:
+def run(cmd: list[str], *, sample_rss: bool = False) -> Run:
+    """Run ``cmd`` to completion; with ``sample_rss``, watch its tree's memory meanwhile."""
     peak = 0
-    start = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    done = threading.Event()
+    with tempfile.TemporaryFile() as err:
+        start = time.perf_counter()
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=err)
+        done = threading.Event()
 
-    def sample() -> None:
-        nonlocal peak
-        while not done.is_set():
-            peak = max(peak, _tree_rss(proc.pid))
-            time.sleep(0.005)
+        def sample() -> None:
+            nonlocal peak
+            while not done.is_set():
+                peak = max(peak, _tree_rss(proc.pid))
+                time.sleep(0.005)
 
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    _, err = proc.communicate()
-    seconds = time.perf_counter() - start
-    done.set()
-    sampler.join()
-    if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{err.decode(errors='replace')}")
-    return Run(seconds, peak)
+        sampler = threading.Thread(target=sample, daemon=True)
+        if sample_rss:
+            sampler.start()
+        # wait4, not communicate(): the child's resource use comes with its exit status.
+        _, status, usage = os.wait4(proc.pid, 0)
+        seconds = time.perf_counter() - start
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        done.set()
+        if sample_rss:
+            sampler.join()
+        if proc.returncode != 0:
+            err.seek(0)
+            raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{err.read().decode(errors='replace')}")
+    return Run(seconds, usage.ru_utime + usage.ru_stime, peak)
 
 
 def rebuild_cmd(logs: Path, out: Path, workers: int) -> list[str]:
@@ -139,27 +152,34 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="tito-bench-") as tmp:
         out = Path(tmp)
-        times: dict[str, list[Run]] = {"bare read": [], "rebuild, 1 worker": [], "rebuild, 2 workers": []}
-        for _ in range(repeat):
-            times["bare read"].append(run([sys.executable, str(HERE / "bare_read.py"), str(logs)]))
-            times["rebuild, 1 worker"].append(run(rebuild_cmd(logs, out / "w1.parquet", 1)))
-            times["rebuild, 2 workers"].append(run(rebuild_cmd(logs, out / "w2.parquet", 2)))
+        commands = {
+            "bare read": [sys.executable, str(HERE / "bare_read.py"), str(logs)],
+            "rebuild, 1 worker": rebuild_cmd(logs, out / "w1.parquet", 1),
+            "rebuild, 2 workers": rebuild_cmd(logs, out / "w2.parquet", 2),
+        }
+        times: dict[str, list[Run]] = {name: [] for name in commands}
+        for round_number in range(repeat):
+            order = list(commands) if round_number % 2 == 0 else list(reversed(commands))
+            for name in order:
+                times[name].append(run(commands[name]))
         identical = (out / "w1.parquet").read_bytes() == (out / "w2.parquet").read_bytes()
+        peak_rss = {name: run(cmd, sample_rss=True).peak_rss for name, cmd in commands.items()}
         threaded = run([sys.executable, str(HERE / "bare_read.py"), str(logs), "--threads"])
 
         memory = {"x1": [], "x5": []}
         for _ in range(2 if args.quick else 3):
-            memory["x1"].append(run(rebuild_cmd(small_logs, out / "m1.parquet", 1)).peak_rss)
-            memory["x5"].append(run(rebuild_cmd(big_logs, out / "m5.parquet", 1)).peak_rss)
+            memory["x1"].append(run(rebuild_cmd(small_logs, out / "m1.parquet", 1), sample_rss=True).peak_rss)
+            memory["x5"].append(run(rebuild_cmd(big_logs, out / "m5.parquet", 1), sample_rss=True).peak_rss)
     load_after = os.getloadavg()[0]
 
     med = {name: statistics.median(r.seconds for r in runs) for name, runs in times.items()}
     print()
-    print(f"{'':22}{'median s':>10}{'min s':>8}{'max s':>8}{'peak RSS MiB':>14}")
+    print(f"{'':22}{'median s':>10}{'min s':>8}{'max s':>8}{'CPU s':>8}{'peak RSS MiB':>14}")
     for name, runs in times.items():
         secs = [r.seconds for r in runs]
-        rss = statistics.median(r.peak_rss for r in runs) / 2**20
-        print(f"{name:22}{med[name]:>10.2f}{min(secs):>8.2f}{max(secs):>8.2f}{rss:>14.0f}")
+        cpu = statistics.median(r.cpu_seconds for r in runs)
+        print(f"{name:22}{med[name]:>10.2f}{min(secs):>8.2f}{max(secs):>8.2f}{cpu:>8.2f}"
+              f"{peak_rss[name] / 2**20:>14.0f}")
     print(f"{'(bare read, threaded)':22}{threaded.seconds:>10.2f}")
     mem1 = statistics.median(memory["x1"])
     mem5 = statistics.median(memory["x5"])

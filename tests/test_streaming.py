@@ -14,8 +14,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from tito_cli import readpath, turnlog
+from tito_cli.engine import rebuild_session
 from tito_cli.errors import InvalidSessionError, SchemaError
+from tito_cli.policy import Policy
 from tito_cli.readpath import ReadBatch, read_batch
+from tito_cli.samples import session_table
 from tito_cli.schema import TURNS_SCHEMA, table_metadata
 from tito_cli.turnlog import TurnLog
 from tito_cli.turns import message_key
@@ -241,3 +244,21 @@ def test_logprob_finiteness_is_exact_at_the_float_limits() -> None:
     for bad in (np.nan, np.inf, -np.inf):
         assert not _all_finite(np.array([-0.5, bad, -1.0], dtype=np.float32))
         assert not _all_finite(np.array([-0.5, bad]))
+
+
+def test_sample_rows_keep_the_linearized_arrays(tmp_path: Path) -> None:
+    # session_table hands each sample's arrays to Arrow as they are: no copy of any token.
+    log = TurnLog.open([_interleaved_log(tmp_path)])
+    session = next(log.iter_sessions(only={"a"}))
+    result = rebuild_session("a", parse_session(session), None, Policy())
+    assert len(result.samples) >= 2
+    table = session_table(result)
+    for column, attribute in (("tokens", "tokens"), ("loss_mask", "loss_mask"),
+                              ("rollout_log_probs", "rollout_log_probs")):
+        entries = table.column(column).to_pylist()
+        chunks = table.column(column).chunks
+        for row, sample in enumerate(result.samples):
+            array = getattr(sample, attribute)
+            assert entries[row] == pytest.approx(array.tolist())
+            values = chunks[row].values
+            assert values.buffers()[1].address == array.ctypes.data, (column, row)

@@ -19,6 +19,7 @@ __all__ = [
     "NUMPY_TYPES",
     "NotUtf8",
     "list_array",
+    "list_column",
     "numpy_view",
     "primitive_array",
     "string_array",
@@ -98,6 +99,22 @@ def list_array(parts: Sequence[np.ndarray | None], value_type: pa.DataType) -> p
         null_count=int(len(parts) - valid.sum()),
         children=[child],
     )
+
+
+def list_column(parts: Sequence[np.ndarray], value_type: pa.DataType) -> pa.ChunkedArray:
+    """A ``list<value_type>`` column with one entry per numpy array, in the arrays' own memory.
+
+    One chunk per entry, so nothing is copied into a shared values buffer (for
+    the samples table that would copy every token of every sample once more).
+    The Parquet and IPC writers stream chunks: what they write is the same.
+    """
+    list_type = pa.list_(value_type)
+    chunks = []
+    for part in parts:
+        values = primitive_array(part, value_type)  # a view when the dtype already matches
+        offsets = pa.py_buffer(np.array([0, len(values)], dtype=np.int32))
+        chunks.append(pa.ListArray.from_buffers(list_type, 1, [None, offsets], children=[values]))
+    return pa.chunked_array(chunks, type=list_type)
 
 
 class NotUtf8:

@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .arrow import list_array, primitive_array, string_array
+from .arrow import list_column, primitive_array, string_array
 from .atomic import atomic_path
 from .engine import SessionResult
 from .linearize import LinearizedSample
@@ -53,10 +53,11 @@ def session_table(result: SessionResult) -> pa.Table:
     columns = {
         "session_id": string_array([result.session_id] * n),
         "sample_index": primitive_array(np.arange(n, dtype=np.int32), pa.int32()),
-        "tokens": list_array([s.tokens for s in samples], pa.int32()),
+        # The list columns keep each sample's arrays (linearize made them): no copy here.
+        "tokens": list_column([s.tokens for s in samples], pa.int32()),
         "response_length": primitive_array([s.response_length for s in samples], pa.int32()),
-        "loss_mask": list_array([s.loss_mask for s in samples], pa.int8()),
-        "rollout_log_probs": list_array([s.rollout_log_probs for s in samples], pa.float32()),
+        "loss_mask": list_column([s.loss_mask for s in samples], pa.int8()),
+        "rollout_log_probs": list_column([s.rollout_log_probs for s in samples], pa.float32()),
         "reward": primitive_array(result.rewards, pa.float64()),
         "index": primitive_array([info.index] * n, pa.int64()),
         "group_index": primitive_array([info.group_index] * n, pa.int64()),
