@@ -103,7 +103,9 @@ def rebuild_cmd(logs: Path, out: Path, workers: int) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="smaller workload, fewer repetitions")
-    parser.add_argument("--repeat", type=int, default=None, help="runs of each measurement (default 5, quick 3)")
+    parser.add_argument(
+        "--repeat", type=int, default=None, help="rounds of timed runs (default 7: fewer are too noisy here; quick 3)"
+    )
     parser.add_argument("--generator", default="synthetic", help="workload generator: synthetic or swe")
     parser.add_argument("--concurrency", type=int, default=None, help="sessions recorded at the same time")
     parser.add_argument(
@@ -135,7 +137,7 @@ def main() -> None:
     if args.memory_sessions:
         small = dataclasses.replace(small, sessions=args.memory_sessions)
     big = dataclasses.replace(small, sessions=small.sessions * 5)
-    repeat = args.repeat or (3 if args.quick else 5)
+    repeat = args.repeat or (3 if args.quick else 7)
 
     logs = ensure(spec) / "logs"
     small_logs = ensure(small) / "logs"
