@@ -93,9 +93,9 @@ def test_one_session_after_the_whole_index_is_not_a_second_index_pass(
     passes: list[object] = []
     real = turnlog.build_index
 
-    def counting(files: Any, only: Any = None) -> Any:
+    def counting(files: Any, only: Any = None, **options: Any) -> Any:
         passes.append(only)
-        return real(files, only)
+        return real(files, only, **options)
 
     monkeypatch.setattr(turnlog, "build_index", counting)
     assert log.session_ids() == ["x", "y"]  # as `tito inspect` resolves an id or prefix

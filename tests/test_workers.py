@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import tempfile
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
@@ -16,8 +20,9 @@ from tito_cli.corpus import Corpus
 from tito_cli.errors import EXIT_BAD_INPUT, UnreadableLogError
 from tito_cli.parallel import SessionOutput, _InOrder, plan_batches, rebuild_outputs
 from tito_cli.policy import Policy
-from tito_cli.readpath import LogIndex, RowGroup, SessionPlace
+from tito_cli.readpath import LogIndex, RowGroup, SessionPlace, build_index
 from tito_cli.rebuild import rebuild
+from tito_cli.turnlog import TurnLog
 
 from .helpers import conformance_folders, read_jsonl, write_log
 
@@ -204,3 +209,68 @@ def test_batches_are_cut_between_sessions_that_share_no_row_group(tmp_path: Path
     # Closing a batch after one session of a pair would make both batches decode the pair's row group.
     assert len(batches) == 4
     assert all(not (a & b) for i, a in enumerate(groups) for b in groups[i + 1 :])
+
+
+def _many_files_log(tmp_path: Path) -> tuple[Path, Policy]:
+    """A conformance log in files of 7 rows: enough files for the workers to index it."""
+    folder = next(f for f in FOLDERS if f.name == "random-threshold-2")
+    logs = tmp_path / "many"
+    write_log(logs, read_jsonl(folder / "turns.jsonl"), read_jsonl(folder / "sessions.jsonl"), max_rows=7)
+    assert len(list(logs.glob("turns-*.parquet"))) >= parallel.INDEX_FILES_PER_WORKER * 2
+    return logs, Policy(fork_threshold=2)
+
+
+def _same_index(a: LogIndex, b: LogIndex) -> None:
+    assert a.row_groups == b.row_groups
+    assert list(a.places) == list(b.places)  # the same sessions, in the same order
+    for sid, place in a.places.items():
+        other = b.places[sid]
+        assert place.nbytes == other.nbytes
+        assert place.groups.dtype == other.groups.dtype
+        assert np.array_equal(place.groups, other.groups) and np.array_equal(place.rows, other.rows)
+
+
+def test_an_index_built_by_worker_processes_is_the_in_process_one(tmp_path: Path) -> None:
+    logs, policy = _many_files_log(tmp_path)
+    files = Corpus.open([logs], policy).log.turn_files
+    with ProcessPoolExecutor(2, mp_context=parallel.worker_context()) as pool:
+        for only in (None, {"r7-0008", "r7-0041", "missing"}):
+            serial = build_index(files, only)
+            pooled = build_index(files, only, map_files=functools.partial(pool.map, chunksize=3))
+            _same_index(serial, pooled)
+    assert len(serial.places) == 2  # the `only` pass kept only the sessions asked for
+
+
+def test_a_log_of_many_files_is_indexed_by_the_workers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    logs, policy = _many_files_log(tmp_path)
+    mapped: list[bool] = []
+    real = TurnLog.index
+
+    def spy(self: TurnLog, only: set[str] | None = None, *, map_files: Any = None) -> LogIndex:
+        mapped.append(map_files is not None)
+        return real(self, only, map_files=map_files)
+
+    monkeypatch.setattr(TurnLog, "index", spy)
+    rebuild([logs], tmp_path / "one.parquet", policy, workers=1)
+    assert mapped[0] is False
+    mapped.clear()
+    # Small log: the batches run in-process, but the index pass ran in the workers.
+    rebuild([logs], tmp_path / "two.parquet", policy, workers=2)
+    assert mapped[0] is True
+    # The same pool runs the batches too.
+    rebuild([logs], tmp_path / "three.parquet", policy, workers=2, batch_bytes=1)
+    one = (tmp_path / "one.parquet").read_bytes()
+    assert one == (tmp_path / "two.parquet").read_bytes() == (tmp_path / "three.parquet").read_bytes()
+
+
+def test_a_bad_file_met_by_the_workers_index_pass_is_named(tmp_path: Path) -> None:
+    logs, _ = _many_files_log(tmp_path)
+    table = pa.table(
+        {"session_id": ["a", None], "seq": [0, 1], "prompt_ids": [[1], [2]], "output_ids": [[3], [4]],
+         "finish_reason": ["stop"] * 2, "prompt_messages": ["[]"] * 2},
+    )
+    pq.write_table(table, logs / "turns-zz-bad.parquet")
+    result = CliRunner().invoke(app, ["rebuild", str(logs), "--out", str(tmp_path / "x.parquet"), "-j", "2"])
+    assert result.exit_code == EXIT_BAD_INPUT
+    assert "turns-zz-bad.parquet" in result.output and "row 1" in result.output
+    assert not (tmp_path / "x.parquet").exists()

@@ -10,8 +10,9 @@ is sorted, taken, cast or converted to Python lists.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -182,67 +183,39 @@ class LogIndex:
         return batches
 
 
-def build_index(files: Sequence[LogFile], only: set[str] | None = None) -> LogIndex:
-    """First pass over the turns files: where each session's rows are."""
+#: ``map(function, *iterables)`` in file order: the builtin, or a process pool's ``map``.
+FileMap = Callable[..., Iterable[Any]]
+
+
+def build_index(
+    files: Sequence[LogFile], only: set[str] | None = None, *, map_files: FileMap | None = None
+) -> LogIndex:
+    """First pass over the turns files: where each session's rows are.
+
+    Each file is read on its own (:func:`_index_file`), by ``map_files`` when
+    given (a worker pool's ``map``: on a log of thousands of files this pass
+    is seconds of one core before any session can be rebuilt), then the
+    parts are put together in file order, so the index is the same either way.
+    """
+    only_ids = None if only is None else frozenset(only)
+    numbers = range(len(files))
+    if map_files is None:
+        parts = [_index_file(number, files[number], only_ids) for number in numbers]
+    else:
+        parts = list(map_files(_index_file, numbers, files, [only_ids] * len(files)))
     row_groups: list[RowGroup] = []
     codes: dict[str, int] = {}
-    parts: list[tuple[np.ndarray, ...]] = []
-    for number, log_file in enumerate(files):
-        try:
-            parquet = pq.ParquetFile(log_file.path)
-            table = parquet.read(columns=["session_id", "seq"], use_threads=False)
-        except (OSError, pa.ArrowException) as exc:
-            raise UnreadableLogError(f"cannot read ({exc})", file=log_file.path) from None
-        sids = table.column("session_id").combine_chunks()
-        n = len(sids)
-        # Row groups of this file, and each row's group and row inside it.
-        group_of_row = np.empty(n, dtype=np.int32)
-        row_in_group = np.empty(n, dtype=np.int64)
-        first = 0
-        for g in range(parquet.metadata.num_row_groups):
-            meta = parquet.metadata.row_group(g)
-            size, ids_in_range = _row_group_facts(meta)
-            rows = meta.num_rows
-            group_of_row[first : first + rows] = len(row_groups)
-            row_in_group[first : first + rows] = np.arange(rows)
-            row_groups.append(RowGroup(number, g, first, rows, size / max(rows, 1), ids_in_range))
-            first += rows
-        keep = np.ones(n, dtype=bool)
-        if sids.null_count:
-            valid = validity(sids)
-            if only is None:
-                raise SchemaError("session_id is null", file=log_file.path, row=int(np.argmin(valid)))
-            keep &= valid
-        # Session ids -> small integers in first-seen order (a null id maps to 0; `keep`
-        # drops it).  A dict over the column's values: this pass reads one short
-        # string per turn, and pyarrow.compute would add ~50 ms of start-up to
-        # every command.
-        local_of: dict[str, int] = {}
-        local = np.fromiter(
-            (0 if sid is None else local_of.setdefault(sid, len(local_of)) for sid in _session_ids(sids, log_file)),
-            dtype=np.int64,
-            count=n,
-        )
-        unique_ids = list(local_of)
-        if only is not None:
-            wanted = np.array([sid in only for sid in unique_ids] or [False])
-            keep &= wanted[local]
-        to_global = np.array([codes.setdefault(sid, len(codes)) for sid in unique_ids] or [0], dtype=np.int64)
-        seq_values, seq_valid = _int64_values(table.column("seq").combine_chunks())
-        seq_null = ~seq_valid
-        file_rows = np.arange(n, dtype=np.int64)
-        parts.append(
-            tuple(
-                a[keep]
-                for a in (to_global[local], seq_null, seq_values, np.full(n, number), file_rows,
-                          group_of_row, row_in_group)
-            )
-        )
+    columns: list[tuple[np.ndarray, ...]] = []
+    for part in parts:
+        to_global = np.array([codes.setdefault(sid, len(codes)) for sid in part.session_ids] or [0], dtype=np.int64)
+        columns.append((to_global[part.local], part.seq_null, part.seq_values, part.file_rows,
+                        part.groups + len(row_groups), part.rows))
+        row_groups.extend(part.row_groups)
     places: dict[str, SessionPlace] = {}
-    if not parts:
+    if not columns:
         return LogIndex(row_groups, places)
-    columns = (np.concatenate(c) for c in zip(*parts, strict=True))
-    code, seq_null, seq_values, file_no, file_row, group, row = columns
+    code, seq_null, seq_values, file_row, group, row = (np.concatenate(c) for c in zip(*columns, strict=True))
+    file_no = np.repeat(np.arange(len(parts)), [len(part.local) for part in parts])
     # Rows in seq order (a null seq sorts last, where validation reports it), ties by file and row.
     order = np.lexsort((file_row, file_no, seq_values, seq_null, code))
     code, group, row = code[order], group[order], row[order]
@@ -255,6 +228,71 @@ def build_index(files: Sequence[LogFile], only: set[str] | None = None) -> LogIn
         sid = ids[int(code[lo])]
         places[sid] = SessionPlace(sid, group[lo:hi], row[lo:hi], int(row_bytes[lo:hi].sum()))
     return LogIndex(row_groups, places)
+
+
+@dataclass(slots=True)
+class _FileIndex:
+    """One turns file's part of the index; arrays hold one entry per row kept."""
+
+    row_groups: list[RowGroup]
+    #: The file's distinct session ids, in first-seen order; ``local`` indexes it.
+    session_ids: list[str]
+    local: np.ndarray
+    seq_null: np.ndarray
+    seq_values: np.ndarray
+    file_rows: np.ndarray
+    #: Row group (in this file) and row inside it.
+    groups: np.ndarray
+    rows: np.ndarray
+
+
+def _index_file(number: int, log_file: LogFile, only: frozenset[str] | None) -> _FileIndex:
+    try:
+        parquet = pq.ParquetFile(log_file.path)
+        table = parquet.read(columns=["session_id", "seq"], use_threads=False)
+    except (OSError, pa.ArrowException) as exc:
+        raise UnreadableLogError(f"cannot read ({exc})", file=log_file.path) from None
+    sids = table.column("session_id").combine_chunks()
+    n = len(sids)
+    # Row groups of this file, and each row's group and row inside it.
+    row_groups: list[RowGroup] = []
+    group_of_row = np.empty(n, dtype=np.int32)
+    row_in_group = np.empty(n, dtype=np.int64)
+    first = 0
+    for g in range(parquet.metadata.num_row_groups):
+        meta = parquet.metadata.row_group(g)
+        size, ids_in_range = _row_group_facts(meta)
+        rows = meta.num_rows
+        group_of_row[first : first + rows] = g
+        row_in_group[first : first + rows] = np.arange(rows)
+        row_groups.append(RowGroup(number, g, first, rows, size / max(rows, 1), ids_in_range))
+        first += rows
+    keep = np.ones(n, dtype=bool)
+    if sids.null_count:
+        valid = validity(sids)
+        if only is None:
+            raise SchemaError("session_id is null", file=log_file.path, row=int(np.argmin(valid)))
+        keep &= valid
+    # Session ids -> small integers in first-seen order (a null id maps to 0; `keep`
+    # drops it).  A dict over the column's values: this pass reads one short
+    # string per turn, and pyarrow.compute would add ~50 ms of start-up to
+    # every command.
+    local_of: dict[str, int] = {}
+    local = np.fromiter(
+        (0 if sid is None else local_of.setdefault(sid, len(local_of)) for sid in _session_ids(sids, log_file)),
+        dtype=np.int64,
+        count=n,
+    )
+    unique_ids = list(local_of)
+    if only is not None:
+        wanted = np.array([sid in only for sid in unique_ids] or [False])
+        keep &= wanted[local]
+    seq_values, seq_valid = _int64_values(table.column("seq").combine_chunks())
+    return _FileIndex(
+        row_groups,
+        unique_ids,
+        *(a[keep] for a in (local, ~seq_valid, seq_values, np.arange(n, dtype=np.int64), group_of_row, row_in_group)),
+    )
 
 
 def _session_ids(sids: pa.Array, log_file: LogFile) -> list[str | None]:

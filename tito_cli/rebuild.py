@@ -16,7 +16,7 @@ from .atomic import atomic_path, remove_stale_temporaries
 from .corpus import Corpus, Reject
 from .engine import SessionReport
 from .errors import OutputError
-from .parallel import default_workers, rebuild_outputs
+from .parallel import default_workers, early_pool, rebuild_outputs
 from .policy import Policy
 from .samples import SamplesWriter
 from .turnlog import SessionsTable
@@ -115,30 +115,29 @@ def rebuild(
     corpus = Corpus.open(inputs, policy, exclude=[out])
     # Temporaries of a rebuild that was killed (SIGKILL, OOM) before it could clean up.
     stale = remove_stale_temporaries(out) + remove_stale_temporaries(rejects_file)
-    session_ids = corpus.session_ids()
-    summary = RebuildSummary(out=out, rejects_file=rejects_file, policy=policy, tokenizer=corpus.tokenizer)
-    summary.stale_temporaries_removed = stale
+    workers = default_workers() if workers is None else workers
     rejected: list[Reject] = []
-    try:
-        writer = SamplesWriter(out, policy, tokenizer=corpus.tokenizer)
-    except OSError as exc:
-        raise OutputError(f"cannot write ({exc})", file=out) from None
-    with writer:
-        outputs = rebuild_outputs(
-            corpus,
-            workers=default_workers() if workers is None else workers,
-            batch_bytes=batch_bytes,
-            spill_dir=out.parent,
-        )
-        for done, result in enumerate(outputs, start=1):
-            if isinstance(result, Reject):
-                rejected.append(result)
-            else:
-                assert result.table is not None
-                writer.add_table(result.table)
-                summary.add_session(result.session_id, result.report)
-            if progress is not None:
-                progress(done, len(session_ids))
+    with early_pool(corpus.log, workers) as pool:
+        session_ids = corpus.session_ids()
+        summary = RebuildSummary(out=out, rejects_file=rejects_file, policy=policy, tokenizer=corpus.tokenizer)
+        summary.stale_temporaries_removed = stale
+        try:
+            writer = SamplesWriter(out, policy, tokenizer=corpus.tokenizer)
+        except OSError as exc:
+            raise OutputError(f"cannot write ({exc})", file=out) from None
+        with writer:
+            outputs = rebuild_outputs(
+                corpus, workers=workers, batch_bytes=batch_bytes, spill_dir=out.parent, pool=pool
+            )
+            for done, result in enumerate(outputs, start=1):
+                if isinstance(result, Reject):
+                    rejected.append(result)
+                else:
+                    assert result.table is not None
+                    writer.add_table(result.table)
+                    summary.add_session(result.session_id, result.report)
+                if progress is not None:
+                    progress(done, len(session_ids))
 
     summary.finish(session_ids, corpus.sessions_table, rejected)
     return summary

@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 from .arrow import NotUtf8, strings
 from .errors import SchemaError, UnreadableLogError
 from .logfiles import LogFile, classify_file, discover_files
-from .readpath import LogIndex, ReadBatch, SessionRows, build_index, read_batch
+from .readpath import FileMap, LogIndex, ReadBatch, SessionRows, build_index, read_batch
 from .turns import RowRef, SessionInfo, canonical_json
 
 __all__ = ["SessionsTable", "TurnLog"]
@@ -94,19 +94,20 @@ class TurnLog:
         """Every session id that has turns, in code-point order."""
         return self.index().session_ids
 
-    def index(self, only: set[str] | None = None) -> LogIndex:
+    def index(self, only: set[str] | None = None, *, map_files: FileMap | None = None) -> LogIndex:
         """Where every session's rows are (first pass: ``session_id`` and ``seq`` only).
 
         The whole log's index is cached; an ``only`` index is cut from it when
         it exists (``tito inspect`` finds the id, then reads that session),
-        and built afresh otherwise.
+        and built afresh otherwise.  ``map_files`` reads the files (a worker
+        pool's ``map``; see :func:`~tito_cli.readpath.build_index`).
         """
         if self._index is not None:
             if only is None:
                 return self._index
             places = {sid: place for sid, place in self._index.places.items() if sid in only}
             return LogIndex(self._index.row_groups, places)
-        index = build_index(self.turn_files, only)
+        index = build_index(self.turn_files, only, map_files=map_files)
         if only is None:
             self._index = index
         return index
