@@ -247,6 +247,7 @@ class _FileIndex:
 
 
 def _index_file(number: int, log_file: LogFile, only: frozenset[str] | None) -> _FileIndex:
+    """The index part of turns file ``number`` (in a worker process when a pool builds the index)."""
     try:
         parquet = pq.ParquetFile(log_file.path)
         table = parquet.read(columns=["session_id", "seq"], use_threads=False)
