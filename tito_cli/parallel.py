@@ -298,13 +298,12 @@ def _run(
                 _Handoff.read(outputs)
                 yield outputs
         finally:
+            # Batches not started are dropped; those running finish before their handoff folder goes.
+            for future in pending:
+                future.cancel()
+            wait(pending)
             if own_pool:
-                pool.shutdown(wait=True, cancel_futures=True)
-            else:
-                # Batches already running finish before their handoff folder goes.
-                for future in pending:
-                    future.cancel()
-                wait(pending)
+                pool.shutdown(wait=True)
 
 
 def _in_worker(args: tuple[Any, ...], handoff_dir: str) -> list[SessionOutput | Reject]:

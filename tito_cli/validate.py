@@ -35,6 +35,11 @@ _JSON_SPACE = frozenset(b" \t\r\n")
 _CLOSE = ord("]")
 
 
+def _keys(messages: list[Any]) -> list[MessageKey]:
+    # A message that is not an object gets a placeholder: parse_session rejects its session.
+    return [message_key(m) if isinstance(m, dict) else "" for m in messages]
+
+
 def _text(cell: Text | None, what: str) -> str | None:
     """A text cell as a str; ``ValueError`` naming the column if its bytes are not UTF-8."""
     if cell is None or isinstance(cell, str):
@@ -94,14 +99,14 @@ class _MessageParser:
                 if not tail:
                     # "[a, b,]": a trailing comma, not JSON.  Let the full parse say so.
                     continue
-                keys = prev_keys + [message_key(m) if isinstance(m, dict) else "" for m in tail]
+                keys = prev_keys + _keys(tail)
                 parsed = _ParsedPrompt(prev_messages + tail, keys, number, len(prev_messages))
                 break
         if parsed is None:
             messages = json.loads(_decode(raw))
             if not isinstance(messages, list):
                 raise ValueError("prompt_messages is not a JSON array")
-            keys = [message_key(m) if isinstance(m, dict) else "" for m in messages]
+            keys = _keys(messages)
             parsed = _ParsedPrompt(messages, keys, None, 0)
         # The head is the text before the closing bracket (a view: nothing is copied).
         end = len(raw)
