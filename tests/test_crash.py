@@ -26,7 +26,7 @@ import pytest
 
 from tito_cli.atomic import atomic_path, remove_stale_temporaries
 from tito_cli.policy import Policy
-from tito_cli.rebuild import rebuild
+from tito_cli.rebuild_log import rebuild
 from tito_cli.turnlog import TurnLog
 
 from .bad_input.kit import turns_table, write_sessions

@@ -15,7 +15,7 @@ from tito_cli.cli import app
 from tito_cli.corpus import Corpus, Reject
 from tito_cli.errors import EXIT_OK, EXIT_USAGE
 from tito_cli.policy import Policy
-from tito_cli.rebuild import rebuild
+from tito_cli.rebuild_log import rebuild
 from tito_cli.stats import FilterError, compile_filter, percentiles
 
 from .helpers import CONFORMANCE, read_jsonl, write_log

@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 from tito_cli.engine import SessionResult, rebuild_session
 from tito_cli.policy import Policy
 from tito_cli.readpath import RawTurn, SessionRows
-from tito_cli.rebuild import rebuild
+from tito_cli.rebuild_log import rebuild
 from tito_cli.samples import provenance
 from tito_cli.turns import RowRef, SessionInfo, Turn
 from tito_cli.validate import parse_session

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tito_cli.policy import Policy
-from tito_cli.rebuild import rebuild
+from tito_cli.rebuild_log import rebuild
 
 from .helpers import conformance_folders, read_jsonl, write_log
 

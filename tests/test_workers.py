@@ -21,7 +21,7 @@ from tito_cli.errors import EXIT_BAD_INPUT, UnreadableLogError
 from tito_cli.parallel import SessionOutput, _InOrder, plan_batches, rebuild_outputs
 from tito_cli.policy import Policy
 from tito_cli.readpath import LogIndex, RowGroup, SessionPlace, build_index
-from tito_cli.rebuild import rebuild
+from tito_cli.rebuild_log import rebuild
 from tito_cli.turnlog import TurnLog
 
 from .helpers import conformance_folders, read_jsonl, write_log

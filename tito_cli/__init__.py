@@ -5,7 +5,7 @@ The public API, in the order data flows through it::
     TurnLogWriter        a live harness records turns and finished sessions (capture.py)
     Corpus               a turn log opened for rebuilding, one session at a time (corpus.py)
     rebuild_session      one session's turns -> routing tree -> samples, plus a report (engine.py)
-    rebuild              a whole log -> samples.parquet + rejects report (rebuild.py)
+    rebuild              a whole log -> samples.parquet + rejects report (rebuild_log.py)
     Policy               the fork threshold and reward mode (policy.py)
 
 Everything else is reachable through its module; names not listed here may
@@ -14,24 +14,63 @@ change between releases.  Importing this package never imports transformers.
 
 from __future__ import annotations
 
-from .capture import TurnLogWriter
-from .corpus import Corpus, Reject
-from .engine import SessionReport, SessionResult, rebuild_session
-from .errors import (
-    InvalidSessionError,
-    LogError,
-    OutputError,
-    SchemaError,
-    TitoError,
-    TokenizerError,
-    UnknownSessionError,
-    UnreadableLogError,
-)
-from .policy import DEFAULT_FORK_THRESHOLD, Policy
-from .rebuild import RebuildSummary, rebuild
-from .turns import SessionInfo, Turn
+import importlib
+import typing
+
+if typing.TYPE_CHECKING:
+    from .capture import TurnLogWriter
+    from .corpus import Corpus, Reject
+    from .engine import SessionReport, SessionResult, rebuild_session
+    from .errors import (
+        InvalidSessionError,
+        LogError,
+        OutputError,
+        SchemaError,
+        TitoError,
+        TokenizerError,
+        UnknownSessionError,
+        UnreadableLogError,
+    )
+    from .policy import DEFAULT_FORK_THRESHOLD, Policy
+    from .rebuild_log import RebuildSummary, rebuild
+    from .turns import SessionInfo, Turn
 
 __version__ = "0.1.0"
+
+# The public names are imported on first use, not with the package: the command
+# line must set up pyarrow's allocator before pyarrow is loaded (tito_cli/cli/startup.py).
+_HOME = {
+    "TurnLogWriter": "capture",
+    "Corpus": "corpus",
+    "Reject": "corpus",
+    "SessionReport": "engine",
+    "SessionResult": "engine",
+    "rebuild_session": "engine",
+    "InvalidSessionError": "errors",
+    "LogError": "errors",
+    "OutputError": "errors",
+    "SchemaError": "errors",
+    "TitoError": "errors",
+    "TokenizerError": "errors",
+    "UnknownSessionError": "errors",
+    "UnreadableLogError": "errors",
+    "DEFAULT_FORK_THRESHOLD": "policy",
+    "Policy": "policy",
+    "RebuildSummary": "rebuild_log",
+    "rebuild": "rebuild_log",
+    "SessionInfo": "turns",
+    "Turn": "turns",
+}
+
+
+def __getattr__(name: str) -> typing.Any:
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{home}", __name__), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "DEFAULT_FORK_THRESHOLD",

@@ -41,7 +41,7 @@ from .errors import InvalidSessionError, OutputError, TitoError
 from .logfiles import READ_COLUMNS
 from .policy import Policy
 from .readpath import rows_from_table
-from .rebuild import RebuildSummary, rejects_path
+from .rebuild_log import RebuildSummary, rejects_path
 from .samples import session_table
 from .schema import SAMPLES_SCHEMA
 from .turnlog import TurnLog

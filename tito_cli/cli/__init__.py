@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import gc
 
+# First: pyarrow must not be loaded before its allocator's options are set.
+from . import allocator  # noqa: F401
+
 # Importing a command module registers its command (in help order, not sorted).
 from . import (  # noqa: F401
     rebuild,

@@ -11,7 +11,7 @@ import typer
 from ..errors import EXIT_OK, EXIT_REJECTED
 from ..parallel import BATCHES_PER_WORKER
 from ..policy import DEFAULT_FORK_THRESHOLD, Policy
-from ..rebuild import rebuild as rebuild_logs
+from ..rebuild_log import rebuild as rebuild_logs
 from ..render.summary import render_rebuild_summary
 from .app import EXIT_CODES_HELP, app, err_console, guarded, progress_bar
 

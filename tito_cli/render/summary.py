@@ -7,7 +7,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..linearize import ForkCause
-from ..rebuild import RebuildSummary
+from ..rebuild_log import RebuildSummary
 
 __all__ = ["render_rebuild_summary"]
 
