@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 
 import tito_cli
+from tito_cli.cli.native_env import NATIVE_OPTIONS
 
 
 def test_all_names_exist_and_nothing_public_is_missing() -> None:
@@ -36,34 +38,39 @@ def test_a_rebuild_imports_neither_transformers_nor_pyarrow_compute(tmp_path) ->
     assert proc.stdout.strip() == "False False"
 
 
-def _allocator_option_when_pyarrow_loads(statement: str, env: dict[str, str]) -> str:
-    """Run ``statement`` in a fresh interpreter; what MIMALLOC_PURGE_DELAY was when pyarrow began to load."""
+def _options_when_libraries_load(statement: str, env: dict[str, str]) -> dict[str, str]:
+    """Run ``statement`` in a fresh interpreter; the native options in the environment as each library began to load."""
     code = (
-        "import os, sys\n"
-        "seen = []\n"
+        "import json, os, sys\n"
+        "seen = {}\n"
         "class Watch:\n"
         "    def find_spec(self, name, path=None, target=None):\n"
-        "        if name == 'pyarrow' and not seen:\n"
-        "            seen.append(os.environ.get('MIMALLOC_PURGE_DELAY', 'unset'))\n"
+        "        for library, option in (('pyarrow', 'MIMALLOC_PURGE_DELAY'), ('numpy', 'OPENBLAS_NUM_THREADS')):\n"
+        "            if name == library and library not in seen:\n"
+        "                seen[library] = os.environ.get(option, 'unset')\n"
         "sys.meta_path.insert(0, Watch())\n"
         f"{statement}\n"
-        "print(seen[0] if seen else 'pyarrow not loaded')\n"
+        "print(json.dumps(seen))\n"
     )
     proc = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True, env=env
     )
-    return proc.stdout.strip()
+    loaded: dict[str, str] = json.loads(proc.stdout)
+    return loaded
 
 
-def test_the_command_line_sets_the_allocator_option_before_pyarrow_loads() -> None:
-    # mimalloc reads its options when pyarrow's library loads (tito_cli/cli/allocator.py).
-    env = {k: v for k, v in os.environ.items() if k != "MIMALLOC_PURGE_DELAY"}
-    assert _allocator_option_when_pyarrow_loads("import tito_cli.cli", env) == "-1"
+_CLEAN_ENV = {k: v for k, v in os.environ.items() if k not in NATIVE_OPTIONS}
+
+
+def test_the_command_line_sets_native_options_before_the_libraries_load() -> None:
+    # Each library reads its option once, when it loads (tito_cli/cli/native_env.py).
+    assert _options_when_libraries_load("import tito_cli.cli", _CLEAN_ENV) == {"pyarrow": "-1", "numpy": "1"}
     # A value the user set wins.
-    assert _allocator_option_when_pyarrow_loads("import tito_cli.cli", {**env, "MIMALLOC_PURGE_DELAY": "250"}) == "250"
+    user = {**_CLEAN_ENV, "MIMALLOC_PURGE_DELAY": "250", "OPENBLAS_NUM_THREADS": "2"}
+    assert _options_when_libraries_load("import tito_cli.cli", user) == {"pyarrow": "250", "numpy": "2"}
 
 
-def test_the_library_leaves_the_allocator_alone() -> None:
-    env = {k: v for k, v in os.environ.items() if k != "MIMALLOC_PURGE_DELAY"}
-    assert _allocator_option_when_pyarrow_loads("import tito_cli", env) == "pyarrow not loaded"
-    assert _allocator_option_when_pyarrow_loads("from tito_cli import rebuild", env) == "unset"
+def test_the_library_leaves_native_options_alone() -> None:
+    assert _options_when_libraries_load("import tito_cli", _CLEAN_ENV) == {}
+    loaded = _options_when_libraries_load("from tito_cli import rebuild", _CLEAN_ENV)
+    assert loaded == {"pyarrow": "unset", "numpy": "unset"}

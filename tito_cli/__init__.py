@@ -38,7 +38,7 @@ if typing.TYPE_CHECKING:
 __version__ = "0.1.0"
 
 # The public names are imported on first use, not with the package: the command
-# line must set up pyarrow's allocator before pyarrow is loaded (tito_cli/cli/startup.py).
+# line sets native libraries' options before they load (tito_cli/cli/native_env.py).
 _HOME = {
     "TurnLogWriter": "capture",
     "Corpus": "corpus",

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import gc
 
-# First: pyarrow must not be loaded before its allocator's options are set.
-from . import allocator  # noqa: F401
+# First: the native libraries read their options when they load (before pyarrow, numpy).
+from . import native_env  # noqa: F401
 
 # Importing a command module registers its command (in help order, not sorted).
 from . import (  # noqa: F401
