@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+
+import numpy as np
+
 from tito_cli.policy import Policy
 from tito_cli.router import route
 
@@ -145,3 +149,36 @@ def test_starting_below_an_extended_prompt_routes_like_the_full_walk() -> None:
             t.extends = None
         assert _shape(route(turns, Policy()).root) == _shape(with_shortcut.root), rows.session_id
     assert shortcuts > 100
+
+
+def test_a_prompt_after_a_long_sub_agent_extends_its_parent_turn() -> None:
+    # A sub-agent's turns come between two of its parent's; the parent's next prompt must still be
+    # found as an extension of its previous one (not parsed and routed from the root again).
+    from tito_cli.readpath import RawTurn, SessionRows
+    from tito_cli.turns import RowRef
+    from tito_cli.validate import parse_session
+
+    def row(seq: int, messages: list[dict[str, str]]) -> RawTurn:
+        return RawTurn(
+            seq=seq,
+            prompt_ids=np.arange(len(messages), dtype=np.int32),
+            output_ids=np.array([7], dtype=np.int32),
+            output_logprobs=None,
+            finish_reason="stop",
+            prompt_messages=np.frombuffer(json.dumps(messages).encode(), dtype=np.uint8),
+            response_message=None,
+            tools=None,
+            metadata=None,
+            source=RowRef("test", seq),
+        )
+
+    parent = [{"role": "system", "content": "main"}, {"role": "user", "content": "go"}]
+    sub = [{"role": "system", "content": "sub"}, {"role": "user", "content": "look"}]
+    rows = [row(0, parent)]
+    for step in range(10):
+        sub = [*sub, {"role": "assistant", "content": f"a{step}"}, {"role": "tool", "content": f"t{step}"}]
+        rows.append(row(1 + step, sub))
+    rows.append(row(11, [*parent, {"role": "assistant", "content": "spawned"}, {"role": "tool", "content": "done"}]))
+    turns = parse_session(SessionRows("s", rows))
+    assert turns[-1].extends == (turns[0], 2)
+    assert turns[-1].prompt_messages[0] is turns[0].prompt_messages[0]

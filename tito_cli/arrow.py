@@ -22,6 +22,7 @@ __all__ = [
     "list_column",
     "numpy_view",
     "primitive_array",
+    "same_values",
     "string_array",
     "strings",
     "validity",
@@ -39,6 +40,24 @@ def numpy_view(buffer: pa.Buffer | None, dtype: type, offset: int, count: int) -
     if buffer is None or count == 0:
         return np.zeros(count, dtype=dtype)
     return np.frombuffer(buffer, dtype=dtype, count=offset + count)[offset:]
+
+
+def same_values(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two arrays hold the same values; for integers of one dtype, one ``memcmp``.
+
+    pyarrow's ``Buffer.equals`` stops at the first difference.
+    ``np.array_equal`` writes a boolean per element, then scans them, and
+    never stops early: the reader compares a prompt's text with several
+    earlier prompts' (hundreds of kilobytes each) to find the one it extends,
+    and most candidates differ within a few bytes.  Equal bytes mean equal
+    values only for integers of one dtype: anything else (floats, mixed
+    dtypes, strided views) is compared by numpy.
+    """
+    if a.shape != b.shape:
+        return False
+    if a.dtype == b.dtype and a.dtype.kind in "iub" and a.flags.c_contiguous and b.flags.c_contiguous:
+        return bool(pa.py_buffer(a).equals(pa.py_buffer(b)))
+    return bool(np.array_equal(a, b))
 
 
 def validity(array: pa.Array) -> np.ndarray:

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from .arrow import same_values
 from .errors import InvalidSessionError
 from .readpath import INT32_MAX, SessionRows, Text
 from .turns import Message, MessageKey, RowRef, Turn, message_key
@@ -71,6 +72,13 @@ class _MessageParser:
     extended, so that validation and routing can skip the shared messages too.
     """
 
+    #: Earlier prompts a new one is checked against, newest first.  A sub-agent's turns
+    #: come between two of its parent's: with 4, the parent's first prompt after a 4-turn
+    #: sub-agent was parsed whole again (a third of the benchmark's JSON).  A candidate
+    #: that differs costs a comparison up to its first difference, usually a few bytes, and
+    #: the heads are views into row groups the session holds anyway.
+    CANDIDATES = 16
+
     def __init__(self) -> None:
         # (head: the text up to its closing bracket, messages, keys, prompt number), newest first.
         self._recent: list[tuple[np.ndarray | None, list[Message], list[MessageKey], int]] = []
@@ -81,7 +89,7 @@ class _MessageParser:
             raw = np.frombuffer(raw.encode("utf-8"), dtype=np.uint8)
         parsed: _ParsedPrompt | None = None
         for head, prev_messages, prev_keys, number in self._recent:
-            if head is None or len(raw) <= len(head) or not np.array_equal(raw[: len(head)], head):
+            if head is None or len(raw) <= len(head) or not same_values(raw[: len(head)], head):
                 continue
             try:
                 # The head ends on a character boundary of its own text, so of this one too.
@@ -115,7 +123,7 @@ class _MessageParser:
         head = raw[: end - 1] if parsed.messages and end and raw[end - 1] == _CLOSE else None
         self._recent.insert(0, (head, parsed.messages, parsed.keys, self._count))
         self._count += 1
-        del self._recent[4:]
+        del self._recent[self.CANDIDATES :]
         return parsed
 
 
