@@ -36,8 +36,10 @@ app = typer.Typer(
 )
 
 #: Data goes to stdout, diagnostics (progress, summaries of what happened, errors) to stderr.
-out_console = Console(highlight=False)
-err_console = Console(stderr=True, highlight=False)
+#: No emoji codes: a path or reason holding ":name:" is printed as it is (and rich's emoji
+#: table, a few milliseconds of every command's start-up, is never loaded).
+out_console = Console(highlight=False, emoji=False)
+err_console = Console(stderr=True, highlight=False, emoji=False)
 
 
 class _State:

@@ -22,7 +22,7 @@ def to_plain(renderable: RenderableType, width: int | None = None) -> str:
     """``renderable`` laid out ``width`` columns wide, no ANSI codes, no trailing spaces."""
     buffer = io.StringIO()
     console = Console(
-        file=buffer, width=width or plain_width(), color_system=None, highlight=False, force_terminal=False
+        file=buffer, width=width or plain_width(), color_system=None, highlight=False, force_terminal=False, emoji=False
     )
     console.print(renderable)
     return "\n".join(line.rstrip() for line in buffer.getvalue().splitlines()) + "\n"
