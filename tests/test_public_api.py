@@ -19,6 +19,13 @@ def test_all_names_exist_and_nothing_public_is_missing() -> None:
     assert exported - {"annotations"} <= set(tito_cli.__all__)
 
 
+def test_public_names_are_listed_before_first_use() -> None:
+    # They are imported on first use (tito_cli/__init__.py); dir() (completion, help()) lists them anyway.
+    code = "import tito_cli; print(sorted(set(tito_cli.__all__) - set(dir(tito_cli))))"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert proc.stdout.strip() == "[]"
+
+
 def test_import_does_not_pull_in_transformers() -> None:
     code = "import sys, tito_cli, tito_cli.cli; print('transformers' in sys.modules)"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)

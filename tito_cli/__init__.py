@@ -72,6 +72,10 @@ def __getattr__(name: str) -> typing.Any:
     return value
 
 
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_HOME))
+
+
 __all__ = [
     "DEFAULT_FORK_THRESHOLD",
     "Corpus",
