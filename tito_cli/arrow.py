@@ -50,12 +50,12 @@ def same_values(a: np.ndarray, b: np.ndarray) -> bool:
     never stops early: the reader compares a prompt's text with several
     earlier prompts' (hundreds of kilobytes each) to find the one it extends,
     and most candidates differ within a few bytes.  Equal bytes mean equal
-    values only for integers of one dtype: anything else (floats, mixed
-    dtypes, strided views) is compared by numpy.
+    values only for integers of one dtype: anything else (floats, booleans,
+    mixed dtypes, strided views) is compared by numpy.
     """
     if a.shape != b.shape:
         return False
-    if a.dtype == b.dtype and a.dtype.kind in "iub" and a.flags.c_contiguous and b.flags.c_contiguous:
+    if a.dtype == b.dtype and a.dtype.kind in "iu" and a.flags.c_contiguous and b.flags.c_contiguous:
         return bool(pa.py_buffer(a).equals(pa.py_buffer(b)))
     return bool(np.array_equal(a, b))
 

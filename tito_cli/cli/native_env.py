@@ -13,8 +13,9 @@ own settings.  A value already in the environment wins.
   that the kernel must fault in and zero: a 100-session rebuild took about
   twice the page faults of merely reading the same files, and 0.1-0.3 s
   more system time (docs/performance.md).  Kept pages are reused by the
-  next row group; peak memory is what it was (the pages were in use at
-  the peak).
+  next row group.  Peak memory rises a little, as kept pages are not
+  always reused exactly: one worker's peak RSS at 20 / 100 benchmark
+  sessions went from 293 / 303 to 290 / 310 MiB (319 MiB at 300).
 * ``OPENBLAS_NUM_THREADS=1``: numpy's BLAS starts a thread per core when
   numpy is imported, and each spins for a while before it sleeps: about
   0.12 s of CPU per process, taken from the workers on a busy machine.
