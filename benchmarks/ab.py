@@ -16,42 +16,18 @@ whether the two revisions wrote the same bytes.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import hashlib
-import os
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from run import Run, rebuild_cmd, run  # noqa: E402
 from workload import REPO, WorkloadSpec, ensure  # noqa: E402
-
-
-@dataclasses.dataclass
-class Sample:
-    wall: float
-    user: float
-    system: float
-    faults: int
-
-
-def timed(cmd: list[str], cwd: Path) -> Sample:
-    """Run ``cmd`` to completion in ``cwd``; its wall time and the CPU and faults of its process tree."""
-    start = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - start
-    assert proc.stderr is not None
-    err = proc.stderr.read().decode(errors="replace")
-    proc.stderr.close()
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"{' '.join(cmd)} (in {cwd}) failed:\n{err}")
-    return Sample(wall, usage.ru_utime, usage.ru_stime, usage.ru_minflt)
 
 
 def md5(path: Path) -> str:
@@ -83,34 +59,32 @@ def compare(args: argparse.Namespace, logs: Path, other: Path, tmp: Path) -> Non
         # Bytecode, as an installed copy has it (see benchmarks/run.py).
         subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree / "tito_cli")], check=True)
 
-    def rebuild(tree: Path, workers: int) -> list[str]:
-        out = tmp / f"{tree.name}-{workers}.parquet"
-        # Run from the tree: `python -m tito_cli` imports the tito_cli beside the working directory.
-        return [sys.executable, "-m", "tito_cli", "rebuild", str(logs), "--out", str(out), "--overwrite",
-                "--workers", str(workers)]
-
-    commands: dict[str, tuple[list[str], Path]] = {"bare read": ([sys.executable, str(HERE / "bare_read.py"),
-                                                                   str(logs)], REPO)}
+    # Each rebuild runs from its tree: `python -m tito_cli` imports the tito_cli beside the working directory.
+    commands: dict[str, tuple[list[str], Path]] = {
+        "bare read": ([sys.executable, str(HERE / "bare_read.py"), str(logs)], REPO)
+    }
     for workers in args.workers:
-        commands[f"{args.rev}, {workers} worker(s)"] = (rebuild(other, workers), other)
-        commands[f"this checkout, {workers} worker(s)"] = (rebuild(REPO, workers), REPO)
-    samples: dict[str, list[Sample]] = {name: [] for name in commands}
+        commands[f"{args.rev}, {workers} worker(s)"] = (rebuild_cmd(logs, tmp / f"other-{workers}.parquet", workers),
+                                                        other)
+        commands[f"this checkout, {workers} worker(s)"] = (rebuild_cmd(logs, tmp / f"this-{workers}.parquet", workers),
+                                                           REPO)
+    samples: dict[str, list[Run]] = {name: [] for name in commands}
     order = list(commands)
     for round_number in range(args.rounds):
         for name in order if round_number % 2 == 0 else order[::-1]:
             cmd, cwd = commands[name]
-            samples[name].append(timed(cmd, cwd))
+            samples[name].append(run(cmd, cwd=cwd))
         print(f"round {round_number + 1}/{args.rounds} done", file=sys.stderr)
 
     def median(name: str, field: str) -> float:
         return statistics.median(getattr(s, field) for s in samples[name])
 
-    bare = median("bare read", "wall")
+    bare = median("bare read", "seconds")
     print(f"{args.sessions} sessions, {args.rounds} rounds, medians")
     print(f"{'':34s} {'wall s':>7s} {'user s':>7s} {'sys s':>6s} {'faults':>7s} {'/ bare':>7s}")
     for name in commands:
-        wall = median(name, "wall")
-        print(f"{name:34s} {wall:7.2f} {median(name, 'user'):7.2f} {median(name, 'system'):6.2f} "
+        wall = median(name, "seconds")
+        print(f"{name:34s} {wall:7.2f} {median(name, 'user_seconds'):7.2f} {median(name, 'system_seconds'):6.2f} "
               f"{median(name, 'faults'):7.0f} {wall / bare:7.2f}")
     outputs = sorted(tmp.glob("*.parquet"))
     digests = {md5(p) for p in outputs}

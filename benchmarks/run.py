@@ -61,16 +61,23 @@ def _tree_rss(pid: int) -> int:
 @dataclasses.dataclass
 class Run:
     seconds: float
-    cpu_seconds: float  # user + system, the process and the children it waited for
+    # CPU and minor page faults of the process and the children it waited for.
+    user_seconds: float
+    system_seconds: float
+    faults: int
     peak_rss: int  # bytes, process tree, sampled every 5 ms; 0 when not sampled
 
+    @property
+    def cpu_seconds(self) -> float:
+        return self.user_seconds + self.system_seconds
 
-def run(cmd: list[str], *, sample_rss: bool = False) -> Run:
-    """Run ``cmd`` to completion; with ``sample_rss``, watch its tree's memory meanwhile."""
+
+def run(cmd: list[str], *, sample_rss: bool = False, cwd: Path = REPO) -> Run:
+    """Run ``cmd`` in ``cwd`` to completion; with ``sample_rss``, watch its tree's memory meanwhile."""
     peak = 0
     with tempfile.TemporaryFile() as err:
         start = time.perf_counter()
-        proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=err)
+        proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=err)
         done = threading.Event()
 
         def sample() -> None:
@@ -91,8 +98,10 @@ def run(cmd: list[str], *, sample_rss: bool = False) -> Run:
             sampler.join()
         if proc.returncode != 0:
             err.seek(0)
-            raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{err.read().decode(errors='replace')}")
-    return Run(seconds, usage.ru_utime + usage.ru_stime, peak)
+            raise SystemExit(
+                f"{' '.join(cmd)} (in {cwd}) failed ({proc.returncode}):\n{err.read().decode(errors='replace')}"
+            )
+    return Run(seconds, usage.ru_utime, usage.ru_stime, usage.ru_minflt, peak)
 
 
 def rebuild_cmd(logs: Path, out: Path, workers: int) -> list[str]:
