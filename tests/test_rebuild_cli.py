@@ -160,3 +160,15 @@ def test_progress_bar_only_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> Non
             progress(done, 3)
             calls.append((done, 3))
     assert "rebuilding" in screen.getvalue() and "3/3" in screen.getvalue() and calls
+
+
+def test_an_output_written_into_the_log_folder_is_not_read_back(logs: Path, tmp_path: Path) -> None:
+    out = logs / "samples.parquet"
+    first, _, _ = run("rebuild", str(logs), "--out", str(out))
+    written = out.read_bytes()
+    # Again, over it, reaching the same folder through a link: the output is still not an input.
+    (tmp_path / "link").symlink_to(logs)
+    again, _, _ = run("rebuild", str(tmp_path / "link"), "--out", str(out), "--overwrite")
+    # case-4.2 rejected, as above; read back, the samples file would stop the run (EXIT_BAD_INPUT).
+    assert first == again == EXIT_REJECTED
+    assert out.read_bytes() == written

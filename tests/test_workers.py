@@ -216,7 +216,7 @@ def _many_files_log(tmp_path: Path) -> tuple[Path, Policy]:
     folder = next(f for f in FOLDERS if f.name == "random-threshold-2")
     logs = tmp_path / "many"
     write_log(logs, read_jsonl(folder / "turns.jsonl"), read_jsonl(folder / "sessions.jsonl"), max_rows=7)
-    assert len(list(logs.glob("turns-*.parquet"))) >= parallel.INDEX_FILES_PER_WORKER * 2
+    assert len(list(logs.glob("turns-*.parquet"))) >= parallel.OPEN_FILES_PER_WORKER * 2
     return logs, Policy(fork_threshold=2)
 
 
@@ -241,26 +241,37 @@ def test_an_index_built_by_worker_processes_is_the_in_process_one(tmp_path: Path
     assert len(serial.places) == 2  # the `only` pass kept only the sessions asked for
 
 
-def test_a_log_of_many_files_is_indexed_by_the_workers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_log_of_many_files_is_opened_by_the_workers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     logs, policy = _many_files_log(tmp_path)
     mapped: list[bool] = []
-    real = TurnLog.index
+    real = TurnLog.open
 
-    def spy(self: TurnLog, only: set[str] | None = None, *, map_files: Any = None) -> LogIndex:
-        mapped.append(map_files is not None)
-        return real(self, only, map_files=map_files)
+    def spy(paths: Any, **options: Any) -> TurnLog:
+        mapped.append(options.get("map_files") is not None)
+        return real(paths, **options)
 
-    monkeypatch.setattr(TurnLog, "index", spy)
+    monkeypatch.setattr(TurnLog, "open", spy)
     rebuild([logs], tmp_path / "one.parquet", policy, workers=1)
-    assert mapped[0] is False
+    assert mapped == [False]
     mapped.clear()
-    # Small log: the batches run in-process, but the index pass ran in the workers.
+    # Small log: the batches run in-process, but the files were opened and indexed by the workers.
     rebuild([logs], tmp_path / "two.parquet", policy, workers=2)
-    assert mapped[0] is True
+    assert mapped == [True]
     # The same pool runs the batches too.
     rebuild([logs], tmp_path / "three.parquet", policy, workers=2, batch_bytes=1)
     one = (tmp_path / "one.parquet").read_bytes()
     assert one == (tmp_path / "two.parquet").read_bytes() == (tmp_path / "three.parquet").read_bytes()
+
+
+def test_opening_and_indexing_in_one_pass_gives_the_two_pass_result(tmp_path: Path) -> None:
+    logs, _ = _many_files_log(tmp_path)
+    separate = TurnLog.open([logs])
+    assert separate._index is None  # classified only: the index waits for its first use
+    with ProcessPoolExecutor(2, mp_context=parallel.worker_context()) as pool:
+        for map_files in (None, functools.partial(pool.map, chunksize=3)):
+            combined = TurnLog.open([logs], index=True, map_files=map_files)
+            assert combined.files == separate.files and combined.session_files
+            _same_index(combined.index(), build_index(separate.turn_files))
 
 
 def test_a_bad_file_met_by_the_workers_index_pass_is_named(tmp_path: Path) -> None:

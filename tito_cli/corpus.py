@@ -15,7 +15,7 @@ from pathlib import Path
 from .engine import SessionResult, rebuild_session
 from .errors import InvalidSessionError, UnknownSessionError
 from .policy import Policy
-from .readpath import SessionRows
+from .readpath import FileMap, SessionRows
 from .turnlog import SessionsTable, TurnLog
 from .turns import RowRef, SessionInfo
 from .validate import parse_session
@@ -51,8 +51,15 @@ class Corpus:
         policy: Policy | None = None,
         *,
         exclude: Iterable[Path] = (),
+        map_files: FileMap | None = None,
     ) -> Corpus:
-        return cls(TurnLog.open([Path(p) for p in inputs], exclude=exclude), policy)
+        """Classify and index the log's files (every use of a corpus needs its index), then read its sessions table.
+
+        ``map_files``: a worker pool's ``map``, to open the files in parallel
+        (see :meth:`TurnLog.open`).
+        """
+        log = TurnLog.open([Path(p) for p in inputs], exclude=exclude, index=True, map_files=map_files)
+        return cls(log, policy)
 
     @property
     def tokenizer(self) -> str | None:

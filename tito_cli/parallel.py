@@ -35,16 +35,16 @@ from .corpus import Corpus, Reject, rebuild_rows
 from .engine import SessionReport, SessionResult
 from .logfiles import LogFile
 from .policy import Policy
-from .readpath import LogIndex, ReadBatch, read_batch
+from .readpath import FileMap, LogIndex, ReadBatch, read_batch
 from .samples import session_table
 from .schema import SAMPLES_SCHEMA
-from .turnlog import TurnLog
 from .turns import RowRef, SessionInfo
 
 __all__ = [
     "SessionOutput",
     "default_workers",
     "early_pool",
+    "file_map",
     "iter_batch",
     "plan_batches",
     "rebuild_batch",
@@ -90,32 +90,39 @@ class SessionOutput:
 BATCHES_PER_WORKER = 8
 
 
-#: With at least this many turns files per worker, the workers start before the
-#: index pass and run it (a few tenths of a millisecond a file, serial otherwise).
-INDEX_FILES_PER_WORKER = 8
+#: With at least this many files per worker, the workers start before the files
+#: are opened and open them (classifying and indexing each: a few tenths of a
+#: millisecond a file, serial otherwise).
+OPEN_FILES_PER_WORKER = 8
 
 
 @contextlib.contextmanager
-def early_pool(log: TurnLog, workers: int) -> Iterator[ProcessPoolExecutor | None]:
-    """Start ``workers`` processes now and build the log's index with them, if the log has many files.
+def early_pool(files: int, workers: int) -> Iterator[ProcessPoolExecutor | None]:
+    """Start ``workers`` processes now, before the log's ``files`` are opened, if there are many.
 
     Everything before the first batch runs in one process while the other
-    cores wait: on the benchmark's 142 files the index pass alone was a
-    fifth of that serial start, and on a log of thousands of files it is
-    seconds.  Yields the pool for :func:`rebuild_outputs` (``None`` when the
-    log is indexed in-process); it is shut down on leaving.
+    cores wait: on the benchmark's 142 files, opening and indexing them was
+    a third of that serial start, and on a log of thousands of files it is
+    seconds.  Yields the pool (``None`` when the files are opened
+    in-process) for :func:`file_map` and then :func:`rebuild_outputs`; it is
+    shut down on leaving.
     """
-    if workers <= 1 or len(log.turn_files) < INDEX_FILES_PER_WORKER * workers:
+    if workers <= 1 or files < OPEN_FILES_PER_WORKER * workers:
         yield None
         return
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=worker_context())
     try:
-        # A few tasks per worker: one per file would cost a round trip each.
-        chunk = -(-len(log.turn_files) // (4 * workers))
-        log.index(map_files=functools.partial(pool.map, chunksize=chunk))
         yield pool
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+def file_map(pool: ProcessPoolExecutor | None, files: int, workers: int) -> FileMap | None:
+    """``pool``'s ``map`` for a pass over ``files`` files (``None`` without a pool: in-process)."""
+    if pool is None:
+        return None
+    # A few tasks per worker: one per file would cost a round trip each.
+    return functools.partial(pool.map, chunksize=-(-files // (4 * workers)))
 
 
 def plan_batches(index: LogIndex, workers: int, batch_bytes: float | None = None) -> list[ReadBatch]:

@@ -24,13 +24,17 @@ from .logfiles import READ_COLUMNS, LogFile
 from .turns import RowRef
 
 __all__ = [
+    "FileIndex",
     "LogIndex",
     "RawTurn",
     "ReadBatch",
     "RowGroup",
     "SessionPlace",
     "SessionRows",
+    "assemble_index",
     "build_index",
+    "index_file",
+    "index_parquet",
     "read_batch",
     "rows_from_table",
 ]
@@ -192,25 +196,30 @@ def build_index(
 ) -> LogIndex:
     """First pass over the turns files: where each session's rows are.
 
-    Each file is read on its own (:func:`_index_file`), by ``map_files`` when
+    Each file is read on its own (:func:`index_file`), by ``map_files`` when
     given (a worker pool's ``map``: on a log of thousands of files this pass
     is seconds of one core before any session can be rebuilt), then the
-    parts are put together in file order, so the index is the same either way.
+    parts are put together in file order (:func:`assemble_index`), so the
+    index is the same either way.
     """
     only_ids = None if only is None else frozenset(only)
-    numbers = range(len(files))
     if map_files is None:
-        parts = [_index_file(number, files[number], only_ids) for number in numbers]
+        parts = [index_file(log_file, only_ids) for log_file in files]
     else:
-        parts = list(map_files(_index_file, numbers, files, [only_ids] * len(files)))
+        parts = list(map_files(index_file, files, [only_ids] * len(files)))
+    return assemble_index(parts)
+
+
+def assemble_index(parts: Sequence[FileIndex]) -> LogIndex:
+    """The log's index from its turns files' parts, given in turn-file order."""
     row_groups: list[RowGroup] = []
     codes: dict[str, int] = {}
     columns: list[tuple[np.ndarray, ...]] = []
-    for part in parts:
+    for number, part in enumerate(parts):
         to_global = np.array([codes.setdefault(sid, len(codes)) for sid in part.session_ids] or [0], dtype=np.int64)
         columns.append((to_global[part.local], part.seq_null, part.seq_values, part.file_rows,
                         part.groups + len(row_groups), part.rows))
-        row_groups.extend(part.row_groups)
+        row_groups.extend(RowGroup(number, g, *facts) for g, facts in enumerate(part.row_groups))
     places: dict[str, SessionPlace] = {}
     if not columns:
         return LogIndex(row_groups, places)
@@ -231,10 +240,12 @@ def build_index(
 
 
 @dataclass(slots=True)
-class _FileIndex:
+class FileIndex:
     """One turns file's part of the index; arrays hold one entry per row kept."""
 
-    row_groups: list[RowGroup]
+    #: Per row group: (first row, rows, bytes per row, ids in range), the fields of its
+    #: :class:`RowGroup` but the file's number, which only the whole log knows.
+    row_groups: list[tuple[int, int, float, bool]]
     #: The file's distinct session ids, in first-seen order; ``local`` indexes it.
     session_ids: list[str]
     local: np.ndarray
@@ -246,17 +257,26 @@ class _FileIndex:
     rows: np.ndarray
 
 
-def _index_file(number: int, log_file: LogFile, only: frozenset[str] | None) -> _FileIndex:
-    """The index part of turns file ``number`` (in a worker process when a pool builds the index)."""
+def index_file(log_file: LogFile, only: frozenset[str] | None) -> FileIndex:
+    """The index part of one turns file (in a worker process when a pool builds the index)."""
     try:
         parquet = pq.ParquetFile(log_file.path)
+    except (OSError, pa.ArrowException) as exc:
+        raise UnreadableLogError(f"cannot read ({exc})", file=log_file.path) from None
+    with parquet:
+        return index_parquet(log_file, parquet, only)
+
+
+def index_parquet(log_file: LogFile, parquet: pq.ParquetFile, only: frozenset[str] | None) -> FileIndex:
+    """:func:`index_file` for a file already open (``TurnLog.open`` classifies and indexes in one open)."""
+    try:
         table = parquet.read(columns=["session_id", "seq"], use_threads=False)
     except (OSError, pa.ArrowException) as exc:
         raise UnreadableLogError(f"cannot read ({exc})", file=log_file.path) from None
     sids = table.column("session_id").combine_chunks()
     n = len(sids)
     # Row groups of this file, and each row's group and row inside it.
-    row_groups: list[RowGroup] = []
+    row_groups: list[tuple[int, int, float, bool]] = []
     group_of_row = np.empty(n, dtype=np.int32)
     row_in_group = np.empty(n, dtype=np.int64)
     first = 0
@@ -266,7 +286,7 @@ def _index_file(number: int, log_file: LogFile, only: frozenset[str] | None) -> 
         rows = meta.num_rows
         group_of_row[first : first + rows] = g
         row_in_group[first : first + rows] = np.arange(rows)
-        row_groups.append(RowGroup(number, g, first, rows, size / max(rows, 1), ids_in_range))
+        row_groups.append((first, rows, size / max(rows, 1), ids_in_range))
         first += rows
     keep = np.ones(n, dtype=bool)
     if sids.null_count:
@@ -289,7 +309,7 @@ def _index_file(number: int, log_file: LogFile, only: frozenset[str] | None) -> 
         wanted = np.array([sid in only for sid in unique_ids] or [False])
         keep &= wanted[local]
     seq_values, seq_valid = _int64_values(table.column("seq").combine_chunks())
-    return _FileIndex(
+    return FileIndex(
         row_groups,
         unique_ids,
         *(a[keep] for a in (local, ~seq_valid, seq_values, np.arange(n, dtype=np.int64), group_of_row, row_in_group)),

@@ -16,7 +16,8 @@ from .atomic import atomic_path, remove_stale_temporaries
 from .corpus import Corpus, Reject
 from .engine import SessionReport
 from .errors import OutputError
-from .parallel import default_workers, early_pool, rebuild_outputs
+from .logfiles import discover_files
+from .parallel import default_workers, early_pool, file_map, rebuild_outputs
 from .policy import Policy
 from .samples import SamplesWriter
 from .turnlog import SessionsTable
@@ -112,12 +113,13 @@ def rebuild(
     if not out.parent.is_dir():
         raise OutputError("the output's folder does not exist", file=out)
 
-    corpus = Corpus.open(inputs, policy, exclude=[out])
-    # Temporaries of a rebuild that was killed (SIGKILL, OOM) before it could clean up.
-    stale = remove_stale_temporaries(out) + remove_stale_temporaries(rejects_file)
+    files = discover_files([Path(p) for p in inputs], exclude=[out])
     workers = default_workers() if workers is None else workers
     rejected: list[Reject] = []
-    with early_pool(corpus.log, workers) as pool:
+    with early_pool(len(files), workers) as pool:
+        corpus = Corpus.open(files, policy, map_files=file_map(pool, len(files), workers))
+        # Temporaries of a rebuild that was killed (SIGKILL, OOM) before it could clean up.
+        stale = remove_stale_temporaries(out) + remove_stale_temporaries(rejects_file)
         session_ids = corpus.session_ids()
         summary = RebuildSummary(out=out, rejects_file=rejects_file, policy=policy, tokenizer=corpus.tokenizer)
         summary.stale_temporaries_removed = stale
