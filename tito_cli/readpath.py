@@ -260,7 +260,7 @@ class FileIndex:
 def index_file(log_file: LogFile, only: frozenset[str] | None) -> FileIndex:
     """The index part of one turns file (in a worker process when a pool builds the index)."""
     try:
-        parquet = pq.ParquetFile(log_file.path)
+        parquet = pq.ParquetFile(log_file.path, pre_buffer=False)  # (see logfiles.open_parquet)
     except (OSError, pa.ArrowException) as exc:
         raise UnreadableLogError(f"cannot read ({exc})", file=log_file.path) from None
     with parquet:
