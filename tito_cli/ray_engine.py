@@ -87,7 +87,8 @@ def rebuild_ray(
     if not out.parent.is_dir():
         raise OutputError("the output's folder does not exist", file=out)
 
-    log = TurnLog.open([Path(p) for p in inputs], exclude=[out])
+    # Indexed as it is classified (one open a file): the session ids below need the index.
+    log = TurnLog.open([Path(p) for p in inputs], exclude=[out], index=True)
     sessions = log.read_sessions()
     summary = RebuildSummary(out=out, rejects_file=rejects_file, policy=policy, tokenizer=log.tokenizer)
     session_ids = log.session_ids()
