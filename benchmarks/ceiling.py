@@ -19,6 +19,7 @@ index) that a pair runs in parallel.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import subprocess
 import sys
@@ -35,13 +36,23 @@ from workload import REPO, WorkloadSpec, ensure  # noqa: E402
 
 def wall_seconds(commands: list[list[str]]) -> float:
     """Start ``commands`` together; the seconds until the last has finished."""
-    start = time.perf_counter()
-    procs = [subprocess.Popen(c, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for c in commands]
-    for proc, command in zip(procs, commands, strict=True):
-        _, err = proc.communicate()
-        if proc.returncode != 0:
-            raise SystemExit(f"{' '.join(command)} failed ({proc.returncode}):\n{err.decode(errors='replace')}")
-    return time.perf_counter() - start
+    with contextlib.ExitStack() as stack:
+        # stderr to files, not pipes: waiting on one process must not leave another blocked on a full pipe.
+        errs = [stack.enter_context(tempfile.TemporaryFile()) for _ in commands]
+        start = time.perf_counter()
+        procs = [
+            subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=err)
+            for command, err in zip(commands, errs, strict=True)
+        ]
+        for proc in procs:
+            proc.wait()
+        seconds = time.perf_counter() - start
+        for proc, command, err in zip(procs, commands, errs, strict=True):
+            if proc.returncode != 0:
+                err.seek(0)
+                message = err.read().decode(errors="replace")
+                raise SystemExit(f"{' '.join(command)} failed ({proc.returncode}):\n{message}")
+    return seconds
 
 
 def main() -> None:

@@ -125,20 +125,20 @@ class TurnLog:
         """Every session id that has turns, in code-point order."""
         return self.index().session_ids
 
-    def index(self, only: set[str] | None = None, *, map_files: FileMap | None = None) -> LogIndex:
+    def index(self, only: set[str] | None = None) -> LogIndex:
         """Where every session's rows are (first pass: ``session_id`` and ``seq`` only).
 
-        The whole log's index is cached; an ``only`` index is cut from it when
-        it exists (``tito inspect`` finds the id, then reads that session),
-        and built afresh otherwise.  ``map_files`` reads the files (a worker
-        pool's ``map``; see :func:`~tito_cli.readpath.build_index`).
+        The whole log's index is cached (``open(index=True)`` builds it as it
+        opens the files); an ``only`` index is cut from it when it exists
+        (``tito inspect`` finds the id, then reads that session), and built
+        afresh otherwise.
         """
         if self._index is not None:
             if only is None:
                 return self._index
             places = {sid: place for sid, place in self._index.places.items() if sid in only}
             return LogIndex(self._index.row_groups, places)
-        index = build_index(self.turn_files, only, map_files=map_files)
+        index = build_index(self.turn_files, only)
         if only is None:
             self._index = index
         return index
