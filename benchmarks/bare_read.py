@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-# The turns columns tito's reader asks for (tito_cli.logfiles.READ_COLUMNS); sessions files are read whole.
+# The turns columns tito's reader asks for (tito_cli.read.files.READ_COLUMNS); sessions files are read whole.
 TURNS_COLUMNS = [
     "session_id", "seq", "prompt_ids", "output_ids", "output_logprobs",
     "finish_reason", "prompt_messages", "response_message", "tools", "metadata",

@@ -21,9 +21,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tito_cli.corpus import Corpus  # noqa: E402
 from tito_cli.golden.compare import GoldenOptions, check_goldens, write_dumps  # noqa: E402
-from tito_cli.golden.dump import TokenWords, dump_session, golden_token_text  # noqa: E402
+from tito_cli.golden.serialize import TokenWords, dump_session, golden_token_text  # noqa: E402
+from tito_cli.run.corpus import Corpus  # noqa: E402
 
 
 def median_time(fn, repeat: int) -> float:

@@ -32,7 +32,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tito_cli.capture import TurnLogWriter  # noqa: E402
+from tito_cli.capture.writer import TurnLogWriter  # noqa: E402
 
 CACHE = REPO / ".benchmarks" / "workloads"
 VOCAB = 151_000

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from tito_cli.capture import TurnLogWriter
+from tito_cli.capture.writer import TurnLogWriter
 
 REPO = Path(__file__).resolve().parent.parent
 CONFORMANCE = REPO / "fixtures" / "conformance"

@@ -1,4 +1,4 @@
-"""The numpy/Arrow helpers the hot paths lean on (tito_cli/arrow.py)."""
+"""The numpy/Arrow helpers the hot paths lean on (tito_cli/_arrow.py)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tito_cli.arrow import same_values
-from tito_cli.linearize import common_prefix_length
+from tito_cli._arrow import same_values
+from tito_cli.algorithm.linearize import common_prefix_length
 
 small_ints = st.lists(st.integers(0, 3), max_size=40)
 

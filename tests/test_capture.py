@@ -14,9 +14,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from tito_cli.capture import TurnLogWriter
+from tito_cli.capture.writer import TurnLogWriter
+from tito_cli.read.turnlog import TurnLog
 from tito_cli.schema import META_FORMAT, META_TABLE, META_TOKENIZER
-from tito_cli.turnlog import TurnLog
 
 from .helpers import REPO
 
@@ -126,7 +126,7 @@ def test_threads_lose_nothing_and_seqs_stay_unique(tmp_path: Path) -> None:
 KILL_SCRIPT = """
 import sys, threading
 sys.path.insert(0, {repo!r})
-from tito_cli.capture import TurnLogWriter
+from tito_cli.capture.writer import TurnLogWriter
 w = TurnLogWriter({out!r}, max_rows=40, max_age=None)
 def work(k):
     i = 0

@@ -24,10 +24,10 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from tito_cli.atomic import atomic_path, remove_stale_temporaries
-from tito_cli.policy import Policy
-from tito_cli.rebuild_log import rebuild
-from tito_cli.turnlog import TurnLog
+from tito_cli._atomic import atomic_path, remove_stale_temporaries
+from tito_cli.algorithm.policy import Policy
+from tito_cli.read.turnlog import TurnLog
+from tito_cli.run.rebuild import rebuild
 
 from .bad_input.kit import turns_table, write_sessions
 from .helpers import CONFORMANCE, REPO, read_jsonl
@@ -123,7 +123,7 @@ def test_rebuild_killed_anywhere_leaves_old_or_new_output(tmp_path: Path) -> Non
 # flushes happen meanwhile.
 CAPTURE_CHILD = r"""
 import json, sys, threading
-from tito_cli.capture import TurnLogWriter
+from tito_cli.capture.writer import TurnLogWriter
 
 writer = TurnLogWriter(sys.argv[1], max_rows=64, max_age=0.05, name="crash")
 THREADS = 8

@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from tito_cli.cli import app
 from tito_cli.errors import EXIT_CHECK_FAILED, EXIT_OK, EXIT_USAGE
 from tito_cli.golden.compare import Status
-from tito_cli.golden.dump import token_label
+from tito_cli.golden.serialize import token_label
 from tito_cli.pytest_plugin import TitoGolden
 from tito_cli.render.tokens import TokenText
 

@@ -12,17 +12,17 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
+from tito_cli.algorithm.policy import Policy
+from tito_cli.algorithm.session import SessionResult
 from tito_cli.cli import app
 from tito_cli.cli.app import out_console
 from tito_cli.cli.viewing import is_plain
-from tito_cli.corpus import Corpus, Reject
-from tito_cli.engine import SessionResult
 from tito_cli.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_REJECTED, EXIT_USAGE
-from tito_cli.policy import Policy
 from tito_cli.render.plain import to_plain
 from tito_cli.render.sample_text import render_samples, samples_data, seq_ranges
 from tito_cli.render.session_view import render_tree, render_turns, tree_nodes, turn_rows
 from tito_cli.render.tokens import TokenText, visible
+from tito_cli.run.corpus import Corpus, Reject
 
 from .helpers import conformance_folders, read_jsonl, write_log
 from .scenario_logs import TOKENIZER, scenario_log

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tito_cli.engine import rebuild_session
-from tito_cli.linearize import ForkCause, common_prefix_length
-from tito_cli.policy import Policy
+from tito_cli.algorithm.linearize import ForkCause, common_prefix_length
+from tito_cli.algorithm.policy import Policy
+from tito_cli.algorithm.session import rebuild_session
 from tito_cli.turns import SessionInfo
 
 from .engine_helpers import msg, turn

@@ -11,12 +11,12 @@ import pytest
 import typer.main
 from typer.testing import CliRunner
 
+from tito_cli.algorithm.policy import Policy
 from tito_cli.cli import app
-from tito_cli.corpus import Corpus, Reject
 from tito_cli.errors import EXIT_OK, EXIT_USAGE
-from tito_cli.policy import Policy
-from tito_cli.rebuild_log import rebuild
-from tito_cli.stats import FilterError, compile_filter, percentiles
+from tito_cli.report.facts import FilterError, compile_filter, percentiles
+from tito_cli.run.corpus import Corpus, Reject
+from tito_cli.run.rebuild import rebuild
 
 from .helpers import CONFORMANCE, read_jsonl, write_log
 from .scenario_logs import scenario_log

@@ -26,13 +26,13 @@ import pyarrow.parquet as pq
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tito_cli.engine import SessionResult, rebuild_session
-from tito_cli.policy import Policy
-from tito_cli.readpath import RawTurn, SessionRows
-from tito_cli.rebuild_log import rebuild
-from tito_cli.samples import provenance
+from tito_cli.algorithm.policy import Policy
+from tito_cli.algorithm.session import SessionResult, rebuild_session
+from tito_cli.export.parquet import provenance
+from tito_cli.read.rows import RawTurn, SessionRows
+from tito_cli.read.validate import parse_session
+from tito_cli.run.rebuild import rebuild
 from tito_cli.turns import RowRef, SessionInfo, Turn
-from tito_cli.validate import parse_session
 
 from .helpers import write_log
 from .spec_model import model_rebuild

@@ -39,7 +39,7 @@ def test_a_rebuild_imports_no_slow_module_it_does_not_need(tmp_path) -> None:  #
 
     slow = ["transformers", "pyarrow.compute", "numpy.ma"]
     code = (
-        "import sys; from tito_cli.rebuild_log import rebuild; "
+        "import sys; from tito_cli.run.rebuild import rebuild; "
         f"rebuild([{str(REPO / 'fixtures' / 'logs')!r}], {str(tmp_path / 's.parquet')!r}, workers=1); "
         f"print([m for m in {slow!r} if m in sys.modules])"
     )

@@ -11,8 +11,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from tito_cli.policy import Policy
-from tito_cli.rebuild_log import rebuild
+from tito_cli.algorithm.policy import Policy
+from tito_cli.run.rebuild import rebuild
 
 from .helpers import conformance_folders, read_jsonl, write_log
 
@@ -34,7 +34,7 @@ def local_ray() -> Iterator[None]:
 
 @pytest.mark.parametrize("folder", FOLDERS, ids=[f.name for f in FOLDERS])
 def test_ray_matches_local_engine(folder: Path, tmp_path: Path) -> None:
-    from tito_cli.ray_engine import read_samples, rebuild_ray
+    from tito_cli.run.ray_data import read_samples, rebuild_ray
 
     logs = tmp_path / "logs"
     write_log(logs, read_jsonl(folder / "turns.jsonl"), read_jsonl(folder / "sessions.jsonl"), max_rows=97)

@@ -6,8 +6,8 @@ import json
 
 import numpy as np
 
-from tito_cli.policy import Policy
-from tito_cli.router import route
+from tito_cli.algorithm.policy import Policy
+from tito_cli.algorithm.router import route
 
 from .engine_helpers import msg, turn
 
@@ -135,8 +135,8 @@ def _shape(node):  # type: ignore[no-untyped-def]
 
 
 def test_starting_below_an_extended_prompt_routes_like_the_full_walk() -> None:
-    from tito_cli.turnlog import TurnLog
-    from tito_cli.validate import parse_session
+    from tito_cli.read.turnlog import TurnLog
+    from tito_cli.read.validate import parse_session
 
     from .helpers import REPO
 
@@ -154,9 +154,9 @@ def test_starting_below_an_extended_prompt_routes_like_the_full_walk() -> None:
 def test_a_prompt_after_a_long_sub_agent_extends_its_parent_turn() -> None:
     # A sub-agent's turns come between two of its parent's; the parent's next prompt must still be
     # found as an extension of its previous one (not parsed and routed from the root again).
-    from tito_cli.readpath import RawTurn, SessionRows
+    from tito_cli.read.rows import RawTurn, SessionRows
+    from tito_cli.read.validate import parse_session
     from tito_cli.turns import RowRef
-    from tito_cli.validate import parse_session
 
     def row(seq: int, messages: list[dict[str, str]]) -> RawTurn:
         return RawTurn(

@@ -14,7 +14,7 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tito_cli.paths import safe_filename
+from tito_cli._paths import safe_filename
 
 from .helpers import REPO
 

@@ -17,13 +17,13 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from tito_cli.capture import TurnLogWriter
+from tito_cli.algorithm.router import Node
+from tito_cli.algorithm.session import SessionResult
+from tito_cli.capture.writer import TurnLogWriter
 from tito_cli.cli import app
 from tito_cli.cli.simulate import ProfileChoice
-from tito_cli.corpus import Corpus
-from tito_cli.engine import SessionResult
 from tito_cli.errors import EXIT_OK, EXIT_OUTPUT, EXIT_USAGE
-from tito_cli.router import Node
+from tito_cli.run.corpus import Corpus
 from tito_cli.simulate import PROFILES, Features, SimulationSummary, simulate, simulate_session
 from tito_cli.simulate.chat import Chat
 from tito_cli.simulate.environment import Workspace

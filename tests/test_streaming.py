@@ -13,16 +13,17 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tito_cli import readpath, turnlog
-from tito_cli.engine import rebuild_session
+from tito_cli.algorithm.policy import Policy
+from tito_cli.algorithm.session import rebuild_session
 from tito_cli.errors import InvalidSessionError, SchemaError
-from tito_cli.policy import Policy
-from tito_cli.readpath import ReadBatch, read_batch
-from tito_cli.samples import session_table
+from tito_cli.export.parquet import session_table
+from tito_cli.read import rows as readpath
+from tito_cli.read import turnlog
+from tito_cli.read.rows import ReadBatch, read_batch
+from tito_cli.read.turnlog import TurnLog
+from tito_cli.read.validate import _all_finite, _MessageParser, parse_session
 from tito_cli.schema import TURNS_SCHEMA, table_metadata
-from tito_cli.turnlog import TurnLog
 from tito_cli.turns import message_key
-from tito_cli.validate import _all_finite, _MessageParser, parse_session
 
 from .helpers import write_log
 

@@ -14,15 +14,15 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from tito_cli import parallel
+from tito_cli.algorithm.policy import Policy
 from tito_cli.cli import app
-from tito_cli.corpus import Corpus
 from tito_cli.errors import EXIT_BAD_INPUT, UnreadableLogError
-from tito_cli.parallel import SessionOutput, _InOrder, plan_batches, rebuild_outputs
-from tito_cli.policy import Policy
-from tito_cli.readpath import LogIndex, RowGroup, SessionPlace, build_index
-from tito_cli.rebuild_log import rebuild
-from tito_cli.turnlog import TurnLog
+from tito_cli.read.rows import LogIndex, RowGroup, SessionPlace, build_index
+from tito_cli.read.turnlog import TurnLog
+from tito_cli.run import local as parallel
+from tito_cli.run.corpus import Corpus
+from tito_cli.run.local import SessionOutput, _InOrder, plan_batches, rebuild_outputs
+from tito_cli.run.rebuild import rebuild
 
 from .helpers import conformance_folders, read_jsonl, write_log
 

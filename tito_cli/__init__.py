@@ -18,9 +18,9 @@ import importlib
 import typing
 
 if typing.TYPE_CHECKING:
-    from .capture import TurnLogWriter
-    from .corpus import Corpus, Reject
-    from .engine import SessionReport, SessionResult, rebuild_session
+    from .algorithm.policy import DEFAULT_FORK_THRESHOLD, Policy
+    from .algorithm.session import SessionReport, SessionResult, rebuild_session
+    from .capture.writer import TurnLogWriter
     from .errors import (
         InvalidSessionError,
         LogError,
@@ -31,8 +31,8 @@ if typing.TYPE_CHECKING:
         UnknownSessionError,
         UnreadableLogError,
     )
-    from .policy import DEFAULT_FORK_THRESHOLD, Policy
-    from .rebuild_log import RebuildSummary, rebuild
+    from .run.corpus import Corpus, Reject
+    from .run.rebuild import RebuildSummary, rebuild
     from .turns import SessionInfo, Turn
 
 __version__ = "0.1.0"
@@ -40,12 +40,12 @@ __version__ = "0.1.0"
 # The public names are imported on first use, not with the package: the command
 # line sets native libraries' options before they load (tito_cli/cli/native_env.py).
 _HOME = {
-    "TurnLogWriter": "capture",
-    "Corpus": "corpus",
-    "Reject": "corpus",
-    "SessionReport": "engine",
-    "SessionResult": "engine",
-    "rebuild_session": "engine",
+    "TurnLogWriter": "capture.writer",
+    "Corpus": "run.corpus",
+    "Reject": "run.corpus",
+    "SessionReport": "algorithm.session",
+    "SessionResult": "algorithm.session",
+    "rebuild_session": "algorithm.session",
     "InvalidSessionError": "errors",
     "LogError": "errors",
     "OutputError": "errors",
@@ -54,10 +54,10 @@ _HOME = {
     "TokenizerError": "errors",
     "UnknownSessionError": "errors",
     "UnreadableLogError": "errors",
-    "DEFAULT_FORK_THRESHOLD": "policy",
-    "Policy": "policy",
-    "RebuildSummary": "rebuild_log",
-    "rebuild": "rebuild_log",
+    "DEFAULT_FORK_THRESHOLD": "algorithm.policy",
+    "Policy": "algorithm.policy",
+    "RebuildSummary": "run.rebuild",
+    "rebuild": "run.rebuild",
     "SessionInfo": "turns",
     "Turn": "turns",
 }

@@ -22,10 +22,10 @@ from collections.abc import Iterable, Sequence
 
 import pytest
 
+from .algorithm.policy import DEFAULT_FORK_THRESHOLD, Policy, RewardMode
 from .golden.compare import CheckReport, GoldenOptions, check_goldens
-from .golden.dump import DumpStyle
 from .golden.report import render_check_report
-from .policy import DEFAULT_FORK_THRESHOLD, Policy, RewardMode
+from .golden.serialize import DumpStyle
 
 __all__ = ["TitoGolden"]
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from ..policy import DEFAULT_FORK_THRESHOLD, Policy
+from ..algorithm.policy import DEFAULT_FORK_THRESHOLD, Policy
 from .app import EXIT_CODES_HELP, app, err_console, guarded
 
 if TYPE_CHECKING:  # the golden package is imported when a command runs, not at start-up

@@ -9,9 +9,8 @@ import typer
 from rich.console import Group, RenderableType
 from rich.text import Text
 
-from ..corpus import Reject
+from ..algorithm.policy import DEFAULT_FORK_THRESHOLD, Policy
 from ..errors import InvalidSessionError, TitoError
-from ..policy import DEFAULT_FORK_THRESHOLD, Policy
 from ..render.jsonout import dumps
 from ..render.sample_text import render_samples, samples_data
 from ..render.session_view import (
@@ -23,6 +22,7 @@ from ..render.session_view import (
     turn_rows,
 )
 from ..render.tokens import TokenText, resolve_tokenizer
+from ..run.corpus import Reject
 from .app import EXIT_CODES_HELP, app, err_console, guarded
 from .viewing import LOGS_ENV, is_plain, open_logs, show
 

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import typer
 
-from ..policy import DEFAULT_FORK_THRESHOLD, Policy
+from ..algorithm.policy import DEFAULT_FORK_THRESHOLD, Policy
 from ..render.jsonout import dumps
 from ..render.listing import render_listing
 from ..render.plain import to_plain
-from ..stats import FIELDS, FilterError, compile_filter, session_row, sort_rows
+from ..report.facts import FIELDS, FilterError, compile_filter, session_row, sort_rows
 from .app import EXIT_CODES_HELP, app, err_console, guarded, out_console
 from .viewing import LOGS_ENV, open_logs
 

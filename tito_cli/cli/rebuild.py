@@ -8,11 +8,11 @@ from typing import Any
 
 import typer
 
+from ..algorithm.policy import DEFAULT_FORK_THRESHOLD, Policy
 from ..errors import EXIT_OK, EXIT_REJECTED
-from ..parallel import BATCHES_PER_WORKER
-from ..policy import DEFAULT_FORK_THRESHOLD, Policy
-from ..rebuild_log import rebuild as rebuild_logs
 from ..render.summary import render_rebuild_summary
+from ..run.local import BATCHES_PER_WORKER
+from ..run.rebuild import rebuild as rebuild_logs
 from .app import EXIT_CODES_HELP, app, err_console, guarded, progress_bar
 
 
@@ -72,7 +72,7 @@ def rebuild(
     policy = Policy(fork_threshold=fork_threshold, reward_mode=reward_mode.value)
     batch_bytes = None if batch_mb is None else batch_mb * (1 << 20)
     if engine is EngineChoice.ray:
-        from ..ray_engine import rebuild_ray
+        from ..run.ray_data import rebuild_ray
 
         summary = rebuild_ray(logs, out, policy, overwrite=overwrite)
         err_console.print(render_rebuild_summary(summary))

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import typer
 
+from .._paths import FIXTURE_TOKENIZER as DEFAULT_TOKENIZER
 from ..errors import EXIT_USAGE
-from ..paths import FIXTURE_TOKENIZER as DEFAULT_TOKENIZER
 from .app import EXIT_CODES_HELP, app, err_console, guarded, progress_bar
 
 

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import typer
 
-from ..policy import DEFAULT_FORK_THRESHOLD, Policy
+from ..algorithm.policy import DEFAULT_FORK_THRESHOLD, Policy
 from ..render.corpus_stats import render_corpus_stats
 from ..render.jsonout import dumps
-from ..stats import corpus_stats
+from ..report.facts import corpus_stats
 from .app import EXIT_CODES_HELP, app, guarded
 from .viewing import LOGS_ENV, open_logs, show
 

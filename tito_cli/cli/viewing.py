@@ -8,10 +8,10 @@ from pathlib import Path
 import typer
 from rich.console import RenderableType
 
-from ..corpus import Corpus
+from ..algorithm.policy import Policy
 from ..errors import UnreadableLogError
-from ..policy import Policy
 from ..render.plain import plain_width, to_plain
+from ..run.corpus import Corpus
 from .app import out_console
 
 __all__ = ["LOGS_ENV", "is_plain", "open_logs", "show"]

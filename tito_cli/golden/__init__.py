@@ -16,7 +16,7 @@ from .compare import (
     iter_dumps,
     write_dumps,
 )
-from .dump import dump_session
+from .serialize import dump_session
 
 __all__ = [
     "CheckReport",

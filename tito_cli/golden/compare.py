@@ -18,12 +18,12 @@ from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 
-from ..atomic import atomic_path
-from ..corpus import Corpus, find_session_id
+from .._atomic import atomic_path
+from ..algorithm.policy import Policy
 from ..errors import OutputError
-from ..policy import Policy
 from ..render.tokens import TokenText
-from .dump import DumpStyle, TokenWords, dump_file_name, dump_session, escape_invisible, golden_token_text
+from ..run.corpus import Corpus, find_session_id
+from .serialize import DumpStyle, TokenWords, dump_file_name, dump_session, escape_invisible, golden_token_text
 
 __all__ = [
     "CheckReport",
@@ -209,7 +209,7 @@ def _parallel_dumps(
     """Dumps made by ``options.workers`` processes, in session-id order."""
     from concurrent.futures import ProcessPoolExecutor
 
-    from ..parallel import worker_context
+    from ..run.local import worker_context
 
     # Contiguous chunks, a few per worker, so a slow session holds up little.
     count = max(1, min(len(session_ids), 4 * options.workers))

@@ -20,8 +20,8 @@ from typing import Any
 from rich.console import Group, RenderableType
 from rich.text import Text
 
-from ..engine import SessionResult
-from ..linearize import LinearizedSample
+from ..algorithm.linearize import LinearizedSample
+from ..algorithm.session import SessionResult
 from .session_view import FORK_LABELS
 from .tokens import TokenText
 

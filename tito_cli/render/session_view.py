@@ -17,9 +17,9 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
-from ..engine import SessionResult
-from ..linearize import Decision, ForkCause
-from ..router import Node
+from ..algorithm.linearize import Decision, ForkCause
+from ..algorithm.router import Node
+from ..algorithm.session import SessionResult
 from .describe import message_preview, node_kind
 
 __all__ = [

@@ -6,8 +6,8 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from ..linearize import ForkCause
-from ..rebuild_log import RebuildSummary
+from ..algorithm.linearize import ForkCause
+from ..run.rebuild import RebuildSummary
 
 __all__ = ["render_rebuild_summary"]
 

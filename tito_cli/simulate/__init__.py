@@ -6,7 +6,7 @@ A coding agent (``agent.py``) works bug-fixing tasks in a scripted repository
 (``environment.py``); a simulated model (``model.py``) writes its replies out
 as token ids with logprobs; a harness (``session.py``) renders every prompt
 with the chat template (``chat.py``), records each turn and each finished
-session through :class:`~tito_cli.capture.TurnLogWriter`, and does what real
+session through :class:`~tito_cli.capture.writer.TurnLogWriter`, and does what real
 harnesses do to conversations: sub-agents, compaction, retries, rewinds,
 re-rendered history.  Profiles (``profiles.py``) set the session size and
 how often each of those behaviours occurs.
@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from ..capture import TurnLogWriter
+from .._paths import FIXTURE_TOKENIZER
+from ..capture.writer import TurnLogWriter
 from ..errors import OutputError
-from ..paths import FIXTURE_TOKENIZER
 from .chat import Chat
 from .environment import Workspace
 from .profiles import FEATURES, PROFILES, Features, Profile, assign_features

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..policy import DEFAULT_FORK_THRESHOLD
+from ..algorithm.policy import DEFAULT_FORK_THRESHOLD
 from .chat import IM_END, Chat
 
 __all__ = ["LONG_OUTPUT", "Action", "Generation", "Model", "output_text"]

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from ..capture import TurnLogWriter
+from ..capture.writer import TurnLogWriter
 from .agent import MainAgent, Plan, Style, SubAgent
 from .chat import Chat, Message
 from .environment import MAIN_TOOLS, SUB_TOOLS, Workspace, tool_specs

@@ -40,15 +40,15 @@ from typing import Literal
 
 import numpy as np
 
-from ..corpus import Reject
-from ..engine import SessionResult
+from .._paths import safe_filename
+from ..algorithm.linearize import LinearizedSample
+from ..algorithm.policy import Policy
+from ..algorithm.router import Node
+from ..algorithm.session import SessionResult
 from ..errors import TitoError, TokenizerError
-from ..linearize import LinearizedSample
-from ..paths import safe_filename
-from ..policy import Policy
 from ..render.describe import message_preview
 from ..render.tokens import TokenText, load_tokenizer, resolve_tokenizer, visible
-from ..router import Node
+from ..run.corpus import Reject
 from ..turns import canonical_json
 
 __all__ = [

@@ -12,12 +12,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .arrow import list_column, primitive_array, string_array
-from .atomic import atomic_path
-from .engine import SessionResult
-from .linearize import LinearizedSample
-from .policy import Policy
-from .schema import SAMPLES_SCHEMA, table_metadata
+from .._arrow import list_column, primitive_array, string_array
+from .._atomic import atomic_path
+from ..algorithm.linearize import LinearizedSample
+from ..algorithm.policy import Policy
+from ..algorithm.session import SessionResult
+from ..schema import SAMPLES_SCHEMA, table_metadata
 
 __all__ = ["SamplesWriter", "provenance", "session_table"]
 
@@ -49,7 +49,7 @@ def session_table(result: SessionResult) -> pa.Table:
     samples = result.samples
     info = result.info
     n = len(samples)
-    # Built from buffers (tito_cli.arrow): pa.array would import pandas.
+    # Built from buffers (tito_cli._arrow): pa.array would import pandas.
     columns = {
         "session_id": string_array([result.session_id] * n),
         "sample_index": primitive_array(np.arange(n, dtype=np.int32), pa.int32()),

@@ -22,10 +22,10 @@ from enum import Enum
 import numpy as np
 import numpy.typing as npt
 
-from .arrow import same_values
+from .._arrow import same_values
+from ..turns import Turn
 from .policy import Policy
 from .router import Node, SessionTree
-from .turns import Turn
 
 __all__ = ["Decision", "ForkCause", "Linearization", "LinearizedSample", "Span", "linearize"]
 

@@ -12,13 +12,13 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from .engine import SessionResult, rebuild_session
-from .errors import InvalidSessionError, UnknownSessionError
-from .policy import Policy
-from .readpath import FileMap, SessionRows
-from .turnlog import SessionsTable, TurnLog
-from .turns import RowRef, SessionInfo
-from .validate import parse_session
+from ..algorithm.policy import Policy
+from ..algorithm.session import SessionResult, rebuild_session
+from ..errors import InvalidSessionError, UnknownSessionError
+from ..read.rows import FileMap, SessionRows
+from ..read.turnlog import SessionsTable, TurnLog
+from ..read.validate import parse_session
+from ..turns import RowRef, SessionInfo
 
 __all__ = ["Corpus", "Reject", "find_session_id", "rebuild_rows"]
 

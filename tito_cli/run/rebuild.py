@@ -12,15 +12,15 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .atomic import atomic_path, remove_stale_temporaries
+from .._atomic import atomic_path, remove_stale_temporaries
+from ..algorithm.policy import Policy
+from ..algorithm.session import SessionReport
+from ..errors import OutputError
+from ..export.parquet import SamplesWriter
+from ..read.files import discover_files
+from ..read.turnlog import SessionsTable
 from .corpus import Corpus, Reject
-from .engine import SessionReport
-from .errors import OutputError
-from .logfiles import discover_files
-from .parallel import default_workers, early_pool, file_map, rebuild_outputs
-from .policy import Policy
-from .samples import SamplesWriter
-from .turnlog import SessionsTable
+from .local import default_workers, early_pool, file_map, rebuild_outputs
 
 __all__ = ["RebuildSummary", "Reject", "rebuild", "rejects_path"]
 
@@ -103,7 +103,7 @@ def rebuild(
     ``workers`` processes rebuild sessions in parallel (default: this
     machine's cores; small logs are rebuilt in-process); the output is the
     same for any number.  ``batch_bytes`` sets the size of the batches of
-    sessions handed to workers (see :func:`tito_cli.parallel.plan_batches`).
+    sessions handed to workers (see :func:`tito_cli.run.local.plan_batches`).
     """
     policy = policy or Policy()
     out = Path(out)

@@ -18,10 +18,11 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .arrow import NotUtf8, strings
-from .errors import SchemaError, UnreadableLogError
-from .logfiles import LogFile, classify_file, discover_files, open_parquet
-from .readpath import (
+from .._arrow import NotUtf8, strings
+from ..errors import SchemaError, UnreadableLogError
+from ..turns import RowRef, SessionInfo, canonical_json
+from .files import LogFile, classify_file, discover_files, open_parquet
+from .rows import (
     FileIndex,
     FileMap,
     LogIndex,
@@ -32,7 +33,6 @@ from .readpath import (
     index_parquet,
     read_batch,
 )
-from .turns import RowRef, SessionInfo, canonical_json
 
 __all__ = ["SessionsTable", "TurnLog"]
 

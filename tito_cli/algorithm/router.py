@@ -14,8 +14,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..turns import Message, MessageKey, Turn, message_key
 from .policy import Policy
-from .turns import Message, MessageKey, Turn, message_key
 
 __all__ = ["MergedRewrite", "Node", "SessionTree", "route"]
 

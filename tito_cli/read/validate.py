@@ -14,10 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from .arrow import same_values
-from .errors import InvalidSessionError
-from .readpath import INT32_MAX, SessionRows, Text
-from .turns import Message, MessageKey, RowRef, Turn, message_key
+from .._arrow import same_values
+from ..errors import InvalidSessionError
+from ..turns import Message, MessageKey, RowRef, Turn, message_key
+from .rows import INT32_MAX, SessionRows, Text
 
 __all__ = ["parse_session"]
 

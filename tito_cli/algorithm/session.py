@@ -12,10 +12,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 
+from ..turns import SessionInfo, Turn
 from .linearize import ForkCause, Linearization, LinearizedSample, linearize
 from .policy import Policy
 from .router import SessionTree, route
-from .turns import SessionInfo, Turn
 
 __all__ = ["SessionReport", "SessionResult", "rebuild_session", "seq_gaps"]
 

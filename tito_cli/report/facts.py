@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from .corpus import Reject
-from .engine import SessionReport, SessionResult
-from .linearize import ForkCause
+from ..algorithm.linearize import ForkCause
+from ..algorithm.session import SessionReport, SessionResult
+from ..run.corpus import Reject
 
 __all__ = [
     "FIELDS",

@@ -30,9 +30,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .arrow import list_array
-from .atomic import atomic_path
-from .schema import SESSIONS_SCHEMA, TURNS_SCHEMA, table_metadata
+from .._arrow import list_array
+from .._atomic import atomic_path
+from ..schema import SESSIONS_SCHEMA, TURNS_SCHEMA, table_metadata
 
 __all__ = ["TurnLogWriter"]
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .errors import SchemaError, UnreadableLogError
-from .schema import META_TABLE, META_TOKENIZER
+from ..errors import SchemaError, UnreadableLogError
+from ..schema import META_TABLE, META_TOKENIZER
 
 __all__ = ["READ_COLUMNS", "LogFile", "classify_file", "discover_files", "open_parquet"]
 
@@ -164,7 +164,7 @@ def classify_file(path: Path, parquet: pq.ParquetFile | None = None) -> LogFile:
             raise SchemaError(
                 "neither a turns table (needs seq and prompt_ids) nor a sessions table (needs reward)",
                 file=path,
-                tip="turn logs are written by tito_cli.capture.TurnLogWriter; see SPEC §2",
+                tip="turn logs are written by tito_cli.capture.writer.TurnLogWriter; see SPEC §2",
             )
     if table not in ("turns", "sessions"):
         raise SchemaError(

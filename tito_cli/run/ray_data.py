@@ -34,19 +34,19 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .arrow import list_array, primitive_array, string_array
+from .._arrow import list_array, primitive_array, string_array
+from ..algorithm.policy import Policy
+from ..algorithm.session import SessionReport, rebuild_session
+from ..errors import InvalidSessionError, OutputError, TitoError
+from ..export.parquet import session_table
+from ..read.files import READ_COLUMNS
+from ..read.rows import rows_from_table
+from ..read.turnlog import TurnLog
+from ..read.validate import parse_session
+from ..schema import SAMPLES_SCHEMA
+from ..turns import RowRef, SessionInfo
 from .corpus import Reject
-from .engine import SessionReport, rebuild_session
-from .errors import InvalidSessionError, OutputError, TitoError
-from .logfiles import READ_COLUMNS
-from .policy import Policy
-from .readpath import rows_from_table
-from .rebuild_log import RebuildSummary, rejects_path
-from .samples import session_table
-from .schema import SAMPLES_SCHEMA
-from .turnlog import TurnLog
-from .turns import RowRef, SessionInfo
-from .validate import parse_session
+from .rebuild import RebuildSummary, rejects_path
 
 __all__ = ["read_samples", "rebuild_ray"]
 

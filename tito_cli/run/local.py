@@ -31,14 +31,14 @@ from typing import IO, Any
 
 import pyarrow as pa
 
+from ..algorithm.policy import Policy
+from ..algorithm.session import SessionReport, SessionResult
+from ..export.parquet import session_table
+from ..read.files import LogFile
+from ..read.rows import FileMap, LogIndex, ReadBatch, read_batch
+from ..schema import SAMPLES_SCHEMA
+from ..turns import RowRef, SessionInfo
 from .corpus import Corpus, Reject, rebuild_rows
-from .engine import SessionReport, SessionResult
-from .logfiles import LogFile
-from .policy import Policy
-from .readpath import FileMap, LogIndex, ReadBatch, read_batch
-from .samples import session_table
-from .schema import SAMPLES_SCHEMA
-from .turns import RowRef, SessionInfo
 
 __all__ = [
     "SessionOutput",
@@ -334,7 +334,7 @@ def worker_context() -> multiprocessing.context.BaseContext:
         return multiprocessing.get_context("fork")
     if "forkserver" in methods:
         context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(["tito_cli.parallel"])
+        context.set_forkserver_preload(["tito_cli.run.local"])
         return context
     return multiprocessing.get_context("spawn")  # pragma: no cover - Windows
 

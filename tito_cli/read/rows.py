@@ -18,10 +18,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .arrow import NUMPY_TYPES, NotUtf8, numpy_view, strings, validity
-from .errors import SchemaError, UnreadableLogError
-from .logfiles import READ_COLUMNS, LogFile
-from .turns import RowRef
+from .._arrow import NUMPY_TYPES, NotUtf8, numpy_view, strings, validity
+from ..errors import SchemaError, UnreadableLogError
+from ..turns import RowRef
+from .files import READ_COLUMNS, LogFile
 
 __all__ = [
     "FileIndex",

@@ -1,0 +1,1 @@
+"""Named policies: one module each."""

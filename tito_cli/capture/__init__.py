@@ -1,0 +1,1 @@
+"""Capture: what a live harness (or an importer) writes — the turn log."""

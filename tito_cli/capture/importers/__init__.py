@@ -1,0 +1,1 @@
+"""Importers: one module per foreign trace format, each producing turns through the capture writer."""

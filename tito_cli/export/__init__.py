@@ -1,0 +1,1 @@
+"""Output sinks: samples Parquet, the rejects report, trainer formats."""

@@ -1,0 +1,1 @@
+"""The facts that ls, stats, inspect and the golden dumps show (plain data, no rich)."""
