@@ -69,7 +69,7 @@ def test_conformance_compact_goldens(folder: Path, tmp_path: Path, tito_golden: 
 CASE_1_2 = """\
 tito golden dump (format 1, style full)
 session: case-1.2
-policy: fork threshold 1024, reward split
+policy: slime-v4, fork threshold 1024, reward split
 tokenizer: none (token ids)
 outcome: reward 1.0, index 0, group index -, label -
 
@@ -353,7 +353,7 @@ def test_check_uses_the_options_in_the_accept_command(cases_log: Path, tmp_path:
     )
     assert run(*shlex.split(command)[1:]).exit_code == EXIT_OK
     assert [p.name for p in golden.iterdir()] == ["case-1.1.txt"]
-    assert "policy: fork threshold 8, reward split" in (golden / "case-1.1.txt").read_text()
+    assert "policy: slime-v4, fork threshold 8, reward split" in (golden / "case-1.1.txt").read_text()
 
 
 def test_unknown_session_is_a_usage_error(cases_log: Path, tmp_path: Path) -> None:
@@ -549,9 +549,9 @@ def test_diff_makes_invisible_differences_visible(cases_log: Path, tmp_path: Pat
     changed = [line for line in result.stdout.splitlines() if line[:1] in ("-", "+") and line[:3] not in ("---", "+++")]
     assert changed == [
         "-session: case-1.1␣␣",
-        "-policy:\\u0009fork threshold 1024, reward split",
+        "-policy:\\u0009slime-v4, fork threshold 1024, reward split",
         "+session: case-1.1",
-        "+policy: fork threshold 1024, reward split",
+        "+policy: slime-v4, fork threshold 1024, reward split",
     ]
 
 

@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tito_cli.algorithm.policy import Policy
+from tito_cli.algorithm.policies import SlimeV4
 from tito_cli.algorithm.session import SessionResult, rebuild_session
 from tito_cli.export.parquet import provenance
 from tito_cli.read.rows import RawTurn, SessionRows
@@ -177,7 +177,7 @@ def parse(session: dict[str, Any], sid: str = "s") -> list[Turn]:
 
 
 def run(session: dict[str, Any]) -> SessionResult:
-    policy = Policy(fork_threshold=session["threshold"], reward_mode=session["reward_mode"])
+    policy = SlimeV4(fork_threshold=session["threshold"], reward_mode=session["reward_mode"])
     return rebuild_session("s", parse(session), SessionInfo(reward=session["reward"]), policy)
 
 
@@ -261,7 +261,7 @@ def test_samples_file_is_byte_identical_across_rebuilds(batch: list[dict[str, An
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         write_log(root / "logs", turns, sessions_rows, max_rows=5)
-        policy = Policy(fork_threshold=batch[0]["threshold"], reward_mode=batch[0]["reward_mode"])
+        policy = SlimeV4(fork_threshold=batch[0]["threshold"], reward_mode=batch[0]["reward_mode"])
         summary = rebuild([root / "logs"], root / "a.parquet", policy)
         rebuild([root / "logs"], root / "b.parquet", policy)
         assert not summary.rejected

@@ -11,7 +11,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from tito_cli.algorithm.policy import Policy
+from tito_cli.algorithm.policies import SlimeV4
 from tito_cli.run.rebuild import rebuild
 
 from .helpers import conformance_folders, read_jsonl, write_log
@@ -38,7 +38,7 @@ def test_ray_matches_local_engine(folder: Path, tmp_path: Path) -> None:
 
     logs = tmp_path / "logs"
     write_log(logs, read_jsonl(folder / "turns.jsonl"), read_jsonl(folder / "sessions.jsonl"), max_rows=97)
-    policy = Policy(fork_threshold=int((folder / "threshold").read_text()))
+    policy = SlimeV4(fork_threshold=int((folder / "threshold").read_text()))
 
     local = rebuild([logs], tmp_path / "local.parquet", policy, workers=1)
     on_ray = rebuild_ray([logs], tmp_path / "ray", policy)

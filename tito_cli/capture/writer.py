@@ -110,8 +110,14 @@ class TurnLogWriter:
         *,
         seq: int | None = None,
         timestamp: datetime | None = None,
+        ill_formed: bool = False,
     ) -> int:
-        """Buffer one generation call; returns the ``seq`` it was recorded with."""
+        """Buffer one generation call; returns the ``seq`` it was recorded with.
+
+        ``ill_formed``: the harness could not parse the output into a message
+        (``response_message`` is then its best effort or null); slime-0.3 flags
+        the samples of every leaf through the turn (SPEC §8.6).
+        """
         prompt = np.asarray(prompt_ids, dtype=np.int32)
         output = np.asarray(output_ids, dtype=np.int32)
         logprobs = None if output_logprobs is None else np.asarray(output_logprobs, dtype=np.float32)
@@ -134,6 +140,7 @@ class TurnLogWriter:
             "finish_reason": finish_reason,
             **texts,
             "timestamp": timestamp or datetime.now(timezone.utc),
+            "ill_formed": bool(ill_formed),
         }
         with self._lock:
             self._check_open()
@@ -155,8 +162,14 @@ class TurnLogWriter:
         group_index: int | None = None,
         label: str | None = None,
         metadata: JsonLike = None,
+        *,
+        rollout_id: int | None = None,
     ) -> None:
-        """Buffer the sessions row that carries the session's reward."""
+        """Buffer the sessions row that carries the session's reward.
+
+        ``rollout_id`` (slime's, SPEC §8.8) is copied to every sample; samples
+        of a session without one carry its ``index``.
+        """
         meta_text = _json_text(metadata)
         row: dict[str, Any] = {
             "session_id": session_id,
@@ -165,6 +178,7 @@ class TurnLogWriter:
             "group_index": group_index,
             "label": label,
             "metadata": meta_text,
+            "rollout_id": rollout_id,
         }
         with self._lock:
             self._check_open()
@@ -250,6 +264,7 @@ def _turns_table(rows: list[dict[str, Any]], tokenizer: str | None) -> pa.Table:
     for name in ("finish_reason", "prompt_messages", "response_message", "tools", "metadata"):
         columns[name] = pa.array([r[name] for r in rows], pa.string())
     columns["timestamp"] = pa.array([r["timestamp"] for r in rows], pa.timestamp("us", tz="UTC"))
+    columns["ill_formed"] = pa.array([r["ill_formed"] for r in rows], pa.bool_())
     schema = TURNS_SCHEMA.with_metadata(table_metadata("turns", tokenizer))
     return pa.Table.from_pydict(columns, schema=schema)
 

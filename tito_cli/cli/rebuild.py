@@ -8,17 +8,12 @@ from typing import Any
 
 import typer
 
-from ..algorithm.policy import DEFAULT_FORK_THRESHOLD, Policy
 from ..errors import EXIT_OK, EXIT_REJECTED
 from ..render.summary import render_rebuild_summary
 from ..run.local import BATCHES_PER_WORKER
 from ..run.rebuild import rebuild as rebuild_logs
 from .app import EXIT_CODES_HELP, app, err_console, guarded, progress_bar
-
-
-class RewardChoice(Enum):
-    split = "split"
-    full = "full"
+from .options import FORK_THRESHOLD, MAX_SAMPLE_TOKENS, POLICY, REWARD_MODE, PolicyChoice, RewardChoice, policy_from
 
 
 class EngineChoice(Enum):
@@ -33,18 +28,10 @@ def rebuild(
         ..., help="Turn-log folders or Parquet files; folders are searched recursively for *.parquet."
     ),
     out: Path = typer.Option(..., "--out", "-o", help="The samples Parquet file to write (SPEC §5)."),
-    fork_threshold: int = typer.Option(
-        DEFAULT_FORK_THRESHOLD,
-        "--fork-threshold",
-        min=0,
-        help="Drift (tokens) inside the latest response shorter than this is realigned, longer forks; "
-        "also bounds short-rewrite absorption. 0 disables both.",
-    ),
-    reward_mode: RewardChoice = typer.Option(
-        RewardChoice.split,
-        "--reward-mode",
-        help="'split': each sample gets reward / samples of its session; 'full': each gets the whole reward.",
-    ),
+    policy: PolicyChoice = POLICY,
+    fork_threshold: int = FORK_THRESHOLD,
+    reward_mode: RewardChoice | None = REWARD_MODE,
+    max_sample_tokens: int | None = MAX_SAMPLE_TOKENS,
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing output file."),
     workers: int = typer.Option(
         None,
@@ -69,18 +56,18 @@ def rebuild(
         "(pip install 'tito[ray]'); --out is then a folder of Parquet files, see docs/performance.md.",
     ),
 ) -> None:
-    policy = Policy(fork_threshold=fork_threshold, reward_mode=reward_mode.value)
+    chosen = policy_from(policy, fork_threshold, reward_mode, max_sample_tokens)
     batch_bytes = None if batch_mb is None else batch_mb * (1 << 20)
     if engine is EngineChoice.ray:
         from ..run.ray_data import rebuild_ray
 
-        summary = rebuild_ray(logs, out, policy, overwrite=overwrite)
+        summary = rebuild_ray(logs, out, chosen, overwrite=overwrite)
         err_console.print(render_rebuild_summary(summary))
         raise typer.Exit(EXIT_REJECTED if summary.rejected else EXIT_OK)
     options: dict[str, Any] = {"overwrite": overwrite, "workers": workers, "batch_bytes": batch_bytes}
 
     with progress_bar("rebuilding", "sessions") as progress:
-        summary = rebuild_logs(logs, out, policy, progress=progress, **options)
+        summary = rebuild_logs(logs, out, chosen, progress=progress, **options)
 
     # soft_wrap: long paths and reasons stay on one line (greppable) when stderr is a file.
     err_console.print(render_rebuild_summary(summary), soft_wrap=True)

@@ -18,8 +18,9 @@ from ..algorithm.linearize import LinearizedSample
 from ..algorithm.policy import Policy
 from ..algorithm.session import SessionResult
 from ..schema import SAMPLES_SCHEMA, table_metadata
+from ..turns import SessionInfo
 
-__all__ = ["SamplesWriter", "provenance", "session_table"]
+__all__ = ["SamplesWriter", "provenance", "rollout_id", "session_table"]
 
 
 def provenance(sample: LinearizedSample) -> dict[str, Any]:
@@ -34,10 +35,17 @@ def provenance(sample: LinearizedSample) -> dict[str, Any]:
 
 
 def sample_metadata(result: SessionResult, sample: LinearizedSample) -> str:
-    """The session's metadata plus provenance under ``"tito"``, as deterministic JSON."""
+    """The session's metadata, the policy's flags (SPEC §8.6) and provenance under ``"tito"``, as deterministic JSON."""
     meta = dict(result.info.metadata or {})
+    if sample.flags is not None:
+        meta.update(sample.flags)
     meta["tito"] = provenance(sample)
     return json.dumps(meta, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
+def rollout_id(info: SessionInfo) -> int | None:
+    """slime's ``rollout_id`` of a session's samples: the sessions row's, else its ``index`` (SPEC §8.8)."""
+    return info.rollout_id if info.rollout_id is not None else info.index
 
 
 def session_table(result: SessionResult) -> pa.Table:
@@ -61,6 +69,7 @@ def session_table(result: SessionResult) -> pa.Table:
         "reward": primitive_array(result.rewards, pa.float64()),
         "index": primitive_array([info.index] * n, pa.int64()),
         "group_index": primitive_array([info.group_index] * n, pa.int64()),
+        "rollout_id": primitive_array([rollout_id(info)] * n, pa.int64()),
         "label": string_array([info.label] * n),
         "status": string_array(["completed"] * n),
         "metadata": string_array([sample_metadata(result, s) for s in samples]),
@@ -89,9 +98,7 @@ class SamplesWriter:
         self.path = Path(path)
         self.row_group_tokens = row_group_tokens
         meta = table_metadata("samples", tokenizer)
-        meta[b"tito.policy"] = json.dumps(
-            {"fork_threshold": policy.fork_threshold, "reward_mode": policy.reward_mode}, sort_keys=True
-        ).encode()
+        meta[b"tito.policy"] = json.dumps(policy.describe(), sort_keys=True).encode()
         self.schema = SAMPLES_SCHEMA.with_metadata(meta)
         self._atomic = atomic_path(self.path)
         self._tmp = self._atomic.__enter__()

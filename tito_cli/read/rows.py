@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .._arrow import NUMPY_TYPES, NotUtf8, numpy_view, strings, validity
+from .._arrow import NUMPY_TYPES, NotUtf8, numpy_view, strings, true_cells, validity
 from ..errors import SchemaError, UnreadableLogError
 from ..turns import RowRef
 from .files import READ_COLUMNS, LogFile
@@ -69,6 +69,8 @@ class RawTurn:
     #: True when the row group's statistics show every prompt and output id in
     #: 0..INT32_MAX, so validation need not scan them again.
     ids_in_range: bool = False
+    #: The optional ``ill_formed`` column (SPEC §8.6); null or absent is false.
+    ill_formed: bool = False
 
 
 @dataclass(slots=True)
@@ -431,6 +433,10 @@ class _Columns:
         assert seq is not None  # a required column
         self.seq, self.seq_valid = _int64_values(seq)
         self.lists = {name: _Slices(array(name), _list_values) for name in _LIST_COLUMNS}
+        ill_formed = array("ill_formed")
+        #: Rows marked ill-formed (true; null is false): few or none, so a set of row numbers.
+        marked = np.flatnonzero(true_cells(ill_formed)).tolist() if ill_formed is not None else []
+        self.ill_formed = frozenset(marked)
         self.texts = {name: _Slices(array(name), _utf8_bytes) for name in _TEXT_COLUMNS}
 
     def row(self, r: int) -> RawTurn:
@@ -449,6 +455,7 @@ class _Columns:
             metadata=text("metadata"),
             source=RowRef(self.file_name, self.first_row + r) if self.sources is None else self.sources[r],
             ids_in_range=self.ids_in_range,
+            ill_formed=r in self.ill_formed,
         )
 
 

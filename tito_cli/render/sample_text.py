@@ -110,6 +110,7 @@ def samples_data(result: SessionResult, text: TokenText) -> list[dict[str, Any]]
                 "first_prompt_length": sample.first_prompt_length,
                 "response_length": sample.response_length,
                 "trained_tokens": int(sample.loss_mask.sum()),
+                "flags": sample.flags,
                 "regions": regions,
             }
         )
@@ -143,7 +144,9 @@ def _label(region: dict[str, Any], after_cut: bool) -> str:
         return f"── seq {region['seq']} prompt · {n:,} new tokens{realign} · context"
     what = "trained" if region["trained"] else "context (trained elsewhere)"
     label = f"── seq {region['seq']} output · {n:,} tokens · {what}"
-    if region["generated"] is not None:
+    if region["generated"] is not None and n == 0:
+        label += f" · whole response masked by the next turn's realign ({region['generated']:,} tokens, now prompt)"
+    elif region["generated"] is not None:
         label += f" · {region['generated'] - n:,} of {region['generated']:,} cut by the next turn's realign"
     return label
 
@@ -181,7 +184,11 @@ def _sample_heading(s: dict[str, Any]) -> list[Text]:
         no_wrap=True,
         overflow="ellipsis",
     )
-    return [first, counts, turns]
+    lines = [first, counts, turns]
+    if s["flags"] is not None:
+        on = [name for name, value in s["flags"].items() if value]
+        lines.append(Text(f"  flags {' · '.join(on) if on else 'none'}", style="dim", no_wrap=True))
+    return lines
 
 
 def render_samples(

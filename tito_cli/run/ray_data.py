@@ -35,7 +35,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .._arrow import list_array, primitive_array, string_array
-from ..algorithm.policy import Policy
+from ..algorithm.policy import Policy, default_policy
 from ..algorithm.session import SessionReport, rebuild_session
 from ..errors import InvalidSessionError, OutputError, TitoError
 from ..export.parquet import session_table
@@ -76,7 +76,7 @@ def rebuild_ray(
             "the ray engine needs Ray Data, which is not installed",
             tip="pip install 'tito[ray]'  (or: pip install 'ray[data]')",
         ) from None
-    policy = policy or Policy()
+    policy = policy or default_policy()
     out = Path(out)
     rejects_file = rejects_path(out)
     if out.exists():
@@ -90,7 +90,13 @@ def rebuild_ray(
     # Indexed as it is classified (one open a file): the session ids below need the index.
     log = TurnLog.open([Path(p) for p in inputs], exclude=[out], index=True)
     sessions = log.read_sessions()
-    summary = RebuildSummary(out=out, rejects_file=rejects_file, policy=policy, tokenizer=log.tokenizer)
+    summary = RebuildSummary(
+        out=out,
+        rejects_file=rejects_file,
+        policy=policy,
+        totals=SessionReport.for_policy(policy),
+        tokenizer=log.tokenizer,
+    )
     session_ids = log.session_ids()
 
     if not ray.is_initialized():
@@ -183,7 +189,7 @@ def _rebuild_group(
     rows = table.drop_columns([_PATH])
     try:
         # Ray does not say which row of its file a row was: name rows by position for now,
-        turns = parse_session(rows_from_table(sid, rows, [RowRef(path, -1) for path in paths]))
+        turns = parse_session(rows_from_table(sid, rows, [RowRef(path, -1) for path in paths]), policy.message_key)
     except InvalidSessionError:
         # and look the file rows up only for a rejected session (rare), then validate again.
         sources = _file_rows(sid, paths, table.column("seq").to_pylist())
@@ -226,6 +232,7 @@ def _bookkeeping(sid: str, status: str, detail: dict[str, Any]) -> pa.Table:
         "reward": primitive_array(np.array([0.0]), pa.float64()),
         "index": primitive_array([None], pa.int64()),
         "group_index": primitive_array([None], pa.int64()),
+        "rollout_id": primitive_array([None], pa.int64()),
         "label": string_array([None]),
         "status": string_array([status]),
         "metadata": string_array([json.dumps(detail, ensure_ascii=False)]),

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .._atomic import atomic_path, remove_stale_temporaries
-from ..algorithm.policy import Policy
+from ..algorithm.policy import Policy, default_policy
 from ..algorithm.session import SessionReport
 from ..errors import OutputError
 from ..export.parquet import SamplesWriter
@@ -33,6 +33,7 @@ class RebuildSummary:
     rejects_file: Path
     policy: Policy
     sessions: int = 0
+    #: Totals; callers start them with ``SessionReport.for_policy(policy)`` so forks list the policy's causes.
     totals: SessionReport = field(default_factory=SessionReport)
     #: Sessions rebuilt that yielded no sample at all.
     sessions_without_samples: int = 0
@@ -105,7 +106,7 @@ def rebuild(
     same for any number.  ``batch_bytes`` sets the size of the batches of
     sessions handed to workers (see :func:`tito_cli.run.local.plan_batches`).
     """
-    policy = policy or Policy()
+    policy = policy or default_policy()
     out = Path(out)
     rejects_file = rejects_path(out)
     if out.exists() and not overwrite:
@@ -117,11 +118,17 @@ def rebuild(
     workers = default_workers() if workers is None else workers
     rejected: list[Reject] = []
     with early_pool(len(files), workers) as pool:
-        corpus = Corpus.open(files, policy, map_files=file_map(pool, len(files), workers))
+        corpus = Corpus.open(files, map_files=file_map(pool, len(files), workers))
         # Temporaries of a rebuild that was killed (SIGKILL, OOM) before it could clean up.
         stale = remove_stale_temporaries(out) + remove_stale_temporaries(rejects_file)
         session_ids = corpus.session_ids()
-        summary = RebuildSummary(out=out, rejects_file=rejects_file, policy=policy, tokenizer=corpus.tokenizer)
+        summary = RebuildSummary(
+            out=out,
+            rejects_file=rejects_file,
+            policy=policy,
+            totals=SessionReport.for_policy(policy),
+            tokenizer=corpus.tokenizer,
+        )
         summary.stale_temporaries_removed = stale
         try:
             writer = SamplesWriter(out, policy, tokenizer=corpus.tokenizer)
@@ -129,7 +136,7 @@ def rebuild(
             raise OutputError(f"cannot write ({exc})", file=out) from None
         with writer:
             outputs = rebuild_outputs(
-                corpus, workers=workers, batch_bytes=batch_bytes, spill_dir=out.parent, pool=pool
+                corpus, policy, workers=workers, batch_bytes=batch_bytes, spill_dir=out.parent, pool=pool
             )
             for done, result in enumerate(outputs, start=1):
                 if isinstance(result, Reject):
