@@ -14,7 +14,8 @@ import pytest
 from tito_cli.algorithm.policies import SlimeV4
 from tito_cli.run.rebuild import rebuild
 
-from .helpers import conformance_folders, read_jsonl, write_log
+from .helpers import CONFORMANCE_SLIME03, conformance_folders, read_jsonl, write_log
+from .test_conformance_slime03 import assert_matches_reference, folder_log
 
 ray = pytest.importorskip("ray", reason="the Ray engine needs Ray Data: pip install 'tito[ray]'")
 pytest.importorskip("ray.data", reason="the Ray engine needs Ray Data: pip install 'tito[ray]'")
@@ -23,6 +24,7 @@ pytest.importorskip("ray.data", reason="the Ray engine needs Ray Data: pip insta
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")
 
 FOLDERS = conformance_folders()
+SLIME03_FOLDERS = conformance_folders(CONFORMANCE_SLIME03)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -48,3 +50,19 @@ def test_ray_matches_local_engine(folder: Path, tmp_path: Path) -> None:
     assert on_ray.sessions == local.sessions
     assert on_ray.totals == local.totals
     assert (tmp_path / "ray.rejects.jsonl").read_text() == (tmp_path / "local.parquet.rejects.jsonl").read_text()
+
+
+@pytest.mark.parametrize("folder", SLIME03_FOLDERS, ids=[f.name for f in SLIME03_FOLDERS])
+def test_ray_matches_the_slime03_reference(folder: Path, tmp_path: Path) -> None:
+    """``tito rebuild --engine ray --policy slime-0.3``: the reference's samples, flags, rollout ids, left-out notes."""
+    from typer.testing import CliRunner
+
+    from tito_cli.cli import app
+    from tito_cli.run.ray_data import read_samples
+
+    logs = tmp_path / "logs"
+    options = folder_log(folder, logs)
+    out = tmp_path / "ray"
+    result = CliRunner().invoke(app, ["rebuild", str(logs), "--out", str(out), "--engine", "ray", *options])
+    assert result.exit_code == 0, result.output
+    assert_matches_reference(folder, read_samples(out).to_pylist(), result.stderr)
