@@ -11,7 +11,7 @@ import typer
 from ..errors import EXIT_CHECK_FAILED, EXIT_OK
 from .app import EXIT_CODES_HELP, app, guarded, out_console
 from .dump import LOGS, NO_DECODE, SESSIONS, STYLE, TOKENIZER, WORKERS, golden_options, option_args
-from .options import FORK_THRESHOLD, MAX_SAMPLE_TOKENS, POLICY, REWARD_MODE, PolicyChoice, RewardChoice
+from .options import FORK_THRESHOLD, MAX_SAMPLE_TOKENS, POLICY, REWARD_MODE, RewardChoice
 
 
 @app.command(
@@ -32,7 +32,7 @@ def check(
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
     sessions: list[str] | None = SESSIONS,
-    policy: PolicyChoice = POLICY,
+    policy: str = POLICY,
     fork_threshold: int = FORK_THRESHOLD,
     reward_mode: RewardChoice | None = REWARD_MODE,
     max_sample_tokens: int | None = MAX_SAMPLE_TOKENS,

@@ -14,7 +14,6 @@ from .options import (
     MAX_SAMPLE_TOKENS,
     POLICY,
     REWARD_MODE,
-    PolicyChoice,
     RewardChoice,
     policy_args,
     policy_from,
@@ -51,7 +50,7 @@ WORKERS = typer.Option(
 
 
 def golden_options(
-    policy: PolicyChoice | str,
+    policy: str,
     fork_threshold: int,
     reward_mode: RewardChoice | str | None,
     max_sample_tokens: int | None,
@@ -98,7 +97,7 @@ def dump(
         ..., "--out", "-o", help="Folder to write the dumps into (created if needed), or '-' for stdout."
     ),
     sessions: list[str] | None = SESSIONS,
-    policy: PolicyChoice = POLICY,
+    policy: str = POLICY,
     fork_threshold: int = FORK_THRESHOLD,
     reward_mode: RewardChoice | None = REWARD_MODE,
     max_sample_tokens: int | None = MAX_SAMPLE_TOKENS,

@@ -23,7 +23,7 @@ from ..render.session_view import (
 from ..render.tokens import TokenText, resolve_tokenizer
 from ..run.corpus import Reject
 from .app import EXIT_CODES_HELP, app, err_console, guarded
-from .options import FORK_THRESHOLD, MAX_SAMPLE_TOKENS, POLICY, REWARD_MODE, PolicyChoice, RewardChoice, policy_from
+from .options import FORK_THRESHOLD, MAX_SAMPLE_TOKENS, POLICY, REWARD_MODE, RewardChoice, policy_from
 from .viewing import LOGS_ENV, is_plain, open_logs, show
 
 VIEWS = ("turns", "tree", "samples")
@@ -84,7 +84,7 @@ def inspect(
     ids: bool = typer.Option(False, "--ids", help="Show token ids instead of decoded text."),
     full: bool = typer.Option(False, "--full", help="Show first prompts and long context runs in full."),
     as_json: bool = typer.Option(False, "--json", help="Print the selected views as JSON (stable keys)."),
-    policy: PolicyChoice = POLICY,
+    policy: str = POLICY,
     fork_threshold: int = FORK_THRESHOLD,
     reward_mode: RewardChoice | None = REWARD_MODE,
     max_sample_tokens: int | None = MAX_SAMPLE_TOKENS,

@@ -11,7 +11,7 @@ from ..render.listing import render_listing
 from ..render.plain import to_plain
 from ..report.facts import FIELDS, FilterError, compile_filter, session_row, sort_rows
 from .app import EXIT_CODES_HELP, app, err_console, guarded, out_console
-from .options import FORK_THRESHOLD, MAX_SAMPLE_TOKENS, POLICY, REWARD_MODE, PolicyChoice, RewardChoice, policy_from
+from .options import FORK_THRESHOLD, MAX_SAMPLE_TOKENS, POLICY, REWARD_MODE, RewardChoice, policy_from
 from .viewing import LOGS_ENV, open_logs
 
 _FIELDS_HELP = "; ".join(f"{name}: {meaning}" for name, meaning in FIELDS.items())
@@ -42,7 +42,7 @@ def ls(
     desc: bool = typer.Option(False, "--desc", help="Sort in descending order."),
     limit: int | None = typer.Option(None, "--limit", "-n", min=1, help="Show at most this many sessions."),
     as_json: bool = typer.Option(False, "--json", help="Print the rows as a JSON list (stable keys)."),
-    policy: PolicyChoice = POLICY,
+    policy: str = POLICY,
     fork_threshold: int = FORK_THRESHOLD,
     reward_mode: RewardChoice | None = REWARD_MODE,
     max_sample_tokens: int | None = MAX_SAMPLE_TOKENS,

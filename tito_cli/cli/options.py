@@ -18,15 +18,10 @@ __all__ = [
     "MAX_SAMPLE_TOKENS",
     "POLICY",
     "REWARD_MODE",
-    "PolicyChoice",
     "RewardChoice",
     "policy_args",
     "policy_from",
 ]
-
-#: The registered policies (each module of tito_cli/algorithm/policies registers one).
-PolicyChoice = Enum("PolicyChoice", {name: name for name in policy_names()}, type=str)  # type: ignore[misc]
-
 
 class RewardChoice(Enum):
     split = "split"
@@ -40,11 +35,13 @@ def _policies_help() -> str:
     )
 
 
+# A name, checked when the command runs (policy_from): a policy registered after the command
+# line was built (a plug-in, a test's variant) is accepted too.
 POLICY = typer.Option(
     DEFAULT_POLICY,
     "--policy",
     "-p",
-    help="Which reference's algorithm to reproduce. " + _policies_help() + ".",
+    help="Which reference's algorithm to reproduce: " + _policies_help() + ".",
 )
 FORK_THRESHOLD = typer.Option(
     DEFAULT_FORK_THRESHOLD,
@@ -70,17 +67,16 @@ MAX_SAMPLE_TOKENS = typer.Option(
 
 
 def policy_from(
-    policy: PolicyChoice | str,
+    policy: str,
     fork_threshold: int = DEFAULT_FORK_THRESHOLD,
     reward_mode: RewardChoice | str | None = None,
     max_sample_tokens: int | None = None,
 ) -> Policy:
     """The policy the options name, with their values."""
-    name = policy.value if isinstance(policy, Enum) else policy
     mode = reward_mode.value if isinstance(reward_mode, Enum) else reward_mode
     try:
         return Policy.named(
-            name, fork_threshold=fork_threshold, reward_mode=mode, max_sample_tokens=max_sample_tokens
+            policy, fork_threshold=fork_threshold, reward_mode=mode, max_sample_tokens=max_sample_tokens
         )
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--policy") from None

@@ -13,7 +13,7 @@ from ..render.summary import render_rebuild_summary
 from ..run.local import BATCHES_PER_WORKER
 from ..run.rebuild import rebuild as rebuild_logs
 from .app import EXIT_CODES_HELP, app, err_console, guarded, progress_bar
-from .options import FORK_THRESHOLD, MAX_SAMPLE_TOKENS, POLICY, REWARD_MODE, PolicyChoice, RewardChoice, policy_from
+from .options import FORK_THRESHOLD, MAX_SAMPLE_TOKENS, POLICY, REWARD_MODE, RewardChoice, policy_from
 
 
 class EngineChoice(Enum):
@@ -28,7 +28,7 @@ def rebuild(
         ..., help="Turn-log folders or Parquet files; folders are searched recursively for *.parquet."
     ),
     out: Path = typer.Option(..., "--out", "-o", help="The samples Parquet file to write (SPEC §5)."),
-    policy: PolicyChoice = POLICY,
+    policy: str = POLICY,
     fork_threshold: int = FORK_THRESHOLD,
     reward_mode: RewardChoice | None = REWARD_MODE,
     max_sample_tokens: int | None = MAX_SAMPLE_TOKENS,

@@ -10,7 +10,7 @@ from ..render.corpus_stats import render_corpus_stats
 from ..render.jsonout import dumps
 from ..report.facts import corpus_stats
 from .app import EXIT_CODES_HELP, app, guarded
-from .options import FORK_THRESHOLD, MAX_SAMPLE_TOKENS, POLICY, REWARD_MODE, PolicyChoice, RewardChoice, policy_from
+from .options import FORK_THRESHOLD, MAX_SAMPLE_TOKENS, POLICY, REWARD_MODE, RewardChoice, policy_from
 from .viewing import LOGS_ENV, open_logs, show
 
 
@@ -24,7 +24,7 @@ from .viewing import LOGS_ENV, open_logs, show
 def stats(
     logs: Path = typer.Argument(Path("logs"), envvar=LOGS_ENV, help=f"The turn-log folder (or ${LOGS_ENV})."),
     as_json: bool = typer.Option(False, "--json", help="Print the statistics as JSON (stable keys)."),
-    policy: PolicyChoice = POLICY,
+    policy: str = POLICY,
     fork_threshold: int = FORK_THRESHOLD,
     reward_mode: RewardChoice | None = REWARD_MODE,
     max_sample_tokens: int | None = MAX_SAMPLE_TOKENS,
