@@ -71,7 +71,7 @@ class SessionReport:
         notes = []
         if self.samples == 0:
             if self.skipped_turns == self.turns:
-                why = f"all {self.turns} turns have an empty prompt_messages (skipped, SPEC §3 step 1)"
+                why = f"all {self.turns} turns have an empty prompt_messages (skipped, docs/spec.md §3 step 1)"
             else:
                 why = (
                     f"no trained output token after the first prompt in any of {self.dropped_segments} "
@@ -81,7 +81,7 @@ class SessionReport:
         if self.left_out_samples:
             notes.append(
                 f"left out {self.left_out_samples} sample{'s' if self.left_out_samples > 1 else ''}: "
-                f"first prompt longer than max_sample_tokens ({self.max_sample_tokens}, SPEC §8.7)"
+                f"first prompt longer than max_sample_tokens ({self.max_sample_tokens}, docs/spec.md §8.7)"
             )
         if self.seq_gaps:
             ranges = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in self.seq_gaps)

@@ -27,7 +27,7 @@ def rebuild(
     logs: list[Path] = typer.Argument(
         ..., help="Turn-log folders or Parquet files; folders are searched recursively for *.parquet."
     ),
-    out: Path = typer.Option(..., "--out", "-o", help="The samples Parquet file to write (SPEC §5)."),
+    out: Path = typer.Option(..., "--out", "-o", help="The samples Parquet file to write (docs/spec.md §5)."),
     policy: str = POLICY,
     fork_threshold: int = FORK_THRESHOLD,
     reward_mode: RewardChoice | None = REWARD_MODE,

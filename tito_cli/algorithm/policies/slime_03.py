@@ -54,7 +54,7 @@ def value_key(value: Any) -> MessageKey:
 @dataclass(frozen=True)
 class Slime03(Policy):
     name: ClassVar[str] = "slime-0.3"
-    summary: ClassVar[str] = "slime main, release v0.3.1 (SPEC §8)"
+    summary: ClassVar[str] = "slime main, release v0.3.1 (docs/spec.md §8)"
     default_reward_mode: ClassVar[RewardMode] = "full"
     fork_causes: ClassVar[tuple[ForkCause, ...]] = (
         ForkCause.PROMPT_REGION,

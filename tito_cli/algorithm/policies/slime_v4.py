@@ -20,7 +20,7 @@ __all__ = ["SlimeV4"]
 @dataclass(frozen=True)
 class SlimeV4(Policy):
     name: ClassVar[str] = "slime-v4"
-    summary: ClassVar[str] = "slime's trajectory manager migration v4 (SPEC §3–§4)"
+    summary: ClassVar[str] = "slime's trajectory manager migration v4 (docs/spec.md §3–§4)"
     default_reward_mode: ClassVar[RewardMode] = "split"
     fork_causes: ClassVar[tuple[ForkCause, ...]] = (
         ForkCause.PROMPT_REGION,
