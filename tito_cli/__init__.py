@@ -6,7 +6,7 @@ The public API, in the order data flows through it::
     Corpus               a turn log opened for rebuilding, one session at a time (run/corpus.py)
     rebuild_session      one session's turns -> routing tree -> samples, plus a report (algorithm/session.py)
     rebuild              a whole log -> samples.parquet + rejects report (run/rebuild.py)
-    Policy               the algorithm's knobs: fork threshold, reward mode (algorithm/policy.py)
+    Policy               a named policy and its knobs: Policy.named("slime-0.3", fork_threshold=1024)
 
 docs/architecture.md draws the whole layout.
 Everything else is reachable through its module; names not listed here may

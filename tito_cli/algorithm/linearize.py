@@ -71,6 +71,8 @@ class LinearizedSample:
     first_prompt_length: int = 0
     #: The policy's per-leaf flags (SPEC §8.6), or ``None`` when it sets none.
     flags: dict[str, bool] | None = None
+    #: Where ``max_sample_tokens`` cut the tokens (SPEC §8.7); ``None`` when nothing was cut.
+    cut_at: int | None = None
 
 
 @dataclass(slots=True)
@@ -232,4 +234,5 @@ def _cut(sample: LinearizedSample, cap: int) -> LinearizedSample:
     sample.spans = [
         Span(min(span.start, cap), min(span.end, cap), span.turn, span.trained) for span in sample.spans
     ]
+    sample.cut_at = cap
     return sample

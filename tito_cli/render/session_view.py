@@ -101,7 +101,12 @@ def turn_rows(result: SessionResult) -> list[dict[str, Any]]:
     trained_in: dict[int, list[int]] = {}
     context_in: dict[int, list[int]] = {}
     for i, sample in enumerate(result.samples):
-        trained = set(sample.trained_seqs)
+        # Trained here: claimed by this sample, unless a realign masked all of its output.
+        trained = {
+            span.turn.seq
+            for span in sample.spans
+            if span.trained and (span.end > span.start or not len(span.turn.output_ids))
+        }
         for seq in sample.seqs:
             (trained_in if seq in trained else context_in).setdefault(seq, []).append(i)
 
