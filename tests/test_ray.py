@@ -5,6 +5,7 @@ Skipped when Ray is not installed (``pip install 'tito[ray]'``); CI installs it.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -66,3 +67,26 @@ def test_ray_matches_the_slime03_reference(folder: Path, tmp_path: Path) -> None
     result = CliRunner().invoke(app, ["rebuild", str(logs), "--out", str(out), "--engine", "ray", *options])
     assert result.exit_code == 0, result.output
     assert_matches_reference(folder, read_samples(out).to_pylist(), result.stderr)
+
+
+def test_ray_reads_an_optional_column_that_only_some_files_have(tmp_path: Path) -> None:
+    """A log of old files (no ill_formed column) and new ones: Ray reads the column as the local reader does."""
+    from tito_cli.algorithm.policies import Slime03
+    from tito_cli.run.ray_data import read_samples, rebuild_ray
+
+    folder = CONFORMANCE_SLIME03 / "cases-threshold-1024"
+    logs = tmp_path / "logs"
+    write_log(logs, read_jsonl(folder / "turns.jsonl"), read_jsonl(folder / "sessions.jsonl"), max_rows=7)
+    files = sorted(logs.glob("turns-*.parquet"))
+    # Every other file loses the column (as a writer before it wrote them); the flags those carried go.
+    for path in files[::2]:
+        table = pq.read_table(path)
+        pq.write_table(table.drop_columns(["ill_formed"]).replace_schema_metadata(table.schema.metadata), path)
+    assert any("ill_formed" in pq.read_schema(p).names for p in files)
+    local = rebuild([logs], tmp_path / "local.parquet", Slime03(), workers=1)
+    rebuild_ray([logs], tmp_path / "ray", Slime03())
+    got = read_samples(tmp_path / "ray")
+    want = pq.read_table(tmp_path / "local.parquet")
+    assert got.to_pylist() == want.to_pylist()
+    assert local.sessions > 0
+    assert any(json.loads(m)["ill_formed"] for m in want.column("metadata").to_pylist())

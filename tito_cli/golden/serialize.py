@@ -271,6 +271,8 @@ def _turns(result: SessionResult) -> list[str]:
             f"{logprobs}, finish {_one_line(turn.finish_reason)} → "
             f"{escape_invisible(message_preview(turn.response_message, _PREVIEW_WIDTH))}"
         )
+        if turn.ill_formed:
+            line += " (ill-formed)"
         node = absorbed.get(turn.seq)
         if node is not None:
             line += " (absorbed: rewritten by a later prompt)"

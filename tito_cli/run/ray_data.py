@@ -107,13 +107,12 @@ def rebuild_ray(
     # seconds before the first row even for a small log.
     context.shuffle_strategy = "sort_shuffle_pull_based"
 
-    # Columns every turns file has (optional ones missing somewhere are read as null).
-    common = [c for c in READ_COLUMNS if all(c in f.columns for f in log.turn_files)]
     tmp = out.with_name(f".{out.name}.ray-tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     if log.turn_files:
+        columns, schema = _read_schema(log)
         dataset = ray.data.read_parquet(
-            [str(f.path) for f in log.turn_files], columns=common, include_paths=True
+            [str(f.path) for f in log.turn_files], columns=columns, include_paths=True, schema=schema
         )
         rebuilt = (
             dataset.groupby("session_id", num_partitions=_partitions(log))
@@ -145,6 +144,26 @@ def rebuild_ray(
 
     summary.finish(session_ids, sessions, rejected)
     return summary
+
+
+def _read_schema(log: TurnLog) -> tuple[list[str], pa.Schema | None]:
+    """The columns to read, and a schema when an optional one is missing from some files.
+
+    Without a schema Ray reads only the columns of its first file; with one,
+    a file without an optional column (``tools``, ``ill_formed``, ...) reads
+    it as null, as the local reader does.  Each column's type is the first
+    file's that has it.
+    """
+    columns = [c for c in READ_COLUMNS if any(c in f.columns for f in log.turn_files)]
+    if all(c in f.columns for f in log.turn_files for c in columns):
+        return columns, None
+    fields = {}
+    for f in log.turn_files:
+        missing = [c for c in columns if c in f.columns and c not in fields]
+        if missing:
+            file_schema = pq.read_schema(f.path)
+            fields.update({c: file_schema.field(c) for c in missing})
+    return columns, pa.schema([fields[c] for c in columns])
 
 
 def _partitions(log: TurnLog) -> int:
