@@ -163,3 +163,36 @@ def test_rollout_id_column_for_both_policies(logs1024: Path, tmp_path: Path) -> 
         session = expected[row["session_id"]]
         want = session["rollout_id"] if session.get("rollout_id") is not None else session["index"]
         assert row["rollout_id"] == want, row
+
+
+def test_the_policies_page_shows_real_output() -> None:
+    """Each ``$ tito …`` of docs/policies.md, run from the repository root, prints exactly what the page shows."""
+    import os
+    import re
+    import shlex
+    import subprocess
+    import sys
+
+    from .helpers import REPO
+
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"} | {"PYTHONPATH": str(REPO), "NO_COLOR": "1"}
+    text = (REPO / "docs" / "policies.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```console\n(.*?)```", text, re.S)
+    assert len(blocks) >= 2
+    for block in blocks:
+        lines = block.splitlines(keepends=True)
+        starts = [i for i, line in enumerate(lines) if line.startswith("$ ")]
+        for n, i in enumerate(starts):
+            words = shlex.split(lines[i][2:])
+            assert words[0] == "tito"
+            shown = "".join(lines[i + 1 : starts[n + 1] if n + 1 < len(starts) else len(lines)])
+            got = subprocess.run(
+                [sys.executable, "-m", "tito_cli", *words[1:]],
+                cwd=REPO,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                check=True,
+            ).stdout
+            assert got == shown, lines[i]
