@@ -24,7 +24,15 @@ from .._atomic import atomic_path
 from ..errors import OutputError, SourceError, TitoError
 from ..run.corpus import Reject
 from .importers import FORMATS, importer_for
-from .importers.base import ImportedSession, ImportOptions, SessionOutcome, SourceRef, check_turn, read_json_lines
+from .importers.base import (
+    ImportedSession,
+    ImportOptions,
+    SessionOutcome,
+    SourceRef,
+    check_turn,
+    read_json_lines,
+    reject,
+)
 from .writer import TurnLogWriter
 
 __all__ = ["ImportSummary", "ImportedSessionReport", "import_traces", "read_rewards"]
@@ -91,7 +99,7 @@ def read_rewards(path: str | os.PathLike[str]) -> dict[str, SessionOutcome]:
         ref = SourceRef(str(path), number)
         problem = _rewards_problem(record)
         if problem:
-            raise SourceError(problem, file=path, row=number, tip="each line: {\"session_id\": ..., \"reward\": ...}")
+            raise SourceError(problem, file=path, row=number, tip='each line: {"session_id": ..., "reward": ...}')
         sid = record["session_id"]
         if sid in outcomes:
             raise SourceError(f"session {sid!r} appears twice", file=path, row=number)
@@ -112,7 +120,9 @@ def _rewards_problem(record: Any) -> str | None:
     if not isinstance(record.get("session_id"), str):
         return "session_id must be a string"
     reward = record.get("reward")
-    if reward is not None and (isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward)):
+    if reward is not None and (
+        isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward)
+    ):
         return f"reward must be a finite number, got {reward!r}"
     for key in ("index", "group_index"):
         if record.get(key) is not None and type(record.get(key)) is not int:
@@ -134,7 +144,7 @@ def import_traces(
     session_header: str | None = None,
     overwrite: bool = False,
 ) -> ImportSummary:
-    """Import ``sources`` of ``format`` (a key of :data:`~tito_cli.capture.importers.FORMATS`) into the log folder ``out``.
+    """Import ``sources`` of ``format`` (a key of :data:`~.importers.FORMATS`) into the log folder ``out``.
 
     Invalid sessions are left out and reported (``summary.rejected`` and
     ``<out>/import-report.jsonl``); every other session is written.  A source
@@ -166,7 +176,8 @@ def import_traces(
             problem = _check_session(item)
             if problem is not None:
                 reason, ref = problem
-                summary.rejected.append(Reject(item.session_id, reason, ref.file, ref.row))
+                error = reject(reason, ref, item.session_id)
+                summary.rejected.append(Reject(item.session_id, error.message, error.file, error.row))
                 continue
             summary.sessions.append(_record(writer, item, outcomes))
     summary.files_written = list(writer.files_written)
@@ -209,7 +220,9 @@ def _check_session(session: ImportedSession) -> tuple[str, SourceRef] | None:
     return None
 
 
-def _record(writer: TurnLogWriter, session: ImportedSession, outcomes: dict[str, SessionOutcome]) -> ImportedSessionReport:
+def _record(
+    writer: TurnLogWriter, session: ImportedSession, outcomes: dict[str, SessionOutcome]
+) -> ImportedSessionReport:
     next_seq = 0
     for turn in session.turns:
         seq = turn.seq if turn.seq is not None else next_seq

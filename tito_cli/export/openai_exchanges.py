@@ -24,7 +24,7 @@ from ..read.validate import parse_session
 from ..run.corpus import Reject
 from ..turns import SessionInfo, Turn
 
-__all__ = ["ExchangesExport", "export_exchanges", "exchange_record"]
+__all__ = ["ExchangesExport", "exchange_record", "export_exchanges"]
 
 
 @dataclass(slots=True)
@@ -50,7 +50,8 @@ def exchange_record(session_id: str, turn: Turn) -> dict[str, Any]:
     }
     if turn.output_logprobs is not None:
         content = [
-            {"token": f"token_id:{token}", "logprob": float(lp)} for token, lp in zip(output, turn.output_logprobs)
+            {"token": f"token_id:{token}", "logprob": float(lp)}
+            for token, lp in zip(output, turn.output_logprobs, strict=True)
         ]
         choice["logprobs"] = {"content": content}
     request: dict[str, Any] = {"messages": turn.prompt_messages, "return_token_ids": True}

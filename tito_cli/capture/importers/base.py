@@ -93,6 +93,11 @@ class ImportedSession:
     #: What this session's source lacked, each with how it was filled ("finish_reason: ... set to 'stop'").
     filled: list[str] = field(default_factory=list)
 
+    def note(self, text: str) -> None:
+        """Record (once) something the source lacked and how it was filled."""
+        if text not in self.filled:
+            self.filled.append(text)
+
 
 @dataclass(frozen=True, slots=True)
 class ImportOptions:
@@ -128,7 +133,13 @@ class Importer(ABC):
 
 
 def reject(message: str, ref: SourceRef, session_id: str) -> InvalidSessionError:
-    """A session that cannot be imported; ``row`` is the 1-based line of a JSON Lines file or the table row."""
+    """A session that cannot be imported.
+
+    ``row`` is the 1-based line of a JSON Lines file or the table's row; a
+    position of another kind (an ATIF step) goes into the message instead.
+    """
+    if ref.row is not None and ref.unit not in ("line", "row"):
+        return InvalidSessionError(f"{ref.unit} {ref.row}: {message}", file=ref.file, session_id=session_id)
     return InvalidSessionError(message, file=ref.file, row=ref.row, session_id=session_id)
 
 

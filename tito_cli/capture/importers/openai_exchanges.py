@@ -96,7 +96,7 @@ class OpenAIExchangesImporter(Importer):
             ref, record = records[0]
             if isinstance(record, SourceError):
                 return reject(record.message, ref, sid)
-            hint = f"; pass --session-header NAME" if self.options.session_header is None else ""
+            hint = "; pass --session-header NAME" if self.options.session_header is None else ""
             return reject(f"no session id (no session_id field, header or /sessions/<id>/v1 path){hint}", ref, sid)
         session = ImportedSession(sid, [], first)
         failed = 0
@@ -134,7 +134,8 @@ def map_exchange(record: dict[str, Any], ref: SourceRef) -> tuple[ImportedTurn, 
         streamed = _from_chunks(chunks)
         if streamed is None:
             return None
-        prompt, output, logprobs, message, finish = streamed
+        prompt, output, logprobs, streamed_message, finish = streamed
+        message: Any = streamed_message
     else:
         response = record.get("response")
         if not isinstance(response, dict):
