@@ -3,6 +3,8 @@
 The public API, in the order data flows through it::
 
     TurnLogWriter        a live harness records turns and finished sessions (capture.py)
+    import_traces        another capture system's traces -> a turn log, with a per-session report
+    export_exchanges     a turn log -> openai-exchanges JSONL (and a rewards file)
     Corpus               a turn log opened for rebuilding, one session at a time (corpus.py)
     rebuild_session      one session's turns -> routing tree -> samples, plus a report (engine.py)
     rebuild              a whole log -> samples.parquet + rejects report (rebuild_log.py)
@@ -20,19 +22,23 @@ import typing
 if typing.TYPE_CHECKING:
     from .algorithm.policy import DEFAULT_FORK_THRESHOLD, Policy
     from .algorithm.session import SessionReport, SessionResult, rebuild_session
+    from .capture.importing import ImportSummary, import_traces
     from .capture.writer import TurnLogWriter
     from .errors import (
         InvalidSessionError,
         LogError,
         OutputError,
         SchemaError,
+        SourceError,
         TitoError,
         TokenizerError,
         UnknownSessionError,
         UnreadableLogError,
     )
+    from .export.openai_exchanges import export_exchanges
     from .run.corpus import Corpus, Reject
     from .run.rebuild import RebuildSummary, rebuild
+    from .run.rebuild_from import rebuild_from
     from .turns import SessionInfo, Turn
 
 __version__ = "0.1.0"
@@ -41,6 +47,11 @@ __version__ = "0.1.0"
 # line sets native libraries' options before they load (tito_cli/cli/native_env.py).
 _HOME = {
     "TurnLogWriter": "capture.writer",
+    "ImportSummary": "capture.importing",
+    "import_traces": "capture.importing",
+    "export_exchanges": "export.openai_exchanges",
+    "rebuild_from": "run.rebuild_from",
+    "SourceError": "errors",
     "Corpus": "run.corpus",
     "Reject": "run.corpus",
     "SessionReport": "algorithm.session",
@@ -79,6 +90,7 @@ def __dir__() -> list[str]:
 __all__ = [
     "DEFAULT_FORK_THRESHOLD",
     "Corpus",
+    "ImportSummary",
     "InvalidSessionError",
     "LogError",
     "OutputError",
@@ -89,6 +101,7 @@ __all__ = [
     "SessionInfo",
     "SessionReport",
     "SessionResult",
+    "SourceError",
     "TitoError",
     "TokenizerError",
     "Turn",
@@ -96,6 +109,9 @@ __all__ = [
     "UnknownSessionError",
     "UnreadableLogError",
     "__version__",
+    "export_exchanges",
+    "import_traces",
     "rebuild",
+    "rebuild_from",
     "rebuild_session",
 ]
