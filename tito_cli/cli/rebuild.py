@@ -14,7 +14,7 @@ from ..render.summary import render_rebuild_summary
 from ..run.local import BATCHES_PER_WORKER
 from ..run.rebuild import rebuild as rebuild_logs
 from .app import EXIT_CODES_HELP, app, err_console, guarded, progress_bar
-from .import_traces import REWARDS_HELP, TOKENIZER_HELP, ImportFormat
+from .import_traces import REWARDS_HELP, SESSION_HEADER_HELP, TOKENIZER_HELP, ImportFormat
 
 
 class RewardChoice(Enum):
@@ -73,6 +73,7 @@ def rebuild(
     ),
     rewards: Path = typer.Option(None, "--rewards", help="With --from: " + REWARDS_HELP),
     tokenizer: str = typer.Option(None, "--tokenizer", help="With --from: " + TOKENIZER_HELP),
+    session_header: str = typer.Option(None, "--session-header", help="With --from: " + SESSION_HEADER_HELP),
     engine: EngineChoice = typer.Option(
         EngineChoice.local,
         "--engine",
@@ -97,7 +98,15 @@ def rebuild(
 
         with progress_bar("rebuilding", "sessions") as progress:
             imported, summary = rebuild_from(
-                from_format.value, logs, out, policy, rewards=rewards, tokenizer=tokenizer, progress=progress, **options
+                from_format.value,
+                logs,
+                out,
+                policy,
+                rewards=rewards,
+                tokenizer=tokenizer,
+                session_header=session_header,
+                progress=progress,
+                **options,
             )
         err_console.print(render_import_summary(imported), soft_wrap=True)
         err_console.print(render_rebuild_summary(summary), soft_wrap=True)

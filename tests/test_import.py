@@ -1,0 +1,256 @@
+"""``tito import``: each format's fixture, the openai-exchanges round trip, and the broken cases.
+
+The fixtures (``tests/import_sources/<format>/``, written by ``make.py`` from
+each format's documented schema) come with their ground truth: the ids each
+call saw and generated and the messages around it.  A fixture passes when its
+import rebuilds to the samples the spec's literal model (``spec_model.py``)
+gives for that ground truth.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from tito_cli.algorithm.policy import Policy
+from tito_cli.capture.importing import import_traces
+from tito_cli.cli import app
+from tito_cli.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_OUTPUT, EXIT_REJECTED, OutputError, SourceError
+from tito_cli.export.openai_exchanges import export_exchanges
+from tito_cli.run.rebuild import rebuild
+
+from .helpers import CONFORMANCE, read_jsonl, write_log
+from .spec_model import model_rebuild
+
+SOURCES = Path(__file__).resolve().parent / "import_sources"
+CASES = Path(__file__).resolve().parent / "import_cases"
+
+#: Per format: the source arguments (relative to its folder) and import options.
+FIXTURES: dict[str, tuple[list[str], dict[str, Any]]] = {
+    "openai-exchanges": (["exchanges.jsonl"], {"rewards": "rewards.jsonl", "session_header": "X-Session-Id"}),
+    "verifiers": (["rollouts"], {}),
+    "atif": (["trajectories"], {"rewards": "rewards.jsonl"}),
+    "nemo-gym": (["capture", "rollouts.jsonl"], {}),
+}
+
+
+def run_import(fmt: str, folder: Path, sources: list[str], options: dict[str, Any], out: Path) -> Any:
+    opts = dict(options)
+    if "rewards" in opts:
+        opts["rewards"] = folder / opts["rewards"]
+    return import_traces(fmt, [folder / s for s in sources], out, **opts)
+
+
+def turns_of(log: Path) -> list[dict[str, Any]]:
+    rows = [row for path in sorted(log.glob("turns-*.parquet")) for row in pq.read_table(path).to_pylist()]
+    return sorted(rows, key=lambda r: (r["session_id"], r["seq"]))
+
+
+@pytest.mark.parametrize("fmt", sorted(FIXTURES))
+def test_each_fixture_rebuilds_to_the_spec_models_samples_of_its_ground_truth(fmt: str, tmp_path: Path) -> None:
+    folder = SOURCES / fmt
+    sources, options = FIXTURES[fmt]
+    summary = run_import(fmt, folder, sources, options, tmp_path / "log")
+    truth = read_jsonl(folder / "expected_turns.jsonl")
+    rewards = {r["session_id"]: r["reward"] for r in read_jsonl(folder / "expected_sessions.jsonl")}
+    assert summary.rejected == []
+    assert sorted((s.session_id, s.turns) for s in summary.sessions) == sorted(
+        (sid, sum(t["session_id"] == sid for t in truth)) for sid in rewards
+    )
+    assert summary.sessions_without_reward == 0
+
+    # The turns, field by field.
+    got = turns_of(tmp_path / "log")
+    want = sorted(truth, key=lambda t: (t["session_id"], t["seq"]))
+    assert [(t["session_id"], t["seq"]) for t in got] == [(t["session_id"], t["seq"]) for t in want]
+    for g, w in zip(got, want, strict=True):
+        where = (w["session_id"], w["seq"])
+        assert g["prompt_ids"] == w["prompt_ids"], where
+        assert g["output_ids"] == w["output_ids"], where
+        assert g["output_logprobs"] == w["output_logprobs"], where
+        assert g["finish_reason"] == w["finish_reason"], where
+        assert json.loads(g["prompt_messages"]) == w["prompt_messages"], where
+        assert json.loads(g["response_message"]) == w["response_message"], where
+        assert (None if g["tools"] is None else json.loads(g["tools"])) == w["tools"], where
+
+    # The samples.
+    result = rebuild([tmp_path / "log"], tmp_path / "samples.parquet", workers=1)
+    assert result.rejected == []
+    samples = pq.read_table(tmp_path / "samples.parquet").to_pylist()
+    for sid, reward in rewards.items():
+        turns = [SimpleNamespace(**t) for t in truth if t["session_id"] == sid]
+        expected = model_rebuild(turns, 1024, reward, "split")
+        mine = [s for s in samples if s["session_id"] == sid]
+        assert expected, sid
+        assert [s["tokens"] for s in mine] == [e.tokens for e in expected], sid
+        assert [s["loss_mask"] for s in mine] == [e.loss_mask for e in expected], sid
+        assert [s["rollout_log_probs"] for s in mine] == [e.rollout_log_probs for e in expected], sid
+        assert [s["reward"] for s in mine] == pytest.approx([e.reward for e in expected]), sid
+
+
+def test_what_each_format_lacks_is_reported_per_session(tmp_path: Path) -> None:
+    folder = SOURCES / "atif"
+    summary = run_import("atif", folder, ["trajectories"], {"rewards": "rewards.jsonl"}, tmp_path / "log")
+    notes = dict(summary.filled_counts())
+    assert notes["finish_reason: not in ATIF: recorded as 'stop'"] == 2
+    assert notes["tools: ATIF keeps no tool schema: recorded as none"] == 2
+    report = read_jsonl(tmp_path / "log" / "import-report.jsonl")
+    assert [(r["session_id"], r["status"], r["turns"], r["reward_from"]) for r in report] == [
+        ("atif-chat", "imported", 2, "rewards file"),
+        ("atif-tools", "imported", 2, "rewards file"),
+    ]
+    # Without --rewards the sessions get no sessions row, and the summary says so.
+    summary = import_traces("atif", [folder / "trajectories"], tmp_path / "bare")
+    assert summary.sessions_without_reward == 2
+    assert not list((tmp_path / "bare").glob("sessions-*.parquet"))
+
+
+@pytest.mark.parametrize("folder", ["cases-threshold-1024", "random-threshold-1024", "random-threshold-2"])
+def test_a_log_exported_to_openai_exchanges_and_imported_back_rebuilds_byte_identically(
+    folder: str, tmp_path: Path
+) -> None:
+    source = CONFORMANCE / folder
+    write_log(
+        tmp_path / "log", read_jsonl(source / "turns.jsonl"), read_jsonl(source / "sessions.jsonl"), tokenizer="tok"
+    )
+    exported = export_exchanges([tmp_path / "log"], tmp_path / "ex.jsonl", rewards_out=tmp_path / "rewards.jsonl")
+    summary = import_traces(
+        "openai-exchanges",
+        [tmp_path / "ex.jsonl"],
+        tmp_path / "back",
+        rewards=tmp_path / "rewards.jsonl",
+        tokenizer="tok",
+    )
+    assert summary.rejected == [] and summary.turns == exported.turns
+    threshold = int(folder.rsplit("-", 1)[1])
+    policy = Policy(fork_threshold=threshold)
+    original = rebuild([tmp_path / "log"], tmp_path / "a.parquet", policy, workers=1)
+    back = rebuild([tmp_path / "back"], tmp_path / "b.parquet", policy, workers=1)
+    # Sessions the rebuild rejects (the corpus holds invalid ones on purpose) are left out of the export.
+    assert [r.session_id for r in exported.rejected] == [r.session_id for r in original.rejected]
+    assert back.rejected == [] and back.sessions == original.sessions > 0
+    digest = [hashlib.sha256((tmp_path / n).read_bytes()).hexdigest() for n in ("a.parquet", "b.parquet")]
+    assert digest[0] == digest[1]
+
+
+def test_the_commands_import_export_and_rebuild_from_agree(tmp_path: Path) -> None:
+    runner = CliRunner()
+    folder = SOURCES / "openai-exchanges"
+    args = ["--rewards", str(folder / "rewards.jsonl"), "--session-header", "X-Session-Id"]
+    done = runner.invoke(
+        app, ["import", "openai-exchanges", str(folder / "exchanges.jsonl"), "--out", str(tmp_path / "log"), *args]
+    )
+    assert done.exit_code == EXIT_OK, done.output
+    lines = [" ".join(line.split()) for line in done.output.splitlines()]
+    assert lines[:4] == [
+        "sessions imported 3",
+        "turns 6",
+        "sessions without a reward (no sessions row) 0",
+        "rejected sessions 0",
+    ]
+    # The output folder holds a log now: replacing it needs --overwrite.
+    again = runner.invoke(
+        app, ["import", "openai-exchanges", str(folder / "exchanges.jsonl"), "--out", str(tmp_path / "log")]
+    )
+    assert again.exit_code == EXIT_OUTPUT
+    done = runner.invoke(app, ["rebuild", str(tmp_path / "log"), "--out", str(tmp_path / "a.parquet"), "-j", "1"])
+    assert done.exit_code == EXIT_OK, done.output
+    done = runner.invoke(
+        app,
+        [
+            "rebuild",
+            "--from",
+            "openai-exchanges",
+            str(folder / "exchanges.jsonl"),
+            "--out",
+            str(tmp_path / "b.parquet"),
+            "-j",
+            "1",
+            *args,
+        ],
+    )
+    assert done.exit_code == EXIT_OK, done.output
+    assert (tmp_path / "a.parquet").read_bytes() == (tmp_path / "b.parquet").read_bytes()
+    assert not [p for p in tmp_path.iterdir() if ".import-" in p.name]  # the temporary log is gone
+    done = runner.invoke(
+        app,
+        [
+            "export-exchanges",
+            str(tmp_path / "log"),
+            "--out",
+            str(tmp_path / "ex.jsonl"),
+            "--rewards-out",
+            str(tmp_path / "r.jsonl"),
+        ],
+    )
+    assert done.exit_code == EXIT_OK, done.output
+    assert len(read_jsonl(tmp_path / "ex.jsonl")) == 6 and len(read_jsonl(tmp_path / "r.jsonl")) == 3
+
+
+def test_an_unreadable_source_is_an_error_before_anything_is_written(tmp_path: Path) -> None:
+    with pytest.raises(SourceError, match="no such file"):
+        import_traces("atif", [tmp_path / "missing.json"], tmp_path / "log")
+    (tmp_path / "not.db").write_text("not sqlite")
+    with pytest.raises(SourceError, match="not an rLLM gateway trace store"):
+        import_traces("rllm", [tmp_path / "not.db"], tmp_path / "log2")
+    assert not (tmp_path / "log").exists() and not (tmp_path / "log2").exists()
+    bad_rewards = tmp_path / "rewards.jsonl"
+    bad_rewards.write_text('{"session_id": "a", "reward": "high"}\n')
+    with pytest.raises(SourceError, match="reward must be a finite number") as info:
+        import_traces("atif", [SOURCES / "atif" / "trajectories"], tmp_path / "log3", rewards=bad_rewards)
+    assert (info.value.file, info.value.row) == (str(bad_rewards), 1)
+    runner = CliRunner()
+    done = runner.invoke(app, ["import", "atif", str(tmp_path / "missing.json"), "--out", str(tmp_path / "log4")])
+    assert done.exit_code == EXIT_BAD_INPUT
+    with pytest.raises(OutputError):
+        import_traces("atif", [SOURCES / "atif" / "trajectories"], tmp_path / "no" / "such" / "log")
+
+
+def case_folders() -> list[Path]:
+    return sorted(p for p in CASES.iterdir() if (p / "case.json").is_file())
+
+
+@pytest.mark.parametrize("case", case_folders(), ids=lambda p: p.name)
+def test_import_case(case: Path, tmp_path: Path) -> None:
+    """A scenario folder: its sources, and what ``case.json`` says is imported, rejected (file, row, reason), noted."""
+    spec = json.loads((case / "case.json").read_text())
+    options = {k: (case / v if k == "rewards" else v) for k, v in spec.get("options", {}).items()}
+    summary = import_traces(spec["format"], [case / s for s in spec["sources"]], tmp_path / "log", **options)
+    assert {s.session_id: s.turns for s in summary.sessions} == spec["imported"]
+    rejected = [
+        {
+            "session_id": r.session_id,
+            "file": None if r.file is None else Path(r.file).relative_to(case).as_posix(),
+            "row": r.row,
+            "reason": r.reason,
+        }
+        for r in summary.rejected
+    ]
+    assert rejected == spec["rejected"]
+    for sid, notes in spec.get("filled", {}).items():
+        [session] = [s for s in summary.sessions if s.session_id == sid]
+        assert session.filled == notes
+    # Everything else is written, and the rejects are in the report.
+    report = read_jsonl(tmp_path / "log" / "import-report.jsonl")
+    assert sorted(r["session_id"] for r in report if r["status"] == "rejected") == sorted(
+        r["session_id"] for r in spec["rejected"]
+    )
+    if spec["imported"]:
+        result = rebuild([tmp_path / "log"], tmp_path / "samples.parquet", workers=1)
+        assert result.rejected == []
+        assert sorted({s["session_id"] for s in pq.read_table(tmp_path / "samples.parquet").to_pylist()}) == sorted(
+            sid for sid in spec["imported"] if sid not in spec.get("without_samples", [])
+        )
+    # The command exits with the "rejected" code when a session was rejected, after writing the rest.
+    args = ["import", spec["format"], *[str(case / s) for s in spec["sources"]], "--out", str(tmp_path / "cli")]
+    for key, value in spec.get("options", {}).items():
+        args += [f"--{key.replace('_', '-')}", str(case / value) if key == "rewards" else value]
+    done = CliRunner().invoke(app, args)
+    assert done.exit_code == (EXIT_REJECTED if spec["rejected"] else EXIT_OK), done.output
