@@ -11,149 +11,27 @@ spec's literal model (``spec_model.py``), not from the gateway's records.
 from __future__ import annotations
 
 import json
-import os
-import signal
-import socket
 import sqlite3
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-import httpx
 import pyarrow.parquet as pq
 import pytest
-from openai import OpenAI
 
 from tito_cli.capture.importers.rllm import resolve_prompt
 from tito_cli.capture.importing import import_traces
 from tito_cli.run.rebuild import rebuild
 
+from .rllm_gateway import TOOLS, drive, running_gateway, stop, wait_for_traces
 from .spec_model import model_rebuild
-from .vllm_upstream import Upstream
-
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "multiply",
-            "description": "Multiply two integers.",
-            "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}},
-        },
-    }
-]
-SYSTEM = {"role": "system", "content": "You are a terse calculator."}
-#: Bounds every wait on the gateway: start-up, trace persistence, shutdown.
-DEADLINE = 60.0
-
-
-def script(messages: list[dict[str, Any]], tools: Any) -> dict[str, Any]:
-    last = messages[-1]
-    if last["role"] == "tool":
-        return {"content": f"The product is {last['content']}."}
-    if tools:
-        call = {"id": "call_1", "type": "function", "function": {"name": "multiply", "arguments": '{"a": 6, "b": 7}'}}
-        return {"content": None, "tool_calls": [call]}
-    return {"content": f"You said: {last['content']}"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture
 def gateway(tmp_path: Path) -> Iterator[SimpleNamespace]:
-    """The gateway process in front of the upstream; stopped (SIGTERM, then kill) when the test ends."""
-    db = tmp_path / "traces.db"
-    with Upstream(script) as upstream:
-        port = free_port()
-        command = [
-            sys.executable, "-m", "rllm_model_gateway", "--host", "127.0.0.1", "--port", str(port),
-            "--worker", f"http://127.0.0.1:{upstream.port}/v1", "--db-path", str(db), "--store", "sqlite",
-            "--log-level", "warning",
-        ]  # fmt: skip
-        log = (tmp_path / "gateway.log").open("w")
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "NO_COLOR": "1"})
-        base = f"http://127.0.0.1:{port}"
-        try:
-            start = time.monotonic()
-            while True:
-                try:
-                    if httpx.get(f"{base}/health", timeout=2).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                assert process.poll() is None, (tmp_path / "gateway.log").read_text()
-                assert time.monotonic() - start < DEADLINE, "the gateway did not start"
-                time.sleep(0.2)
-            yield SimpleNamespace(base=base, db=db, upstream=upstream, process=process)
-        finally:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-                try:
-                    process.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait(timeout=10)
-            log.close()
-
-
-def drive(base: str) -> dict[str, int]:
-    """Three agent sessions through the gateway's session URLs; returns the calls made per session."""
-
-    def client(sid: str) -> OpenAI:
-        return OpenAI(base_url=f"{base}/sessions/{sid}/v1", api_key="unused", max_retries=0, timeout=30)
-
-    # A tool call, its result, the final answer.
-    c = client("tool-session")
-    messages: list[dict[str, Any]] = [SYSTEM, {"role": "user", "content": "What is 6 times 7?"}]
-    first = c.chat.completions.create(model="fixture", messages=messages, tools=TOOLS)
-    call = first.choices[0].message.tool_calls[0]
-    function = {"name": call.function.name, "arguments": call.function.arguments}
-    messages.append(
-        {
-            "role": "assistant",
-            "content": None,
-            "tool_calls": [{"id": call.id, "type": "function", "function": function}],
-        }
-    )
-    messages.append({"role": "tool", "tool_call_id": call.id, "content": "42"})
-    c.chat.completions.create(model="fixture", messages=messages, tools=TOOLS)
-
-    # The same prompt sent twice (a retry), then a follow-up on the first answer.
-    c = client("retry-session")
-    messages = [{"role": "user", "content": "hello there"}]
-    answer = c.chat.completions.create(model="fixture", messages=messages)
-    c.chat.completions.create(model="fixture", messages=messages)
-    reply = {"role": "assistant", "content": answer.choices[0].message.content}
-    messages += [reply, {"role": "user", "content": "again"}]
-    c.chat.completions.create(model="fixture", messages=messages)
-
-    # Streamed: two turns.
-    c = client("stream-session")
-    messages = [SYSTEM, {"role": "user", "content": "count to three"}]
-    stream = c.chat.completions.create(model="fixture", messages=messages, stream=True)
-    text = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
-    messages += [{"role": "assistant", "content": text}, {"role": "user", "content": "thanks"}]
-    for _ in c.chat.completions.create(model="fixture", messages=messages, stream=True):
-        pass
-    return {"tool-session": 2, "retry-session": 3, "stream-session": 2}
-
-
-def wait_for_traces(base: str, expected: dict[str, int]) -> None:
-    """Traces are stored after the response is sent: wait (bounded) until the store holds them all."""
-    start = time.monotonic()
-    while True:
-        counts = {sid: len(httpx.get(f"{base}/sessions/{sid}/traces", timeout=5).json()) for sid in expected}
-        if counts == expected:
-            return
-        assert time.monotonic() - start < DEADLINE, f"traces stored: {counts}, expected {expected}"
-        time.sleep(0.2)
+    with running_gateway(tmp_path / "traces.db", tmp_path / "gateway.log") as running:
+        yield running
 
 
 def expected_samples(calls: list[dict[str, Any]], rewards: dict[str, float]) -> dict[str, list[Any]]:
@@ -186,8 +64,7 @@ def test_a_gateway_trace_store_rebuilds_to_the_samples_of_the_calls_it_proxied(
 ) -> None:
     expected_calls = drive(gateway.base)
     wait_for_traces(gateway.base, expected_calls)
-    gateway.process.send_signal(signal.SIGTERM)
-    gateway.process.wait(timeout=30)
+    stop(gateway.process)
 
     rewards = {"tool-session": 1.0, "retry-session": 0.5, "stream-session": 0.0}
     rewards_file = tmp_path / "rewards.jsonl"
@@ -273,3 +150,14 @@ def test_delta_records_rebuild_their_prompt_along_the_parent_chain_and_a_broken_
     assert bad.reason == "trace b2: broken parent chain: parent trace gone is not in the store"
     turns = sorted(pq.read_table(next((tmp_path / "log").glob("turns-*.parquet"))).to_pylist(), key=lambda t: t["seq"])
     assert [t["prompt_ids"] for t in turns] == [[1, 2, 3], [1, 2, 3, 4, 5, 6], [1, 2, 3, 4, 5, 6, 7, 8]]
+
+
+def test_a_sessions_calls_are_ordered_by_when_their_responses_arrived_not_by_the_stores_write(tmp_path: Path) -> None:
+    # The gateway writes traces asynchronously after answering: the second call's write can come first.
+    first = _record("t1", "s", [1, 2], [3], timestamp=1780000001.0)
+    second = _record("t2", "s", [1, 2, 3, 4], [5], timestamp=1780000002.0)
+    store = tmp_path / "traces.db"
+    _delta_store(store, [second, first], {"t1": "s", "t2": "s"})  # t2 written (created_at) first
+    import_traces("rllm", [store], tmp_path / "log")
+    turns = sorted(pq.read_table(next((tmp_path / "log").glob("turns-*.parquet"))).to_pylist(), key=lambda t: t["seq"])
+    assert [json.loads(t["metadata"])["trace_id"] for t in turns] == ["t1", "t2"]

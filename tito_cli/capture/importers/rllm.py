@@ -1,9 +1,11 @@
 """``rllm``: the rLLM model gateway's SQLite trace store (``rllm-model-gateway``).
 
 The gateway stores each proxied call as a ``TraceRecord`` serialised to JSON in
-``traces.data``; ``trace_sessions`` joins traces to sessions, and a session's
-traces are ordered by ``created_at`` (insertion time; ties fall back to the
-table's insertion order).  Records are either full (``prompt_token_ids``) or,
+``traces.data``; ``trace_sessions`` joins traces to sessions.  A session's traces
+are ordered by the record's ``timestamp`` (set when the response arrived),
+then ``created_at``, then the table's insertion order: ``created_at`` is the
+time of the store's write, which the gateway makes asynchronously after
+answering, so two quick calls can be written in the other order.  Records are either full (``prompt_token_ids``) or,
 in the gateway's proposed delta storage, links: ``prompt_delta_token_ids`` plus
 ``parent_trace_id``, where the full prompt is the parent's full prompt, the
 parent's completion, then the delta.
@@ -23,7 +25,7 @@ from .base import ImportedSession, ImportedTurn, Importer, SourceRef, epoch_time
 __all__ = ["RllmImporter", "resolve_prompt"]
 
 _QUERY = """
-    SELECT ts.session_id, t.trace_id, t.rowid, t.data
+    SELECT ts.session_id, t.trace_id, t.rowid, ts.created_at
     FROM trace_sessions AS ts JOIN traces AS t ON t.trace_id = ts.trace_id
     ORDER BY ts.session_id, ts.created_at, t.rowid
 """
@@ -120,8 +122,17 @@ def _read_store(path: Path) -> tuple[list[tuple[str, str, int, Any]], dict[str, 
     finally:
         connection.close()
     records = {trace_id: (rowid, _parse(data)) for trace_id, rowid, data in every}
-    rows = [(sid, trace_id, rowid, records[trace_id][1]) for sid, trace_id, rowid, _ in joined]
-    return rows, records
+    rows = [(sid, trace_id, rowid, records[trace_id][1], created) for sid, trace_id, rowid, created in joined]
+    rows.sort(key=lambda r: (r[0], _arrival(r[3], r[4]), r[4], r[2]))
+    return [r[:4] for r in rows], records
+
+
+def _arrival(record: Any, created_at: float) -> float:
+    """When the call's response arrived: the record's timestamp, else the store's write time."""
+    stamp = record.get("timestamp") if isinstance(record, dict) else None
+    if isinstance(stamp, (int, float)) and not isinstance(stamp, bool) and stamp > 0:
+        return float(stamp)
+    return float(created_at)
 
 
 def _parse(data: Any) -> Any:
