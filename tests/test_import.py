@@ -209,8 +209,21 @@ def test_an_unreadable_source_is_an_error_before_anything_is_written(tmp_path: P
     runner = CliRunner()
     done = runner.invoke(app, ["import", "atif", str(tmp_path / "missing.json"), "--out", str(tmp_path / "log4")])
     assert done.exit_code == EXIT_BAD_INPUT
-    with pytest.raises(OutputError):
-        import_traces("atif", [SOURCES / "atif" / "trajectories"], tmp_path / "no" / "such" / "log")
+    (tmp_path / "file").write_text("")
+    with pytest.raises(OutputError, match="must be a folder"):
+        import_traces("atif", [SOURCES / "atif" / "trajectories"], tmp_path / "file")
+
+
+def test_the_shipped_rllm_store_written_by_the_real_gateway_imports_whole(tmp_path: Path) -> None:
+    folder = SOURCES / "rllm"
+    summary = import_traces("rllm", [folder / "traces.db"], tmp_path / "log", rewards=folder / "rewards.jsonl")
+    assert summary.rejected == []
+    assert {s.session_id: s.turns for s in summary.sessions} == {
+        "tool-session": 2,
+        "retry-session": 3,
+        "stream-session": 2,
+    }
+    assert summary.sessions_without_reward == 0
 
 
 def case_folders() -> list[Path]:

@@ -161,8 +161,11 @@ def import_traces(
     # Read every session before writing: a source that fails midway leaves no log behind.
     items = list(importer.sessions(paths))
     summary = ImportSummary(format=format, out=out, report_file=out / REPORT_NAME)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"cannot create the folder ({exc.strerror})", file=out) from None
     seen: set[str] = set()
-    out.mkdir(parents=True, exist_ok=True)
     with TurnLogWriter(out, tokenizer=tokenizer, max_age=None, name=WRITER_NAME) as writer:
         for item in items:
             if isinstance(item, TitoError):
@@ -190,10 +193,8 @@ def import_traces(
 def _prepare_out(out: Path, overwrite: bool) -> None:
     if out.exists() and not out.is_dir():
         raise OutputError("the output must be a folder", file=out)
-    if not out.parent.is_dir():
-        raise OutputError("the output's parent folder does not exist", file=out)
     if not out.is_dir():
-        return
+        return  # created once the sources have been read
     existing = sorted(p for p in out.iterdir() if p.name.endswith(".parquet") or p.name == REPORT_NAME)
     if existing and not overwrite:
         raise OutputError("the folder already holds a log", file=out, tip="pass --overwrite to replace it")

@@ -108,7 +108,9 @@ def rebuild(
                 progress=progress,
                 **options,
             )
-        err_console.print(render_import_summary(imported), soft_wrap=True)
+        # The imported log was temporary: its rejects are in the rebuild's rejects report.
+        err_console.print(render_import_summary(imported, show_out=False), soft_wrap=True)
+        err_console.print("", soft_wrap=True)
         err_console.print(render_rebuild_summary(summary), soft_wrap=True)
         raise typer.Exit(EXIT_REJECTED if summary.rejected else EXIT_OK)
 

@@ -14,7 +14,8 @@ __all__ = ["render_import_summary"]
 SHOWN = 10
 
 
-def render_import_summary(summary: ImportSummary) -> RenderableType:
+def render_import_summary(summary: ImportSummary, *, show_out: bool = True) -> RenderableType:
+    """The import's totals, what was filled in, and the rejects; ``show_out=False`` leaves out where the log went."""
     table = Table.grid(padding=(0, 2))
     table.add_column(justify="left")
     table.add_column(justify="right")
@@ -35,7 +36,8 @@ def render_import_summary(summary: ImportSummary) -> RenderableType:
         parts.append(Text(f"rewards for sessions not imported ({len(summary.unused_rewards)}): {shown}{more}"))
     if summary.rejected:
         parts.append(Text(""))
-        parts.append(Text(f"rejected (details in {summary.report_file}):", style="bold yellow"))
+        details = f" (details in {summary.report_file})" if show_out else ""
+        parts.append(Text(f"rejected{details}:", style="bold yellow"))
         for reject in summary.rejected[:SHOWN]:
             where = reject.file or "?"
             if reject.row is not None:
@@ -43,6 +45,7 @@ def render_import_summary(summary: ImportSummary) -> RenderableType:
             parts.append(Text(f"  {reject.session_id}: {reject.reason} [{where}]"))
         if len(summary.rejected) > SHOWN:
             parts.append(Text(f"  … and {len(summary.rejected) - SHOWN} more"))
-    parts.append(Text(""))
-    parts.append(Text(f"wrote {summary.out}", style="bold"))
+    if show_out:
+        parts.append(Text(""))
+        parts.append(Text(f"wrote {summary.out}", style="bold"))
     return Group(*parts)
