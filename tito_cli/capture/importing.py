@@ -22,12 +22,12 @@ from typing import Any
 
 from .._atomic import atomic_path
 from ..errors import OutputError, SourceError, TitoError
-from ..run.corpus import Reject
 from .importers import FORMATS, importer_for
 from .importers.base import (
     ImportedSession,
     ImportOptions,
     SessionOutcome,
+    SessionReject,
     SourceRef,
     check_turn,
     read_json_lines,
@@ -67,7 +67,7 @@ class ImportSummary:
     out: Path
     report_file: Path
     sessions: list[ImportedSessionReport] = field(default_factory=list)
-    rejected: list[Reject] = field(default_factory=list)
+    rejected: list[SessionReject] = field(default_factory=list)
     #: Sessions of the rewards file that no imported session matched.
     unused_rewards: list[str] = field(default_factory=list)
     files_written: list[Path] = field(default_factory=list)
@@ -169,18 +169,20 @@ def import_traces(
     with TurnLogWriter(out, tokenizer=tokenizer, max_age=None, name=WRITER_NAME) as writer:
         for item in items:
             if isinstance(item, TitoError):
-                summary.rejected.append(Reject(item.session_id or "", item.message, item.file, item.row))
+                summary.rejected.append(SessionReject(item.session_id or "", item.message, item.file, item.row))
                 continue
             if item.session_id in seen:
                 ref = item.source
-                summary.rejected.append(Reject(item.session_id, "session id appears in two sources", ref.file, ref.row))
+                summary.rejected.append(
+                    SessionReject(item.session_id, "session id appears in two sources", ref.file, ref.row)
+                )
                 continue
             seen.add(item.session_id)
             problem = _check_session(item)
             if problem is not None:
                 reason, ref = problem
                 error = reject(reason, ref, item.session_id)
-                summary.rejected.append(Reject(item.session_id, error.message, error.file, error.row))
+                summary.rejected.append(SessionReject(item.session_id, error.message, error.file, error.row))
                 continue
             summary.sessions.append(_record(writer, item, outcomes))
     summary.files_written = list(writer.files_written)

@@ -18,6 +18,7 @@ from .._atomic import atomic_path
 from ..algorithm.policy import Policy
 from ..capture.importing import ImportSummary, import_traces
 from ..errors import OutputError
+from .corpus import Reject
 from .rebuild import RebuildSummary, rebuild
 
 __all__ = ["rebuild_from"]
@@ -53,7 +54,8 @@ def rebuild_from(
         )
         rebuilt = rebuild([log], out, policy, overwrite=overwrite, **rebuild_options)
     if imported.rejected:
-        rebuilt.rejected = sorted([*imported.rejected, *rebuilt.rejected], key=lambda r: r.session_id)
+        rejected = [Reject(r.session_id, r.reason, r.file, r.row) for r in imported.rejected]
+        rebuilt.rejected = sorted([*rejected, *rebuilt.rejected], key=lambda r: r.session_id)
         with atomic_path(rebuilt.rejects_file) as tmp:
             lines = (json.dumps(r.to_dict(), ensure_ascii=False) + "\n" for r in rebuilt.rejected)
             tmp.write_text("".join(lines), encoding="utf-8")
