@@ -226,6 +226,30 @@ def test_the_shipped_rllm_store_written_by_the_real_gateway_imports_whole(tmp_pa
     assert summary.sessions_without_reward == 0
 
 
+def test_a_turn_the_capture_writer_refuses_rejects_its_session_and_the_rest_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tito_cli.capture.writer import TurnLogWriter
+
+    original = TurnLogWriter.record_turn
+
+    def strict(self: TurnLogWriter, session_id: str, *args: Any, **kwargs: Any) -> int:
+        if session_id == "sglang-chat":
+            raise ValueError("session ids must not contain a dash followed by 'chat'")
+        return original(self, session_id, *args, **kwargs)
+
+    monkeypatch.setattr(TurnLogWriter, "record_turn", strict)
+    folder = SOURCES / "openai-exchanges"
+    summary = run_import(
+        "openai-exchanges", folder, ["exchanges.jsonl"], FIXTURES["openai-exchanges"][1], tmp_path / "log"
+    )
+    assert sorted(s.session_id for s in summary.sessions) == ["streamed-chat", "vllm-tools"]
+    [refused] = summary.rejected
+    assert (refused.session_id, refused.file, refused.row) == ("sglang-chat", str(folder / "exchanges.jsonl"), 3)
+    assert refused.reason.startswith("the capture writer refused the turn: session ids must not")
+    assert {t["session_id"] for t in turns_of(tmp_path / "log")} == {"streamed-chat", "vllm-tools"}
+
+
 def case_folders() -> list[Path]:
     return sorted(p for p in CASES.iterdir() if (p / "case.json").is_file())
 

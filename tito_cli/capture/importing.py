@@ -25,6 +25,7 @@ from ..errors import OutputError, SourceError, TitoError
 from .importers import FORMATS, importer_for
 from .importers.base import (
     ImportedSession,
+    ImportedTurn,
     ImportOptions,
     SessionOutcome,
     SessionReject,
@@ -178,13 +179,24 @@ def import_traces(
                 )
                 continue
             seen.add(item.session_id)
+            if not item.turns:
+                ref = item.source
+                summary.rejected.append(
+                    SessionReject(item.session_id, "no generation call to import", ref.file, ref.row)
+                )
+                continue
             problem = _check_session(item)
             if problem is not None:
                 reason, ref = problem
                 error = reject(reason, ref, item.session_id)
                 summary.rejected.append(SessionReject(item.session_id, error.message, error.file, error.row))
                 continue
-            summary.sessions.append(_record(writer, item, outcomes))
+            try:
+                summary.sessions.append(_record(writer, item, outcomes))
+            except _WriterRefused as refused:
+                ref = refused.turn.source
+                error = reject(f"the capture writer refused the turn: {refused.reason}", ref, item.session_id)
+                summary.rejected.append(SessionReject(item.session_id, error.message, error.file, error.row))
     summary.files_written = list(writer.files_written)
     summary.unused_rewards = sorted(set(outcomes) - {s.session_id for s in summary.sessions})
     summary.rejected.sort(key=lambda r: r.session_id)
@@ -223,26 +235,31 @@ def _check_session(session: ImportedSession) -> tuple[str, SourceRef] | None:
     return None
 
 
+class _WriterRefused(Exception):
+    def __init__(self, turn: ImportedTurn, reason: str) -> None:
+        super().__init__(reason)
+        self.turn, self.reason = turn, reason
+
+
 def _record(
     writer: TurnLogWriter, session: ImportedSession, outcomes: dict[str, SessionOutcome]
 ) -> ImportedSessionReport:
+    """Record a checked session.  The writer validates each turn too: should it refuse the first
+    turn, nothing of the session is buffered and it is rejected; refusing a later one would leave
+    part of the session in the log, which :func:`check_turn` (the same contract) rules out."""
     next_seq = 0
-    for turn in session.turns:
+    for position, turn in enumerate(session.turns):
         seq = turn.seq if turn.seq is not None else next_seq
         next_seq = max(next_seq, seq + 1)
-        writer.record_turn(
-            session.session_id,
-            turn.prompt_ids,
-            turn.output_ids,
-            turn.output_logprobs or None,
-            turn.finish_reason,
-            turn.prompt_messages,
-            turn.response_message,
-            tools=turn.tools,
-            metadata=turn.metadata,
-            seq=seq,
-            timestamp=turn.timestamp,
-        )
+        try:
+            _record_turn(writer, session.session_id, turn, seq)
+        except (ValueError, TypeError, OverflowError, TitoError) as exc:
+            if position:
+                raise RuntimeError(
+                    f"session {session.session_id!r}: the capture writer refused turn {position} "
+                    f"after accepting the earlier ones ({exc}); the turn-log check missed what it checks"
+                ) from exc
+            raise _WriterRefused(turn, str(exc)) from exc
     outcome = session.outcome
     reward_from: str | None = "source"
     if outcome is None:
@@ -258,6 +275,22 @@ def _record(
             metadata=outcome.metadata,
         )
     return ImportedSessionReport(session.session_id, len(session.turns), reward_from, list(session.filled))
+
+
+def _record_turn(writer: TurnLogWriter, session_id: str, turn: ImportedTurn, seq: int) -> None:
+    writer.record_turn(
+        session_id,
+        turn.prompt_ids,
+        turn.output_ids,
+        turn.output_logprobs or None,
+        turn.finish_reason,
+        turn.prompt_messages,
+        turn.response_message,
+        tools=turn.tools,
+        metadata=turn.metadata,
+        seq=seq,
+        timestamp=turn.timestamp,
+    )
 
 
 def _write_report(summary: ImportSummary) -> None:

@@ -160,8 +160,6 @@ def _rollout(folder: Path, rid: str) -> ImportedSession | InvalidSessionError:
                 timestamp=epoch_timestamp(exchange.get("completed_at")) or iso_timestamp(exchange.get("completed_at")),
             )
         )
-    if not session.turns:
-        session.note("no model calls captured")
     return session
 
 
