@@ -112,6 +112,35 @@ def test_what_each_format_lacks_is_reported_per_session(tmp_path: Path) -> None:
     assert not list((tmp_path / "bare").glob("sessions-*.parquet"))
 
 
+def test_responses_are_aligned_to_what_the_harness_sent_back_unless_asked_to_keep_them(tmp_path: Path) -> None:
+    folder = SOURCES / "openai-exchanges"
+    options = {**FIXTURES["openai-exchanges"][1], "align_responses": False}
+    summary = run_import("openai-exchanges", folder, ["exchanges.jsonl"], options, tmp_path / "verbatim")
+    assert not any("response messages" in note for s in summary.sessions for note in s.filled)
+    first = turns_of(tmp_path / "verbatim")[0]  # sglang-chat, seq 0
+    assert json.loads(first["response_message"]) == {
+        "role": "assistant",
+        "content": "Seven.",
+        "refusal": None,
+        "tool_calls": [],
+    }
+    summary = run_import(
+        "openai-exchanges", folder, ["exchanges.jsonl"], FIXTURES["openai-exchanges"][1], tmp_path / "aligned"
+    )
+    notes = dict(summary.filled_counts())
+    key = "response messages: the server's replaced by the equal message the harness sent back (null fields dropped)"
+    assert notes[key] == 2  # the vLLM and SGLang sessions; the streamed one has no null fields
+    assert json.loads(turns_of(tmp_path / "aligned")[0]["response_message"]) == {
+        "role": "assistant",
+        "content": "Seven.",
+    }
+    # Aligned, the turns route as one conversation: one sample per session, no rewrite absorbed.
+    rebuilt = rebuild([tmp_path / "aligned"], tmp_path / "a.parquet", workers=1)
+    kept = rebuild([tmp_path / "verbatim"], tmp_path / "v.parquet", workers=1)
+    assert rebuilt.totals.rewrite_merges == 0 and kept.totals.rewrite_merges == 2
+    assert rebuilt.totals.trained_tokens > kept.totals.trained_tokens
+
+
 @pytest.mark.parametrize("folder", ["cases-threshold-1024", "random-threshold-1024", "random-threshold-2"])
 def test_a_log_exported_to_openai_exchanges_and_imported_back_rebuilds_byte_identically(
     folder: str, tmp_path: Path

@@ -34,8 +34,20 @@ def gateway(tmp_path: Path) -> Iterator[SimpleNamespace]:
         yield running
 
 
+def without_nulls(message: Any) -> Any:
+    if isinstance(message, dict):
+        return {
+            k: without_nulls(v) for k, v in message.items() if v is not None and not (k == "tool_calls" and v == [])
+        }
+    return [without_nulls(v) for v in message] if isinstance(message, list) else message
+
+
 def expected_samples(calls: list[dict[str, Any]], rewards: dict[str, float]) -> dict[str, list[Any]]:
-    """Each session's samples by the spec model, from the upstream's own record of the calls."""
+    """Each session's samples by the spec model, from the upstream's own record of the calls.
+
+    A response message is the one the agent sent back in a later call when that equals the server's
+    without its null fields (what the import aligns it to), else the server's.
+    """
     by_session: dict[str, list[SimpleNamespace]] = {}
     sessions = {"multiply": "tool-session", "hello there": "retry-session", "count to three": "stream-session"}
     for call in calls:
@@ -56,6 +68,12 @@ def expected_samples(calls: list[dict[str, Any]], rewards: dict[str, float]) -> 
                 response_message=message,
             )
         )
+    for turns in by_session.values():
+        for i, turn in enumerate(turns):
+            later = [m for t in turns[i + 1 :] for m in t.prompt_messages if m["role"] == "assistant"]
+            sent_back = [m for m in later if without_nulls(m) == without_nulls(turn.response_message)]
+            if sent_back:
+                turn.response_message = sent_back[0]
     return {sid: model_rebuild(turns, 1024, rewards[sid], "split") for sid, turns in by_session.items()}
 
 

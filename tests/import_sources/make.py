@@ -149,8 +149,12 @@ def openai_exchanges() -> None:
             "refusal": None,
             "tool_calls": turn["response_message"].get("tool_calls") or [],
         }
+        # The harness sends a message back without the server's null fields: the import aligns the
+        # response to that, so the ground truth keeps the server's form only for a session's last turn.
+        last_turn = k == len(conv.turns) - 1
         if conv is vllm:
-            turn["response_message"] = message
+            if last_turn:
+                turn["response_message"] = message
             response = {
                 "id": f"chatcmpl-{len(lines)}",
                 "object": "chat.completion",
@@ -170,7 +174,8 @@ def openai_exchanges() -> None:
             }
             lines.append({"session_id": conv.sid, "timestamp": stamp, "request": request, "response": response})
         elif conv is sglang:
-            turn["response_message"] = message
+            if last_turn:
+                turn["response_message"] = message
             logprobs = [
                 [lp, t, TOKENIZER.decode([t])]
                 for t, lp in zip(turn["output_ids"], turn["output_logprobs"], strict=True)

@@ -34,6 +34,9 @@ from .importers.base import (
     read_json_lines,
     reject,
 )
+from .importers.base import (
+    align_responses as _align,
+)
 from .writer import TurnLogWriter
 
 __all__ = ["ImportSummary", "ImportedSessionReport", "import_traces", "read_rewards"]
@@ -143,6 +146,7 @@ def import_traces(
     rewards: str | os.PathLike[str] | None = None,
     tokenizer: str | None = None,
     session_header: str | None = None,
+    align_responses: bool = True,
     overwrite: bool = False,
 ) -> ImportSummary:
     """Import ``sources`` of ``format`` (a key of :data:`~.importers.FORMATS`) into the log folder ``out``.
@@ -150,7 +154,9 @@ def import_traces(
     Invalid sessions are left out and reported (``summary.rejected`` and
     ``<out>/import-report.jsonl``); every other session is written.  A source
     that cannot be read at all raises :class:`~tito_cli.errors.SourceError`
-    before anything is written.
+    before anything is written.  ``align_responses``: where the source holds
+    the server's serialisation of the response message, use the equal message
+    the harness sent back instead (:func:`~.importers.base.align_responses`).
     """
     if format not in FORMATS:
         raise SourceError(f"unknown format {format!r}", tip=f"formats: {', '.join(FORMATS)}")
@@ -185,6 +191,13 @@ def import_traces(
                     SessionReject(item.session_id, "no generation call to import", ref.file, ref.row)
                 )
                 continue
+            if importer.server_responses and align_responses:
+                aligned = _align(item)
+                if aligned:
+                    item.note(
+                        "response messages: the server's replaced by the equal message the harness sent back "
+                        "(null fields dropped)"
+                    )
             problem = _check_session(item)
             if problem is not None:
                 reason, ref = problem

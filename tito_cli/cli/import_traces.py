@@ -26,6 +26,10 @@ REWARDS_HELP = (
 )
 SESSION_HEADER_HELP = "openai-exchanges: the captured request header (in the record's headers) naming the session."
 TOKENIZER_HELP = "Tokenizer name or path recorded in the log (tito.tokenizer), for commands that decode."
+VERBATIM_HELP = (
+    "openai-exchanges, rllm, nemo-gym: keep each response message exactly as the server serialised it, "
+    "instead of the equal message (null fields dropped) the harness sent back in a later prompt."
+)
 
 
 @app.command(
@@ -42,6 +46,7 @@ def import_command(
     rewards: Path = typer.Option(None, "--rewards", help=REWARDS_HELP),
     tokenizer: str = typer.Option(None, "--tokenizer", help=TOKENIZER_HELP),
     session_header: str = typer.Option(None, "--session-header", help=SESSION_HEADER_HELP),
+    verbatim_responses: bool = typer.Option(False, "--verbatim-responses", help=VERBATIM_HELP),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace the log already in the output folder."),
 ) -> None:
     from ..capture.importing import import_traces
@@ -54,6 +59,7 @@ def import_command(
         rewards=rewards,
         tokenizer=tokenizer,
         session_header=session_header,
+        align_responses=not verbatim_responses,
         overwrite=overwrite,
     )
     err_console.print(render_import_summary(summary), soft_wrap=True)

@@ -14,7 +14,7 @@ from ..render.summary import render_rebuild_summary
 from ..run.local import BATCHES_PER_WORKER
 from ..run.rebuild import rebuild as rebuild_logs
 from .app import EXIT_CODES_HELP, app, err_console, guarded, progress_bar
-from .import_traces import REWARDS_HELP, SESSION_HEADER_HELP, TOKENIZER_HELP, ImportFormat
+from .import_traces import REWARDS_HELP, SESSION_HEADER_HELP, TOKENIZER_HELP, VERBATIM_HELP, ImportFormat
 
 
 class RewardChoice(Enum):
@@ -74,6 +74,7 @@ def rebuild(
     rewards: Path = typer.Option(None, "--rewards", help="With --from: " + REWARDS_HELP),
     tokenizer: str = typer.Option(None, "--tokenizer", help="With --from: " + TOKENIZER_HELP),
     session_header: str = typer.Option(None, "--session-header", help="With --from: " + SESSION_HEADER_HELP),
+    verbatim_responses: bool = typer.Option(False, "--verbatim-responses", help="With --from: " + VERBATIM_HELP),
     engine: EngineChoice = typer.Option(
         EngineChoice.local,
         "--engine",
@@ -105,6 +106,7 @@ def rebuild(
                 rewards=rewards,
                 tokenizer=tokenizer,
                 session_header=session_header,
+                align_responses=not verbatim_responses,
                 progress=progress,
                 **options,
             )

@@ -33,6 +33,7 @@ def rebuild_from(
     rewards: str | os.PathLike[str] | None = None,
     tokenizer: str | None = None,
     session_header: str | None = None,
+    align_responses: bool = True,
     overwrite: bool = False,
     **rebuild_options: Any,
 ) -> tuple[ImportSummary, RebuildSummary]:
@@ -50,7 +51,13 @@ def rebuild_from(
     with tempfile.TemporaryDirectory(prefix=f".{out.name}.import-", dir=out.parent) as scratch:
         log = Path(scratch) / "log"
         imported = import_traces(
-            format, sources, log, rewards=rewards, tokenizer=tokenizer, session_header=session_header
+            format,
+            sources,
+            log,
+            rewards=rewards,
+            tokenizer=tokenizer,
+            session_header=session_header,
+            align_responses=align_responses,
         )
         rebuilt = rebuild([log], out, policy, overwrite=overwrite, **rebuild_options)
     if imported.rejected:

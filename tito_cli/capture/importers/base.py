@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ...errors import InvalidSessionError, SourceError
+from ...turns import canonical_json
 
 __all__ = [
     "ImportOptions",
@@ -31,6 +32,7 @@ __all__ = [
     "SessionOutcome",
     "SessionReject",
     "SourceRef",
+    "align_responses",
     "check_turn",
     "epoch_timestamp",
     "int_list",
@@ -119,6 +121,8 @@ class ImportOptions:
 
     #: ``openai-exchanges``: the request header (captured in the record) that names the session.
     session_header: str | None = None
+    #: Replace a response message by the equal message the harness sent back (see :func:`align_responses`).
+    align_responses: bool = True
 
 
 class Importer(ABC):
@@ -130,6 +134,8 @@ class Importer(ABC):
     summary: ClassVar[str]
     #: What each source argument is, for error messages (``"JSONL file"``, ``"SQLite database"``).
     sources_hint: ClassVar[str]
+    #: True when response messages are the server's serialisation, not the harness's own message.
+    server_responses: ClassVar[bool] = False
 
     def __init__(self, options: ImportOptions | None = None) -> None:
         self.options = options or ImportOptions()
@@ -218,6 +224,49 @@ def check_turn(turn: ImportedTurn) -> str | None:
     if turn.response_message is not None and not isinstance(turn.response_message, dict):
         return f"response message: expected an object, got {type(turn.response_message).__name__}"
     return None
+
+
+def _without_nulls(value: Any) -> Any:
+    """``value`` without null-valued keys and empty ``tool_calls`` lists, at any depth."""
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None and not (k == "tool_calls" and v == [])}
+    if isinstance(value, list):
+        return [_without_nulls(v) for v in value]
+    return value
+
+
+def align_responses(session: ImportedSession) -> int:
+    """Use, as a turn's response message, the message the harness sent back for it; returns how many changed.
+
+    A server serialises the assistant message with null fields (vLLM:
+    ``refusal``, ``audio``, ``function_call``, ``reasoning_content`` …, and
+    ``tool_calls: []``); a harness usually sends it back without them.  The
+    turn-log contract wants the message as the harness will send it (SPEC §3
+    matches prompt messages to response messages by identity), so when a
+    later turn's prompt holds an assistant message equal to this response
+    once null fields are dropped on both sides, that message replaces the
+    response.  A harness that changed anything else is left alone.
+    """
+    sent_back: dict[str, list[tuple[int, Any]]] = {}
+    for position, turn in enumerate(session.turns):
+        if not isinstance(turn.prompt_messages, list):
+            continue
+        for message in turn.prompt_messages:
+            if isinstance(message, dict) and message.get("role") == "assistant":
+                sent_back.setdefault(canonical_json(_without_nulls(message)), []).append((position, message))
+    changed = 0
+    for position, turn in enumerate(session.turns):
+        response = turn.response_message
+        if not isinstance(response, dict):
+            continue
+        exact = canonical_json(response)
+        for later, message in sent_back.get(canonical_json(_without_nulls(response)), ()):
+            if later > position:
+                if canonical_json(message) != exact:
+                    turn.response_message = message
+                    changed += 1
+                break
+    return changed
 
 
 def epoch_timestamp(value: Any) -> datetime | None:

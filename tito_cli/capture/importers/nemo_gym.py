@@ -42,6 +42,7 @@ class NemoGymImporter(Importer):
     name = "nemo-gym"
     summary = "NeMo Gym token-capture folders (<rollout>.tokens.jsonl + .capture.jsonl), rewards from a rollouts JSONL."
     sources_hint = "token-capture folder (and optionally the rollouts JSONL)"
+    server_responses = True
 
     def sessions(self, sources: Sequence[Path]) -> Iterator[ImportedSession | InvalidSessionError]:
         self.check_sources(sources)

@@ -55,6 +55,7 @@ class OpenAIExchangesImporter(Importer):
     name = "openai-exchanges"
     summary = "JSONL of {request, response} pairs whose responses carry vLLM's or SGLang's token ids."
     sources_hint = "JSONL file of exchanges"
+    server_responses = True
 
     def sessions(self, sources: Sequence[Path]) -> Iterator[ImportedSession | InvalidSessionError]:
         self.check_sources(sources)

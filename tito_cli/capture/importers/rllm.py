@@ -35,6 +35,7 @@ class RllmImporter(Importer):
     name = "rllm"
     summary = "The rLLM model gateway's SQLite trace store (traces + trace_sessions tables)."
     sources_hint = "SQLite database written by rllm-model-gateway"
+    server_responses = True
 
     def sessions(self, sources: Sequence[Path]) -> Iterator[ImportedSession | InvalidSessionError]:
         self.check_sources(sources)
