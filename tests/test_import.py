@@ -320,3 +320,38 @@ def test_import_case(case: Path, tmp_path: Path) -> None:
         args += [f"--{key.replace('_', '-')}", str(case / value) if key == "rewards" else value]
     done = CliRunner().invoke(app, args)
     assert done.exit_code == (EXIT_REJECTED if spec["rejected"] else EXIT_OK), done.output
+
+
+def test_responses_items_project_onto_chat_messages_the_same_way_as_output_and_as_input() -> None:
+    from tito_cli.capture.importers.nemo_gym import responses_messages
+
+    output = [
+        {"type": "reasoning", "summary": [{"type": "summary_text", "text": "look first"}]},
+        {"type": "function_call", "call_id": "c1", "name": "read", "arguments": '{"p": "a"}'},
+        {"type": "function_call", "call_id": "c2", "name": "read", "arguments": '{"p": "b"}'},
+    ]
+    assistant = {
+        "role": "assistant",
+        "content": "",
+        "reasoning_content": "look first",
+        "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "read", "arguments": '{"p": "a"}'}},
+            {"id": "c2", "type": "function", "function": {"name": "read", "arguments": '{"p": "b"}'}},
+        ],
+    }
+    assert responses_messages(output) == [assistant]
+    # The same items sent back in the next request, between the user turn and the tool results.
+    sent = [
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "go"}]},
+        *output,
+        {"type": "function_call_output", "call_id": "c1", "output": "A"},
+        {"type": "function_call_output", "call_id": "c2", "output": "B"},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "done"}]},
+    ]
+    assert responses_messages(sent) == [
+        {"role": "user", "content": "go"},
+        assistant,
+        {"role": "tool", "tool_call_id": "c1", "content": "A"},
+        {"role": "tool", "tool_call_id": "c2", "content": "B"},
+        {"role": "assistant", "content": "done"},
+    ]
