@@ -355,3 +355,99 @@ def test_responses_items_project_onto_chat_messages_the_same_way_as_output_and_a
         {"role": "tool", "tool_call_id": "c2", "content": "B"},
         {"role": "assistant", "content": "done"},
     ]
+
+
+def test_a_streamed_tool_call_is_reassembled_from_its_deltas(tmp_path: Path) -> None:
+    def chunk(delta: dict[str, Any], ids: list[int], finish: str | None = None, **root: Any) -> dict[str, Any]:
+        choice = {"index": 0, "delta": delta, "token_ids": ids, "finish_reason": finish}
+        choice["logprobs"] = {"content": [{"token": f"token_id:{i}", "logprob": -0.5} for i in ids]}
+        return {"object": "chat.completion.chunk", "choices": [choice], **root}
+
+    call = {"index": 0, "id": "call_9", "type": "function", "function": {"name": "grep", "arguments": ""}}
+    chunks = [
+        chunk({"role": "assistant", "content": ""}, [], prompt_token_ids=[1, 2, 3]),
+        chunk({"reasoning_content": "need to "}, [4]),
+        chunk({"reasoning_content": "search"}, [5]),
+        chunk({"tool_calls": [call]}, [6]),
+        chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"q": '}}]}, [7]),
+        chunk({"tool_calls": [{"index": 0, "function": {"arguments": '"x"}'}}]}, [8, 2], "tool_calls"),
+    ]
+    record = {"session_id": "s", "request": {"messages": [{"role": "user", "content": "find x"}], "stream": True}}
+    (tmp_path / "ex.jsonl").write_text(json.dumps({**record, "chunks": chunks}) + "\n")
+    summary = import_traces("openai-exchanges", [tmp_path / "ex.jsonl"], tmp_path / "log")
+    assert summary.rejected == []
+    [turn] = turns_of(tmp_path / "log")
+    assert (turn["prompt_ids"], turn["output_ids"], turn["finish_reason"]) == (
+        [1, 2, 3],
+        [4, 5, 6, 7, 8, 2],
+        "tool_calls",
+    )
+    assert turn["output_logprobs"] == [-0.5] * 6
+    assert json.loads(turn["response_message"]) == {
+        "role": "assistant",
+        "content": "",
+        "reasoning_content": "need to search",
+        "tool_calls": [{"id": "call_9", "type": "function", "function": {"name": "grep", "arguments": '{"q": "x"}'}}],
+    }
+
+
+def test_a_rewards_file_fills_every_sessions_column(tmp_path: Path) -> None:
+    rewards = tmp_path / "rewards.jsonl"
+    rows = [
+        {
+            "session_id": "atif-tools",
+            "reward": 2.0,
+            "index": 7,
+            "group_index": 1,
+            "label": "solved",
+            "metadata": {"k": 1},
+        },
+        {"session_id": "atif-chat", "reward": None},
+        {"session_id": "not-imported", "reward": 1.0},
+    ]
+    rewards.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    summary = import_traces("atif", [SOURCES / "atif" / "trajectories"], tmp_path / "log", rewards=rewards)
+    assert summary.unused_rewards == ["not-imported"]
+    [table] = [pq.read_table(p).to_pylist() for p in (tmp_path / "log").glob("sessions-*.parquet")]
+    by_id = {r["session_id"]: r for r in table}
+    assert by_id["atif-tools"] == {
+        "session_id": "atif-tools",
+        "reward": 2.0,
+        "index": 7,
+        "group_index": 1,
+        "label": "solved",
+        "metadata": '{"k": 1}',
+    }
+    assert by_id["atif-chat"]["reward"] is None
+
+
+def test_an_anthropic_messages_exchange_maps_its_system_content_blocks_and_stop_reason(tmp_path: Path) -> None:
+    capture = tmp_path / "capture"
+    capture.mkdir()
+    entry = {
+        "schema_version": 3,
+        "rollout_id": "r",
+        "model_call_id": "c",
+        "prompt_token_ids": [1, 2],
+        "generation_token_ids": [3, 2],
+        "generation_log_probs": [-0.25, -0.5],
+    }
+    blocks = [{"type": "text", "text": "hi"}, {"type": "tool_use", "id": "t1", "name": "ls", "input": {}}]
+    exchange = {
+        "model_call_id": "c",
+        "dialect": "messages",
+        "started_at": 1.0,
+        "request": {"system": "be brief", "messages": [{"role": "user", "content": "list"}]},
+        "response": {"type": "message", "role": "assistant", "content": blocks, "stop_reason": "tool_use"},
+    }
+    (capture / "r.tokens.jsonl").write_text(json.dumps(entry) + "\n")
+    (capture / "r.capture.jsonl").write_text(json.dumps(exchange) + "\n")
+    summary = import_traces("nemo-gym", [capture], tmp_path / "log")
+    assert summary.rejected == [] and summary.sessions_without_reward == 1
+    [turn] = turns_of(tmp_path / "log")
+    assert json.loads(turn["prompt_messages"]) == [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "list"},
+    ]
+    assert json.loads(turn["response_message"]) == {"role": "assistant", "content": blocks}
+    assert turn["finish_reason"] == "tool_calls"
