@@ -235,6 +235,12 @@ def test_an_unreadable_source_is_an_error_before_anything_is_written(tmp_path: P
     with pytest.raises(SourceError, match="reward must be a finite number") as info:
         import_traces("atif", [SOURCES / "atif" / "trajectories"], tmp_path / "log3", rewards=bad_rewards)
     assert (info.value.file, info.value.row) == (str(bad_rewards), 1)
+    # A source found unreadable after sessions were imported from the ones before it: nothing is left.
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(SourceError, match=r"no traces\.jsonl under this folder"):
+        import_traces("verifiers", [SOURCES / "verifiers" / "rollouts", empty], tmp_path / "log5")
+    assert not (tmp_path / "log5").exists()
     runner = CliRunner()
     done = runner.invoke(app, ["import", "atif", str(tmp_path / "missing.json"), "--out", str(tmp_path / "log4")])
     assert done.exit_code == EXIT_BAD_INPUT

@@ -11,9 +11,11 @@ lacked and how it was filled) or rejected (file, line or row, reason).
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
+import shutil
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -26,6 +28,7 @@ from .importers import FORMATS, importer_for
 from .importers.base import (
     ImportedSession,
     ImportedTurn,
+    Importer,
     ImportOptions,
     SessionOutcome,
     SessionReject,
@@ -154,7 +157,8 @@ def import_traces(
     Invalid sessions are left out and reported (``summary.rejected`` and
     ``<out>/import-report.jsonl``); every other session is written.  A source
     that cannot be read at all raises :class:`~tito_cli.errors.SourceError`
-    before anything is written.  ``align_responses``: where the source holds
+    and leaves no log behind (what was written is removed).  Sessions stream
+    from the importer to the writer, which flushes every ``max_rows`` rows.  ``align_responses``: where the source holds
     the server's serialisation of the response message, use the equal message
     the harness sent back instead (:func:`~.importers.base.align_responses`).
     """
@@ -165,56 +169,78 @@ def import_traces(
     outcomes = read_rewards(rewards) if rewards is not None else {}
     importer = importer_for(format, ImportOptions(session_header=session_header))
     paths = [Path(p) for p in sources]
-    # Read every session before writing: a source that fails midway leaves no log behind.
-    items = list(importer.sessions(paths))
+    items = importer.sessions(paths)
+    # The first session is read before the folder is made: a source that is not the format leaves nothing.
+    first = next(items, None)
     summary = ImportSummary(format=format, out=out, report_file=out / REPORT_NAME)
+    created = not out.exists()
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise OutputError(f"cannot create the folder ({exc.strerror})", file=out) from None
-    seen: set[str] = set()
-    with TurnLogWriter(out, tokenizer=tokenizer, max_age=None, name=WRITER_NAME) as writer:
-        for item in items:
-            if isinstance(item, TitoError):
-                summary.rejected.append(SessionReject(item.session_id or "", item.message, item.file, item.row))
-                continue
-            if item.session_id in seen:
-                ref = item.source
-                summary.rejected.append(
-                    SessionReject(item.session_id, "session id appears in two sources", ref.file, ref.row)
-                )
-                continue
-            seen.add(item.session_id)
-            if not item.turns:
-                ref = item.source
-                summary.rejected.append(
-                    SessionReject(item.session_id, "no generation call to import", ref.file, ref.row)
-                )
-                continue
-            if importer.server_responses and align_responses:
-                aligned = _align(item)
-                if aligned:
-                    item.note(
-                        "response messages: the server's replaced by the equal message the harness sent back "
-                        "(null fields dropped)"
-                    )
-            problem = _check_session(item)
-            if problem is not None:
-                reason, ref = problem
-                error = reject(reason, ref, item.session_id)
-                summary.rejected.append(SessionReject(item.session_id, error.message, error.file, error.row))
-                continue
-            try:
-                summary.sessions.append(_record(writer, item, outcomes))
-            except _WriterRefused as refused:
-                ref = refused.turn.source
-                error = reject(f"the capture writer refused the turn: {refused.reason}", ref, item.session_id)
-                summary.rejected.append(SessionReject(item.session_id, error.message, error.file, error.row))
+    writer = TurnLogWriter(out, tokenizer=tokenizer, max_age=None, name=WRITER_NAME)
+    try:
+        every = itertools.chain([] if first is None else [first], items)
+        _import_sessions(summary, writer, every, importer, outcomes, align_responses)
+        writer.close()
+    except BaseException:
+        # A source that turns out unreadable midway (or an interrupt): remove what was written.  The
+        # writer is not closed, so the rows it still buffers are never written.
+        for path in writer.files_written:
+            path.unlink(missing_ok=True)
+        if created:
+            shutil.rmtree(out, ignore_errors=True)
+        raise
     summary.files_written = list(writer.files_written)
     summary.unused_rewards = sorted(set(outcomes) - {s.session_id for s in summary.sessions})
     summary.rejected.sort(key=lambda r: r.session_id)
     _write_report(summary)
     return summary
+
+
+def _import_sessions(
+    summary: ImportSummary,
+    writer: TurnLogWriter,
+    items: Iterable[ImportedSession | TitoError],
+    importer: Importer,
+    outcomes: dict[str, SessionOutcome],
+    align_responses: bool,
+) -> None:
+    seen: set[str] = set()
+    for item in items:
+        if isinstance(item, TitoError):
+            summary.rejected.append(SessionReject(item.session_id or "", item.message, item.file, item.row))
+            continue
+        if item.session_id in seen:
+            ref = item.source
+            summary.rejected.append(
+                SessionReject(item.session_id, "session id appears in two sources", ref.file, ref.row)
+            )
+            continue
+        seen.add(item.session_id)
+        if not item.turns:
+            ref = item.source
+            summary.rejected.append(SessionReject(item.session_id, "no generation call to import", ref.file, ref.row))
+            continue
+        if importer.server_responses and align_responses:
+            aligned = _align(item)
+            if aligned:
+                item.note(
+                    "response messages: the server's replaced by the equal message the harness sent back "
+                    "(null fields dropped)"
+                )
+        problem = _check_session(item)
+        if problem is not None:
+            reason, ref = problem
+            error = reject(reason, ref, item.session_id)
+            summary.rejected.append(SessionReject(item.session_id, error.message, error.file, error.row))
+            continue
+        try:
+            summary.sessions.append(_record(writer, item, outcomes))
+        except _WriterRefused as refused:
+            ref = refused.turn.source
+            error = reject(f"the capture writer refused the turn: {refused.reason}", ref, item.session_id)
+            summary.rejected.append(SessionReject(item.session_id, error.message, error.file, error.row))
 
 
 def _prepare_out(out: Path, overwrite: bool) -> None:
