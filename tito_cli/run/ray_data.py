@@ -183,9 +183,7 @@ def _samples_only(table: pa.Table) -> pa.Table:
 
 
 def _bookkeeping_only(table: pa.Table) -> pa.Table:
-    return table.filter(pc.not_equal(table.column("status"), "completed")).select(
-        ["session_id", "status", "metadata"]
-    )
+    return table.filter(pc.not_equal(table.column("status"), "completed")).select(["session_id", "status", "metadata"])
 
 
 def _rebuild_group(
@@ -200,9 +198,7 @@ def _rebuild_group(
         reason, ref = invalid[sid]
         return _bookkeeping(sid, "rejected", {"reason": reason, "file": ref.file, "row": ref.row})
     # The local reader's order: seq (a null seq last), then file.
-    order = pc.sort_indices(
-        table, sort_keys=[("seq", "ascending"), (_PATH, "ascending")], null_placement="at_end"
-    )
+    order = pc.sort_indices(table, sort_keys=[("seq", "ascending"), (_PATH, "ascending")], null_placement="at_end")
     table = table.take(order)
     paths = table.column(_PATH).to_pylist()
     rows = table.drop_columns([_PATH])
