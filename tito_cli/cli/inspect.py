@@ -124,7 +124,8 @@ def inspect(
         err_console.print(Text(note, style="dim"))
     parts: list[RenderableType] = [render_header(session_header(result))]
     if "turns" in views:
-        parts += [Text("\nturns", style="bold underline"), render_turns(turn_rows(result))]
+        rows = turn_rows(result)
+        parts += [Text("\nturns", style="bold underline"), render_turns(rows, result.policy.realign_effect)]
     if "tree" in views:
         parts += [
             Text("\nrouting tree", style="bold underline"),

@@ -299,8 +299,18 @@ def _sample_list(indices: list[int]) -> str:
     return ", ".join(str(i) for i in indices)
 
 
-def render_turns(rows: list[dict[str, Any]]) -> RenderableType:
-    return Group(_turns_table(rows), Text(DECISION_LEGEND, style="dim"))
+def decision_legend(realign_effect: str | None = None) -> str:
+    """:data:`DECISION_LEGEND`, saying what a realign does when the policy's differs from cutting the drift."""
+    if realign_effect is None:
+        return DECISION_LEGEND
+    return DECISION_LEGEND.replace(
+        "A realign cuts them and continues the sample",
+        f"A realign continues the sample ({realign_effect}: the latest response becomes prompt, loss 0)",
+    )
+
+
+def render_turns(rows: list[dict[str, Any]], realign_effect: str | None = None) -> RenderableType:
+    return Group(_turns_table(rows), Text(decision_legend(realign_effect), style="dim"))
 
 
 def _turns_table(rows: list[dict[str, Any]]) -> Table:
