@@ -24,7 +24,7 @@ from tito_cli.golden.serialize import token_label
 from tito_cli.pytest_plugin import TitoGolden
 from tito_cli.render.tokens import TokenText
 
-from .helpers import CONFORMANCE, REPO, conformance_folders, read_jsonl, write_log
+from .helpers import CONFORMANCE, CONFORMANCE_SLIME03, REPO, conformance_folders, read_jsonl, write_log
 
 GOLDEN = REPO / "tests" / "golden"
 CASES = CONFORMANCE / "cases-threshold-1024"
@@ -60,6 +60,27 @@ def test_conformance_compact_goldens(folder: Path, tmp_path: Path, tito_golden: 
     threshold = int((folder / "threshold").read_text())
     report = tito_golden.check(logs, GOLDEN / "conformance" / folder.name, fork_threshold=threshold, style="compact")
     # Every session with turns is dumped, rejected ones too.
+    checked = {c.session_id for c in report.checks if c.status is not Status.STALE}
+    assert checked == {t["session_id"] for t in read_jsonl(folder / "turns.jsonl")}
+
+
+SLIME03_FOLDERS = conformance_folders(CONFORMANCE_SLIME03)
+
+
+@pytest.mark.parametrize("folder", SLIME03_FOLDERS, ids=[f.name for f in SLIME03_FOLDERS])
+def test_slime03_compact_goldens(folder: Path, tmp_path: Path, tito_golden: TitoGolden) -> None:
+    """The slime-0.3 corpus's dumps under its policy: a change to what slime-0.3 gives shows as a diff here."""
+    logs = tmp_path / "logs"
+    write_log(logs, read_jsonl(folder / "turns.jsonl"), read_jsonl(folder / "sessions.jsonl"))
+    cap = folder / "max_sample_tokens"
+    report = tito_golden.check(
+        logs,
+        GOLDEN / "conformance-slime03" / folder.name,
+        policy="slime-0.3",
+        fork_threshold=int((folder / "threshold").read_text()),
+        max_sample_tokens=int(cap.read_text()) if cap.is_file() else None,
+        style="compact",
+    )
     checked = {c.session_id for c in report.checks if c.status is not Status.STALE}
     assert checked == {t["session_id"] for t in read_jsonl(folder / "turns.jsonl")}
 

@@ -420,13 +420,17 @@ def _samples(result: SessionResult, tokens: TokenWords) -> list[str]:
 
 
 def _compact_samples(result: SessionResult, tokens: TokenWords) -> list[str]:
-    lines = [f"samples: {len(result.samples)}"]
+    left_out = result.linearization.left_out
+    lines = [f"samples: {len(result.samples)}" + (f", left out: {len(left_out)}" if left_out else "")]
     for number, (sample, reward) in enumerate(zip(result.samples, result.rewards, strict=True)):
         offset = sample.first_prompt_length
         words = tokens.words(sample.tokens)
         for position in np.flatnonzero(sample.loss_mask).tolist():
             words[offset + position] = f"[{words[offset + position]}]"
+        flags = ""
+        if sample.flags is not None:
+            flags = ", flags " + (",".join(k for k, v in sample.flags.items() if v) or "-")
         lines.append(
-            f"sample {number} (response {sample.response_length}, reward {_number(reward)}): {' '.join(words)}"
+            f"sample {number} (response {sample.response_length}, reward {_number(reward)}{flags}): {' '.join(words)}"
         )
     return lines
