@@ -1,4 +1,4 @@
-"""The Ray Data engine: the conformance corpus, rebuilt on a local Ray, gives the local engine's samples.
+"""The Ray Data engine: the conformance corpus, rebuilt on a local Ray, gives the local engine's files, byte for byte.
 
 Skipped when Ray is not installed (``pip install 'tito[ray]'``); CI installs it.
 """
@@ -34,17 +34,21 @@ def local_ray() -> Iterator[None]:
 
 @pytest.mark.parametrize("folder", FOLDERS, ids=[f.name for f in FOLDERS])
 def test_ray_matches_local_engine(folder: Path, tmp_path: Path) -> None:
-    from tito_cli.run.ray_data import read_samples, rebuild_ray
+    from tito_cli.run.ray_data import rebuild_ray
 
     logs = tmp_path / "logs"
     write_log(logs, read_jsonl(folder / "turns.jsonl"), read_jsonl(folder / "sessions.jsonl"), max_rows=97)
     policy = Policy(fork_threshold=int((folder / "threshold").read_text()))
 
     local = rebuild([logs], tmp_path / "local.parquet", policy, workers=1)
-    on_ray = rebuild_ray([logs], tmp_path / "ray", policy)
+    on_ray = rebuild_ray([logs], tmp_path / "ray.parquet", policy)
 
-    assert read_samples(tmp_path / "ray").to_pylist() == pq.read_table(tmp_path / "local.parquet").to_pylist()
+    # The same sink: the same schema metadata, compression and row groups.
+    assert (tmp_path / "ray.parquet").read_bytes() == (tmp_path / "local.parquet").read_bytes()
+    assert pq.read_table(tmp_path / "ray.parquet").num_rows == local.samples_written
     assert [r.to_dict() for r in on_ray.rejected] == [r.to_dict() for r in local.rejected]
     assert on_ray.sessions == local.sessions
     assert on_ray.totals == local.totals
-    assert (tmp_path / "ray.rejects.jsonl").read_text() == (tmp_path / "local.parquet.rejects.jsonl").read_text()
+    assert (tmp_path / "ray.parquet.rejects.jsonl").read_text() == (
+        tmp_path / "local.parquet.rejects.jsonl"
+    ).read_text()

@@ -65,8 +65,8 @@ def rebuild(
     engine: EngineChoice = typer.Option(
         EngineChoice.local,
         "--engine",
-        help="'local': this machine's processes, one samples file. 'ray': a Ray Data pipeline "
-        "(pip install 'tito[ray]'); --out is then a folder of Parquet files, see docs/performance.md.",
+        help="'local': this machine's processes. 'ray': a Ray Data pipeline (pip install 'tito[ray]') that "
+        "rebuilds sessions across a cluster; the files written are the same, see docs/performance.md.",
     ),
 ) -> None:
     policy = Policy(fork_threshold=fork_threshold, reward_mode=reward_mode.value)
