@@ -44,6 +44,7 @@ from ..read.turnlog import TurnLog
 from ..schema import SAMPLES_SCHEMA
 from ..turns import RowRef, SessionInfo
 from .corpus import Reject, session_output
+from .export import tables_by_session
 from .rebuild import RebuildSummary, deliver, rejects_path
 
 __all__ = ["rebuild_ray"]
@@ -136,27 +137,7 @@ def _rebuilt_sessions(
         )
         .sort(["session_id", "sample_index"])
     )
-    yield from _by_session(rebuilt.iter_batches(batch_format="pyarrow", batch_size=None))
-
-
-def _by_session(batches: Iterable[pa.Table]) -> Iterator[pa.Table]:
-    """Cut a stream of tables sorted by session id into one table per session."""
-    pending: list[pa.Table] = []
-    current: str | None = None
-    for batch in batches:
-        ids = batch.column("session_id").to_pylist()
-        start = 0
-        for end in range(1, len(ids) + 1):
-            if end < len(ids) and ids[end] == ids[start]:
-                continue
-            if ids[start] != current and pending:
-                yield pa.concat_tables(pending)
-                pending = []
-            current = ids[start]
-            pending.append(batch.slice(start, end - start))
-            start = end
-    if pending:
-        yield pa.concat_tables(pending)
+    yield from tables_by_session(rebuilt.iter_batches(batch_format="pyarrow", batch_size=None))
 
 
 def _partitions(log: TurnLog) -> int:
