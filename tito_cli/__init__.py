@@ -5,7 +5,9 @@ The public API, in the order data flows through it::
     TurnLogWriter        a live harness records turns and finished sessions (capture.py)
     Corpus               a turn log opened for rebuilding, one session at a time (corpus.py)
     rebuild_session      one session's turns -> routing tree -> samples, plus a report (engine.py)
-    rebuild              a whole log -> samples.parquet + rejects report (rebuild_log.py)
+    rebuild              a whole log -> samples.parquet (or a trainer format) + rejects report
+    export_samples       a samples file -> slime / SkyRL / TRL files (tito export; docs/export.md)
+    ExportOptions        the trainer formats' options (split, forked sessions, logprobs, labels)
     Policy               the fork threshold and reward mode (policy.py)
 
 Everything else is reachable through its module; names not listed here may
@@ -22,6 +24,7 @@ if typing.TYPE_CHECKING:
     from .algorithm.session import SessionReport, SessionResult, rebuild_session
     from .capture.writer import TurnLogWriter
     from .errors import (
+        ExportError,
         InvalidSessionError,
         LogError,
         OutputError,
@@ -31,7 +34,9 @@ if typing.TYPE_CHECKING:
         UnknownSessionError,
         UnreadableLogError,
     )
+    from .export.base import ExportOptions
     from .run.corpus import Corpus, Reject
+    from .run.export import ExportSummary, export_samples
     from .run.rebuild import RebuildSummary, rebuild
     from .turns import SessionInfo, Turn
 
@@ -46,6 +51,10 @@ _HOME = {
     "SessionReport": "algorithm.session",
     "SessionResult": "algorithm.session",
     "rebuild_session": "algorithm.session",
+    "ExportError": "errors",
+    "ExportOptions": "export.base",
+    "ExportSummary": "run.export",
+    "export_samples": "run.export",
     "InvalidSessionError": "errors",
     "LogError": "errors",
     "OutputError": "errors",
@@ -79,6 +88,9 @@ def __dir__() -> list[str]:
 __all__ = [
     "DEFAULT_FORK_THRESHOLD",
     "Corpus",
+    "ExportError",
+    "ExportOptions",
+    "ExportSummary",
     "InvalidSessionError",
     "LogError",
     "OutputError",
@@ -96,6 +108,7 @@ __all__ = [
     "UnknownSessionError",
     "UnreadableLogError",
     "__version__",
+    "export_samples",
     "rebuild",
     "rebuild_session",
 ]
