@@ -93,16 +93,17 @@ def render_corpus_stats(s: dict[str, Any]) -> RenderableType:
 
 def _groups(g: dict[str, Any]) -> list[RenderableType]:
     """GRPO group integrity: groups whose sample count is not their session count."""
-    sizes = ", ".join(f"{_n(c)} of {n}" for n, c in g["sessions_per_group"].items())
+    sizes = ", ".join(f"{n} in {_n(c)} group{'' if c == 1 else 's'}" for n, c in g["sessions_per_group"].items())
     parts: list[RenderableType] = [
         _section("groups"),
-        Text(f"{_n(g['groups'])} groups by group_index (sessions per group: {sizes})"),
+        Text(f"{_n(g['groups'])} group{'' if g['groups'] == 1 else 's'} by group_index (sessions per group: {sizes})"),
     ]
     bad = g["mismatched"]
     if not bad:
         parts.append(Text("every group has one sample per session"))
         return parts
-    parts.append(Text(f"{_n(len(bad))} groups where samples ≠ sessions (n_samples_per_prompt breaks):"))
+    which = "group where samples ≠ sessions" if len(bad) == 1 else "groups where samples ≠ sessions"
+    parts.append(Text(f"{_n(len(bad))} {which} (n_samples_per_prompt breaks):"))
     grid = Table.grid(padding=(0, 2))
     for justify in ("right", "right", "right", "right", "left"):
         grid.add_column(justify=justify)

@@ -88,7 +88,8 @@ def _wrote(files: list[Path], format: str) -> list[RenderableType]:
 def render_export_summary(summary: ExportSummary) -> RenderableType:
     groups = summary.groups
     mismatched = groups.mismatched()
-    ungrouped = f", {groups.ungrouped_sessions:,} sessions without one" if groups.ungrouped_sessions else ""
+    n = groups.ungrouped_sessions
+    ungrouped = f", {n:,} session{'' if n == 1 else 's'} without a group_index" if n else ""
     lines = [
         f"read {summary.samples_read:,} samples of {summary.sessions:,} sessions from {summary.source}",
         f"groups: {len(groups.groups()):,} by group_index, {len(mismatched):,} whose sample count is not "

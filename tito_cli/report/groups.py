@@ -89,7 +89,7 @@ class GroupCounts:
         sizes = self.sessions_per_group()
         lines = []
         if len(sizes) > 1:
-            listed = ", ".join(f"{c} of {n}" for n, c in sorted(sizes.items()))
+            listed = ", ".join(f"{n} in {c} group{'' if c == 1 else 's'}" for n, c in sorted(sizes.items()))
             lines.append(f"groups differ in size (sessions per group: {listed})")
         bad = self.mismatched()
         lines.extend(g.describe() for g in bad[:limit])
