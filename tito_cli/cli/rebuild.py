@@ -38,7 +38,7 @@ def rebuild(
         ...,
         "--out",
         "-o",
-        help="The samples Parquet file to write (SPEC §5), or the --format file "
+        help="The samples Parquet file to write (docs/spec.md §5), or the --format file "
         "(for slime with --split-by, a pattern holding {rollout_id}).",
     ),
     format: str = typer.Option(

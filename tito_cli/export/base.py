@@ -162,7 +162,7 @@ class Sink(ABC):
 
 def format_names() -> list[str]:
     """The output formats: the modules of this package that define a sink."""
-    helpers = {"base", "rejects"}
+    helpers = {"base", "groups", "rejects"}
     modules = pkgutil.iter_modules([str(Path(__file__).parent)])
     return sorted(m.name for m in modules if m.name not in helpers and not m.name.startswith("_"))
 

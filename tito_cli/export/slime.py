@@ -37,8 +37,8 @@ import pyarrow as pa
 
 from .._atomic import StagedFile
 from ..errors import ExportError, OutputError
-from ..report.groups import GroupCounts
 from .base import Sink, SinkContext
+from .groups import GroupCounts
 
 __all__ = ["SINK", "RolloutDump", "rollout_id_of"]
 

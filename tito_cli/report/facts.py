@@ -19,8 +19,8 @@ import numpy as np
 
 from ..algorithm.linearize import ForkCause
 from ..algorithm.session import SessionReport, SessionResult
+from ..export.groups import GroupCounts
 from ..run.corpus import Reject
-from .groups import GroupCounts
 
 __all__ = [
     "FIELDS",

@@ -21,7 +21,7 @@ from .._atomic import publish
 from ..algorithm.policy import Policy
 from ..errors import OutputError, SchemaError, UnreadableLogError
 from ..export.base import ExportOptions, SinkContext, open_sink
-from ..report.groups import GroupCounts
+from ..export.groups import GroupCounts
 from ..schema import META_TABLE, META_TOKENIZER, SAMPLES_SCHEMA
 
 __all__ = ["ExportSummary", "export_samples", "tables_by_session"]
