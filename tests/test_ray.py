@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tito_cli.algorithm.policy import Policy
+from tito_cli.export.base import ExportOptions
 from tito_cli.run.rebuild import rebuild
 
 from .helpers import conformance_folders, read_jsonl, write_log
@@ -52,3 +53,21 @@ def test_ray_matches_local_engine(folder: Path, tmp_path: Path) -> None:
     assert (tmp_path / "ray.parquet.rejects.jsonl").read_text() == (
         tmp_path / "local.parquet.rejects.jsonl"
     ).read_text()
+
+
+@pytest.mark.parametrize("fmt", ["skyrl", "slime"])
+def test_ray_writes_the_trainer_formats_through_the_same_sink(fmt: str, tmp_path: Path) -> None:
+    from tito_cli.run.ray_data import rebuild_ray
+
+    if fmt == "slime":
+        pytest.importorskip("torch", reason="--format slime writes torch files: pip install 'tito[slime]'")
+    folder = FOLDERS[0]
+    logs = tmp_path / "logs"
+    write_log(logs, read_jsonl(folder / "turns.jsonl"), read_jsonl(folder / "sessions.jsonl"), max_rows=97)
+    policy = Policy(fork_threshold=int((folder / "threshold").read_text()))
+    # --logprobs keep: the conformance corpus mixes sessions with and without recorded logprobs.
+    options = ExportOptions(logprobs="keep")
+
+    rebuild([logs], tmp_path / "local.out", policy, workers=1, format=fmt, options=options)
+    rebuild_ray([logs], tmp_path / "ray.out", policy, format=fmt, options=options)
+    assert (tmp_path / "ray.out").read_bytes() == (tmp_path / "local.out").read_bytes()

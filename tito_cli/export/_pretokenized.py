@@ -65,7 +65,7 @@ class PretokenizedParquet(Sink):
         if table.num_rows == 0:
             return
         self._tables.append(table)
-        self._buffered_tokens += sum(len(chunk.values) for chunk in table.column("tokens").chunks)
+        self._buffered_tokens += sum(len(chunk.flatten()) for chunk in table.column("tokens").chunks)
         if self._buffered_tokens >= self.row_group_tokens:
             self._write_row_group()
 

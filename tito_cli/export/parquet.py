@@ -61,7 +61,7 @@ class SamplesWriter(Sink):
             return
         self._tables.append(table)
         tokens = table.column("tokens")
-        self._buffered_tokens += sum(len(chunk.values) for chunk in tokens.chunks)
+        self._buffered_tokens += sum(len(chunk.flatten()) for chunk in tokens.chunks)
         if self._buffered_tokens >= self.row_group_tokens:
             self._write_row_group()
 

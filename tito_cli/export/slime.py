@@ -217,7 +217,10 @@ class RolloutDump(Sink):
         import torch
 
         try:
-            torch.save(payload, path)
+            # Through a file object: given a path, torch names the archive's records after the file
+            # (here a random temporary name), so the same samples would not give the same bytes.
+            with path.open("wb") as file:
+                torch.save(payload, file)
         except OSError as exc:
             raise OutputError(f"cannot write ({exc})", file=path) from None
 
