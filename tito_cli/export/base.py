@@ -30,7 +30,7 @@ from .._atomic import StagedFile
 from ..algorithm.linearize import LinearizedSample
 from ..algorithm.policy import Policy
 from ..algorithm.session import SessionResult
-from ..errors import OutputError
+from ..errors import ExportError, OutputError
 from ..schema import SAMPLES_SCHEMA
 
 __all__ = [
@@ -170,7 +170,7 @@ def format_names() -> list[str]:
 def open_sink(name: str, out: Path, context: SinkContext) -> Sink:
     """The sink of format ``name`` (a module of this package), writing ``out``."""
     if name not in format_names():
-        raise ValueError(f"unknown output format {name!r} (known: {', '.join(format_names())})")
+        raise ExportError(f"unknown output format {name!r}", tip=f"one of: {', '.join(format_names())}")
     module = importlib.import_module(f"{__package__}.{name}")
     sink_class: type[Sink] = module.SINK
     return sink_class(out, context)

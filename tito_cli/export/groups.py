@@ -84,13 +84,18 @@ class GroupCounts:
             "mismatched": [g.to_dict() for g in self.mismatched()],
         }
 
-    def warnings(self, limit: int = 10) -> list[str]:
-        """One line per group whose counts break ``n_samples_per_prompt`` (the first ``limit``), and a total."""
+    def size_warning(self) -> str | None:
+        """A line when groups hold different numbers of sessions (one ``n_samples_per_prompt`` cannot fit all)."""
         sizes = self.sessions_per_group()
-        lines = []
-        if len(sizes) > 1:
-            listed = ", ".join(f"{n} in {c} group{'' if c == 1 else 's'}" for n, c in sorted(sizes.items()))
-            lines.append(f"groups differ in size (sessions per group: {listed})")
+        if len(sizes) <= 1:
+            return None
+        listed = ", ".join(f"{n} in {c} group{'' if c == 1 else 's'}" for n, c in sorted(sizes.items()))
+        return f"groups differ in size (sessions per group: {listed})"
+
+    def warnings(self, limit: int = 10) -> list[str]:
+        """The size line, then one line per group whose counts break ``n_samples_per_prompt`` (the first ``limit``)."""
+        size = self.size_warning()
+        lines = [size] if size else []
         bad = self.mismatched()
         lines.extend(g.describe() for g in bad[:limit])
         if len(bad) > limit:

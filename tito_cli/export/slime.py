@@ -170,6 +170,9 @@ class RolloutDump(Sink):
                 "marks each sample's group for a reward post-process)"
             )
             self.warnings.extend(self.groups.warnings())
+        elif (size := self.groups.size_warning()) is not None:
+            # One sample a session, but not one n_samples_per_prompt for every group.
+            self.warnings.append(size)
         return list(self._staged)
 
     def abort(self) -> None:
