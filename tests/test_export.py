@@ -405,3 +405,16 @@ def test_sessions_are_cut_whole_across_row_groups(samples: Path, tmp_path: Path)
         export_samples(source, tmp_path / f"{name}.parquet", "skyrl")
     assert torch.load(tmp_path / "a.pt", weights_only=False) == torch.load(tmp_path / "b.pt", weights_only=False)
     assert pq.read_table(tmp_path / "a.parquet").equals(pq.read_table(tmp_path / "b.parquet"))
+
+
+def test_rebuild_format_slime_split_by_names_the_rejects_report_for_the_pattern(tmp_path: Path) -> None:
+    code, err = run(
+        "rebuild", str(DEMO), "--format", "slime", "--split-by", "3", "--forked", "leaf", "-j", "1",
+        "--out", str(tmp_path / "rollout_{rollout_id}.pt"),
+    )
+    assert code == EXIT_OK, err
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == ["rollout_0.pt", "rollout_1.pt", "rollout_2.pt", "rollout_all.pt.rejects.jsonl"]
+    assert "wrote 3 files (slime):" in err
+    loaded = [s for k in range(3) for s in load_dump(tmp_path / f"rollout_{k}.pt")[1]]
+    assert len(loaded) == len({s.session_id for s in loaded})  # --forked leaf: one sample a session
