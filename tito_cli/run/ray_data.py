@@ -147,7 +147,7 @@ def _partitions(log: TurnLog) -> int:
     """
     import ray
 
-    cpus = int(ray.cluster_resources().get("CPU", 1))  # type: ignore[no-untyped-call]
+    cpus = int(ray.cluster_resources().get("CPU", 1))  # type: ignore[no-untyped-call, unused-ignore]
     size = sum(f.path.stat().st_size for f in log.turn_files)
     return max(cpus, min(1000, size // (256 << 20) + 1))
 
