@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 from .._atomic import StagedFile
 from ..errors import OutputError
 from ..schema import table_metadata
-from .base import Sink, SinkContext
+from .base import Sink, SinkContext, token_count
 
 __all__ = ["PretokenizedParquet", "full_length_masks"]
 
@@ -65,7 +65,7 @@ class PretokenizedParquet(Sink):
         if table.num_rows == 0:
             return
         self._tables.append(table)
-        self._buffered_tokens += sum(len(chunk.flatten()) for chunk in table.column("tokens").chunks)
+        self._buffered_tokens += token_count(table)
         if self._buffered_tokens >= self.row_group_tokens:
             self._write_row_group()
 

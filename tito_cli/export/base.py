@@ -42,6 +42,7 @@ __all__ = [
     "provenance",
     "sample_metadata",
     "session_table",
+    "token_count",
 ]
 
 #: What ``--to slime`` does with a session that forked into several samples (docs/export.md).
@@ -94,6 +95,19 @@ def session_table(result: SessionResult) -> pa.Table:
         "metadata": string_array([sample_metadata(result, s) for s in samples]),
     }
     return pa.table(columns, schema=SAMPLES_SCHEMA)
+
+
+def token_count(table: pa.Table) -> int:
+    """The tokens of a samples table, by its list offsets (right for slices, whose values are the parent's).
+
+    Not ``ListArray.flatten``: that loads pyarrow.compute, which a rebuild does not otherwise need.
+    """
+    total = 0
+    for chunk in table.column("tokens").chunks:
+        if len(chunk):
+            offsets = chunk.offsets
+            total += offsets[len(chunk)].as_py() - offsets[0].as_py()
+    return total
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 from .._atomic import StagedFile
 from ..errors import OutputError
 from ..schema import SAMPLES_SCHEMA, table_metadata
-from .base import Sink, SinkContext
+from .base import Sink, SinkContext, token_count
 
 __all__ = ["SINK", "SamplesWriter"]
 
@@ -60,8 +60,7 @@ class SamplesWriter(Sink):
         if table.num_rows == 0:
             return
         self._tables.append(table)
-        tokens = table.column("tokens")
-        self._buffered_tokens += sum(len(chunk.flatten()) for chunk in tokens.chunks)
+        self._buffered_tokens += token_count(table)
         if self._buffered_tokens >= self.row_group_tokens:
             self._write_row_group()
 
