@@ -298,11 +298,17 @@ def test_logprobs_are_all_or_none(tmp_path: Path) -> None:
     assert [s.rollout_log_probs for s in load_dump(out)[1]] == [None, None]
 
 
-def test_slime_without_torch_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_slime_without_torch_is_a_clear_error(
+    samples: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setitem(sys.modules, "torch", None)
     with pytest.raises(ExportError, match="torch is not installed") as caught:
         open_sink("slime", tmp_path / "x.pt", SinkContext())
     assert caught.value.tip is not None and "tito[slime]" in caught.value.tip
+    # On the command line: a usage error whose tip keeps its brackets (not eaten as rich markup).
+    code, err = run("export", str(samples), "--to", "slime", "--out", str(tmp_path / "x.pt"))
+    assert code == EXIT_USAGE
+    assert "TIP pip install 'tito[slime]'" in err
 
 
 # -- skyrl and trl ----------------------------------------------------------------------------------
