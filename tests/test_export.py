@@ -378,6 +378,11 @@ def test_bad_exports_are_usage_or_input_errors(samples: Path, tmp_path: Path) ->
     assert code == EXIT_USAGE and "{rollout_id}" in err
     code, err = run("export", str(samples), "--to", "verl", "--out", str(tmp_path / "x"))
     assert code == EXIT_USAGE and "'verl' is not one of skyrl, slime, trl" in err
+    code, err = run("export", str(samples), "--to", "skyrl", "--labels", "--out", str(tmp_path / "x.parquet"))
+    assert code == EXIT_USAGE and "applies to the trl format only, not skyrl" in err
+    code, err = run("rebuild", str(DEMO), "--split-by", "2", "--out", str(tmp_path / "x.parquet"))
+    assert code == EXIT_USAGE and "applies to the slime format only, not parquet" in err
+    assert not (tmp_path / "x.parquet").exists()
     turns = next(DEMO.glob("turns-*.parquet"))
     code, err = run("export", str(turns), "--to", "skyrl", "--out", str(tmp_path / "x.parquet"))
     assert code == EXIT_BAD_INPUT and "not a samples file" in err

@@ -59,8 +59,18 @@ LABELS = typer.Option(
 
 
 def export_options(
-    split_by: int | None, forked: ForkedChoice, logprobs: LogprobsChoice, labels: bool
+    format: str, split_by: int | None, forked: ForkedChoice, logprobs: LogprobsChoice, labels: bool
 ) -> ExportOptions:
+    """The format options, refusing those the format does not read (rather than ignoring them)."""
+    given = {
+        "--split-by": (split_by is not None, "slime"),
+        "--forked": (forked is not ForkedChoice.keep, "slime"),
+        "--logprobs": (logprobs is not LogprobsChoice.auto, "slime"),
+        "--labels": (labels, "trl"),
+    }
+    for option, (set_, owner) in given.items():
+        if set_ and format != owner:
+            raise typer.BadParameter(f"applies to the {owner} format only, not {format}", param_hint=option)
     return ExportOptions(split_by=split_by, forked=forked.value, logprobs=logprobs.value, labels=labels)
 
 
@@ -90,7 +100,7 @@ def export(
     labels: bool = LABELS,
 ) -> None:
     check_format(to, TRAINER_FORMATS, "--to")
-    options = export_options(split_by, forked, logprobs, labels)
+    options = export_options(to, split_by, forked, logprobs, labels)
     summary = export_samples(samples, out, to, options, overwrite=overwrite)
     err_console.print(render_export_summary(summary), soft_wrap=True)
     raise typer.Exit(EXIT_OK)

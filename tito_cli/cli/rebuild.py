@@ -90,7 +90,7 @@ def rebuild(
     check_format(format, format_names(), "--format")
     policy = Policy(fork_threshold=fork_threshold, reward_mode=reward_mode.value)
     batch_bytes = None if batch_mb is None else batch_mb * (1 << 20)
-    sink_options = export_options(split_by, forked, logprobs, labels)
+    sink_options = export_options(format, split_by, forked, logprobs, labels)
     if engine is EngineChoice.ray:
         from ..run.ray_data import rebuild_ray
 
