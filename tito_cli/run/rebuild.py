@@ -124,7 +124,7 @@ def rebuild(
     format: str = "parquet",
     options: ExportOptions | None = None,
 ) -> RebuildSummary:
-    """Rebuild every session under ``inputs`` into ``out`` (Parquet, SPEC §5, or ``format``).
+    """Rebuild every session under ``inputs`` into ``out`` (Parquet, docs/spec.md §5, or ``format``).
 
     Invalid sessions are left out and listed in ``<out>.rejects.jsonl``;
     unreadable files raise :class:`~tito_cli.errors.LogError` before anything
