@@ -358,7 +358,7 @@ def test_trl_masks_and_labels(samples: Path, tmp_path: Path) -> None:
 @pytest.mark.parametrize("fmt", ["slime", "skyrl", "trl"])
 def test_rebuild_format_writes_what_export_writes(fmt: str, samples: Path, tmp_path: Path) -> None:
     direct = tmp_path / f"direct.{fmt}"
-    summary = rebuild([DEMO], direct, workers=1, format=fmt)
+    summary = rebuild([DEMO], direct, workers=1, output_format=fmt)
     assert summary.files == [direct] and (tmp_path / f"direct.{fmt}.rejects.jsonl").is_file()
     exported = tmp_path / f"exported.{fmt}"
     export_samples(samples, exported, fmt)

@@ -68,6 +68,6 @@ def test_ray_writes_the_trainer_formats_through_the_same_sink(fmt: str, tmp_path
     # --logprobs keep: the conformance corpus mixes sessions with and without recorded logprobs.
     options = ExportOptions(logprobs="keep")
 
-    rebuild([logs], tmp_path / "local.out", policy, workers=1, format=fmt, options=options)
-    rebuild_ray([logs], tmp_path / "ray.out", policy, format=fmt, options=options)
+    rebuild([logs], tmp_path / "local.out", policy, workers=1, output_format=fmt, options=options)
+    rebuild_ray([logs], tmp_path / "ray.out", policy, output_format=fmt, options=options)
     assert (tmp_path / "ray.out").read_bytes() == (tmp_path / "local.out").read_bytes()

@@ -16,6 +16,7 @@ from . import native_env  # noqa: F401
 from . import (  # noqa: F401
     rebuild,
     export,
+    import_traces,
     inspect,
     ls,
     stats,

@@ -16,6 +16,7 @@ from ..run.local import BATCHES_PER_WORKER
 from ..run.rebuild import rebuild as rebuild_logs
 from .app import EXIT_CODES_HELP, app, err_console, guarded, progress_bar
 from .export import FORKED, LABELS, LOGPROBS, SPLIT_BY, ForkedChoice, LogprobsChoice, check_format, export_options
+from .import_traces import REWARDS_HELP, SESSION_HEADER_HELP, TOKENIZER_HELP, VERBATIM_HELP, ImportFormat
 
 
 class RewardChoice(Enum):
@@ -32,7 +33,9 @@ class EngineChoice(Enum):
 @guarded
 def rebuild(
     logs: list[Path] = typer.Argument(
-        ..., help="Turn-log folders or Parquet files; folders are searched recursively for *.parquet."
+        ...,
+        help="Turn-log folders or Parquet files; folders are searched recursively for *.parquet. "
+        "With --from: the trace sources of that format.",
     ),
     out: Path = typer.Option(
         ...,
@@ -76,6 +79,16 @@ def rebuild(
         show_default=f"the log split in {BATCHES_PER_WORKER} batches per worker",
         help="Size (MiB of decoded turn columns) of the batches of sessions handed to workers.",
     ),
+    from_format: ImportFormat | None = typer.Option(
+        None,
+        "--from",
+        help="Read LOGS as traces of this capture format (see 'tito import --help'), imported on the fly "
+        "into a temporary turn log.",
+    ),
+    rewards: Path = typer.Option(None, "--rewards", help="With --from: " + REWARDS_HELP),
+    tokenizer: str = typer.Option(None, "--tokenizer", help="With --from: " + TOKENIZER_HELP),
+    session_header: str = typer.Option(None, "--session-header", help="With --from: " + SESSION_HEADER_HELP),
+    verbatim_responses: bool = typer.Option(False, "--verbatim-responses", help="With --from: " + VERBATIM_HELP),
     engine: EngineChoice = typer.Option(
         EngineChoice.local,
         "--engine",
@@ -89,16 +102,40 @@ def rebuild(
 ) -> None:
     check_format(format, format_names(), "--format")
     policy = Policy(fork_threshold=fork_threshold, reward_mode=reward_mode.value)
+    if from_format is not None and engine is EngineChoice.ray:
+        raise typer.BadParameter("--from works with the local engine only", param_hint="--from")
     batch_bytes = None if batch_mb is None else batch_mb * (1 << 20)
     sink_options = export_options(format, split_by, forked, logprobs, labels)
     if engine is EngineChoice.ray:
         from ..run.ray_data import rebuild_ray
 
-        summary = rebuild_ray(logs, out, policy, overwrite=overwrite, format=format, options=sink_options)
+        summary = rebuild_ray(logs, out, policy, overwrite=overwrite, output_format=format, options=sink_options)
         err_console.print(render_rebuild_summary(summary), soft_wrap=True)
         raise typer.Exit(EXIT_REJECTED if summary.rejected else EXIT_OK)
     options: dict[str, Any] = {"overwrite": overwrite, "workers": workers, "batch_bytes": batch_bytes}
-    options.update(format=format, options=sink_options)
+    options.update(output_format=format, options=sink_options)
+    if from_format is not None:
+        from ..render.import_summary import render_import_summary
+        from ..run.rebuild_from import rebuild_from
+
+        with progress_bar("rebuilding", "sessions") as progress:
+            imported, summary = rebuild_from(
+                from_format.value,
+                logs,
+                out,
+                policy,
+                rewards=rewards,
+                tokenizer=tokenizer,
+                session_header=session_header,
+                align_responses=not verbatim_responses,
+                progress=progress,
+                **options,
+            )
+        # The imported log was temporary: its rejects are in the rebuild's rejects report.
+        err_console.print(render_import_summary(imported, show_out=False), soft_wrap=True)
+        err_console.print("", soft_wrap=True)
+        err_console.print(render_rebuild_summary(summary), soft_wrap=True)
+        raise typer.Exit(EXIT_REJECTED if summary.rejected else EXIT_OK)
 
     with progress_bar("rebuilding", "sessions") as progress:
         summary = rebuild_logs(logs, out, policy, progress=progress, **options)

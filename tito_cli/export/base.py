@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib
 import json
 import pkgutil
+import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -174,11 +175,27 @@ class Sink(ABC):
             raise OutputError("the output's folder does not exist", file=path)
 
 
+#: A format module's sink, as it is written at the top level of the module.
+_DEFINES_SINK = re.compile(r"^SINK\s*(:[^=]*)?=", re.MULTILINE)
+
+
 def format_names() -> list[str]:
-    """The output formats: the modules of this package that define a sink."""
-    helpers = {"base", "groups", "rejects"}
-    modules = pkgutil.iter_modules([str(Path(__file__).parent)])
-    return sorted(m.name for m in modules if m.name not in helpers and not m.name.startswith("_"))
+    """The output formats: the public modules of this package that define ``SINK``.
+
+    Found by reading the modules' text, not by importing them: the command
+    line lists the formats at start-up, and a format's imports (pyarrow's
+    Parquet writer, torch) are paid only by the run that writes it.  Other
+    modules here (the rejects report, group counts, the turn-log exporter of
+    ``tito export-exchanges``) are not sample sinks.
+    """
+    folder = Path(__file__).parent
+    names = []
+    for module in pkgutil.iter_modules([str(folder)]):
+        if module.name.startswith("_") or module.ispkg:
+            continue
+        if _DEFINES_SINK.search((folder / f"{module.name}.py").read_text(encoding="utf-8")):
+            names.append(module.name)
+    return sorted(names)
 
 
 def open_sink(name: str, out: Path, context: SinkContext) -> Sink:

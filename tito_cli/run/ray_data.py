@@ -58,7 +58,7 @@ def rebuild_ray(
     policy: Policy | None = None,
     *,
     overwrite: bool = False,
-    format: str = "parquet",
+    output_format: str = "parquet",
     options: ExportOptions | None = None,
 ) -> RebuildSummary:
     """Rebuild every session under ``inputs`` into ``out`` with Ray Data (the same files as :func:`rebuild`)."""
@@ -82,10 +82,10 @@ def rebuild_ray(
     log = TurnLog.open([Path(p) for p in inputs], exclude=[out], index=True)
     sessions = log.read_sessions()
     summary = RebuildSummary(
-        out=out, rejects_file=rejects_file, policy=policy, tokenizer=log.tokenizer, format=format
+        out=out, rejects_file=rejects_file, policy=policy, tokenizer=log.tokenizer, format=output_format
     )
     session_ids = log.session_ids()
-    sink = open_sink(format, out, SinkContext(policy, log.tokenizer, options or ExportOptions(), overwrite))
+    sink = open_sink(output_format, out, SinkContext(policy, log.tokenizer, options or ExportOptions(), overwrite))
     rejected: list[Reject] = []
     try:
         for table in _rebuilt_sessions(ray, log, sessions.infos, sessions.invalid, policy):
@@ -161,9 +161,7 @@ def _rebuild_group(
     """One session's rows (any order) → its bookkeeping row plus its sample rows."""
     sid = table.column("session_id")[0].as_py()
     # The local reader's order: seq (a null seq last), then file.
-    order = pc.sort_indices(
-        table, sort_keys=[("seq", "ascending"), (_PATH, "ascending")], null_placement="at_end"
-    )
+    order = pc.sort_indices(table, sort_keys=[("seq", "ascending"), (_PATH, "ascending")], null_placement="at_end")
     table = table.take(order)
     paths = table.column(_PATH).to_pylist()
     rows = table.drop_columns([_PATH])

@@ -121,18 +121,21 @@ def rebuild(
     progress: Progress | None = None,
     workers: int | None = None,
     batch_bytes: float | None = None,
-    format: str = "parquet",
+    output_format: str = "parquet",
     options: ExportOptions | None = None,
+    extra_rejects: Iterable[Reject] = (),
 ) -> RebuildSummary:
-    """Rebuild every session under ``inputs`` into ``out`` (Parquet, docs/spec.md §5, or ``format``).
+    """Rebuild every session under ``inputs`` into ``out`` (Parquet, docs/spec.md §5, or ``output_format``).
 
     Invalid sessions are left out and listed in ``<out>.rejects.jsonl``;
     unreadable files raise :class:`~tito_cli.errors.LogError` before anything
     is written.  The output and the rejects report appear together, each
     atomically, or (on an error) neither does.
 
-    ``format`` names a sink in ``tito_cli/export/`` (``parquet``, ``slime``,
+    ``output_format`` names a sink in ``tito_cli/export/`` (``parquet``, ``slime``,
     ``skyrl``, ``trl``; see docs/export.md) and ``options`` its options.
+    ``extra_rejects`` (sessions an earlier step left out, e.g. an import)
+    join the rejects report, which is published with the output.
 
     ``workers`` processes rebuild sessions in parallel (default: this
     machine's cores; small logs are rebuilt in-process); the output is the
@@ -149,18 +152,18 @@ def rebuild(
 
     files = discover_files([Path(p) for p in inputs], exclude=[out])
     workers = default_workers() if workers is None else workers
-    rejected: list[Reject] = []
+    rejected: list[Reject] = list(extra_rejects)
     with early_pool(len(files), workers) as pool:
         corpus = Corpus.open(files, policy, map_files=file_map(pool, len(files), workers))
         # Temporaries of a rebuild that was killed (SIGKILL, OOM) before it could clean up.
         stale = remove_stale_temporaries(out) + remove_stale_temporaries(rejects_file)
         session_ids = corpus.session_ids()
         summary = RebuildSummary(
-            out=out, rejects_file=rejects_file, policy=policy, tokenizer=corpus.tokenizer, format=format
+            out=out, rejects_file=rejects_file, policy=policy, tokenizer=corpus.tokenizer, format=output_format
         )
         summary.stale_temporaries_removed = stale
         context = SinkContext(policy, corpus.tokenizer, options or ExportOptions(), overwrite)
-        sink = open_sink(format, out, context)
+        sink = open_sink(output_format, out, context)
         try:
             outputs = rebuild_outputs(
                 corpus, workers=workers, batch_bytes=batch_bytes, spill_dir=out.parent, pool=pool
