@@ -1,4 +1,4 @@
-"""The Ray Data engine: the conformance corpus, rebuilt on a local Ray, gives the local engine's samples.
+"""The Ray Data engine: the conformance corpus, rebuilt on a local Ray, gives the local engine's files, byte for byte.
 
 Skipped when Ray is not installed (``pip install 'tito[ray]'``); CI installs it.
 """
@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tito_cli.algorithm.policies import SlimeV4
+from tito_cli.export.base import ExportOptions
 from tito_cli.run.rebuild import rebuild
 
 from .helpers import CONFORMANCE_SLIME03, conformance_folders, read_jsonl, write_log
@@ -37,20 +38,42 @@ def local_ray() -> Iterator[None]:
 
 @pytest.mark.parametrize("folder", FOLDERS, ids=[f.name for f in FOLDERS])
 def test_ray_matches_local_engine(folder: Path, tmp_path: Path) -> None:
-    from tito_cli.run.ray_data import read_samples, rebuild_ray
+    from tito_cli.run.ray_data import rebuild_ray
 
     logs = tmp_path / "logs"
     write_log(logs, read_jsonl(folder / "turns.jsonl"), read_jsonl(folder / "sessions.jsonl"), max_rows=97)
     policy = SlimeV4(fork_threshold=int((folder / "threshold").read_text()))
 
     local = rebuild([logs], tmp_path / "local.parquet", policy, workers=1)
-    on_ray = rebuild_ray([logs], tmp_path / "ray", policy)
+    on_ray = rebuild_ray([logs], tmp_path / "ray.parquet", policy)
 
-    assert read_samples(tmp_path / "ray").to_pylist() == pq.read_table(tmp_path / "local.parquet").to_pylist()
+    # The same sink: the same schema metadata, compression and row groups.
+    assert (tmp_path / "ray.parquet").read_bytes() == (tmp_path / "local.parquet").read_bytes()
+    assert pq.read_table(tmp_path / "ray.parquet").num_rows == local.samples_written
     assert [r.to_dict() for r in on_ray.rejected] == [r.to_dict() for r in local.rejected]
     assert on_ray.sessions == local.sessions
     assert on_ray.totals == local.totals
-    assert (tmp_path / "ray.rejects.jsonl").read_text() == (tmp_path / "local.parquet.rejects.jsonl").read_text()
+    assert (tmp_path / "ray.parquet.rejects.jsonl").read_text() == (
+        tmp_path / "local.parquet.rejects.jsonl"
+    ).read_text()
+
+
+@pytest.mark.parametrize("fmt", ["skyrl", "slime"])
+def test_ray_writes_the_trainer_formats_through_the_same_sink(fmt: str, tmp_path: Path) -> None:
+    from tito_cli.run.ray_data import rebuild_ray
+
+    if fmt == "slime":
+        pytest.importorskip("torch", reason="--format slime writes torch files: pip install 'tito[slime]'")
+    folder = FOLDERS[0]
+    logs = tmp_path / "logs"
+    write_log(logs, read_jsonl(folder / "turns.jsonl"), read_jsonl(folder / "sessions.jsonl"), max_rows=97)
+    policy = SlimeV4(fork_threshold=int((folder / "threshold").read_text()))
+    # --logprobs keep: the conformance corpus mixes sessions with and without recorded logprobs.
+    options = ExportOptions(logprobs="keep")
+
+    rebuild([logs], tmp_path / "local.out", policy, workers=1, output_format=fmt, options=options)
+    rebuild_ray([logs], tmp_path / "ray.out", policy, output_format=fmt, options=options)
+    assert (tmp_path / "ray.out").read_bytes() == (tmp_path / "local.out").read_bytes()
 
 
 @pytest.mark.parametrize("folder", SLIME03_FOLDERS, ids=[f.name for f in SLIME03_FOLDERS])
@@ -59,20 +82,18 @@ def test_ray_matches_the_slime03_reference(folder: Path, tmp_path: Path) -> None
     from typer.testing import CliRunner
 
     from tito_cli.cli import app
-    from tito_cli.run.ray_data import read_samples
-
     logs = tmp_path / "logs"
     options = folder_log(folder, logs)
-    out = tmp_path / "ray"
+    out = tmp_path / "ray.parquet"
     result = CliRunner().invoke(app, ["rebuild", str(logs), "--out", str(out), "--engine", "ray", *options])
     assert result.exit_code == 0, result.output
-    assert_matches_reference(folder, read_samples(out).to_pylist(), result.stderr)
+    assert_matches_reference(folder, pq.read_table(out).to_pylist(), result.stderr)
 
 
 def test_ray_reads_an_optional_column_that_only_some_files_have(tmp_path: Path) -> None:
     """A log of old files (no ill_formed column) and new ones: Ray reads the column as the local reader does."""
     from tito_cli.algorithm.policies import Slime03
-    from tito_cli.run.ray_data import read_samples, rebuild_ray
+    from tito_cli.run.ray_data import rebuild_ray
 
     folder = CONFORMANCE_SLIME03 / "cases-threshold-1024"
     logs = tmp_path / "logs"
@@ -84,9 +105,8 @@ def test_ray_reads_an_optional_column_that_only_some_files_have(tmp_path: Path) 
         pq.write_table(table.drop_columns(["ill_formed"]).replace_schema_metadata(table.schema.metadata), path)
     assert any("ill_formed" in pq.read_schema(p).names for p in files)
     local = rebuild([logs], tmp_path / "local.parquet", Slime03(), workers=1)
-    rebuild_ray([logs], tmp_path / "ray", Slime03())
-    got = read_samples(tmp_path / "ray")
+    rebuild_ray([logs], tmp_path / "ray.parquet", Slime03())
+    assert (tmp_path / "ray.parquet").read_bytes() == (tmp_path / "local.parquet").read_bytes()
     want = pq.read_table(tmp_path / "local.parquet")
-    assert got.to_pylist() == want.to_pylist()
     assert local.sessions > 0
     assert any(json.loads(m)["ill_formed"] for m in want.column("metadata").to_pylist())
