@@ -29,7 +29,7 @@ import pyarrow as pa
 from .._arrow import list_column, primitive_array, string_array
 from .._atomic import StagedFile
 from ..algorithm.linearize import LinearizedSample
-from ..algorithm.policy import Policy
+from ..algorithm.policy import Policy, default_policy
 from ..algorithm.session import SessionResult
 from ..errors import ExportError, OutputError
 from ..schema import SAMPLES_SCHEMA
@@ -139,7 +139,7 @@ class ExportOptions:
 class SinkContext:
     """What a sink may need besides the tables: how they were made, and the user's choices."""
 
-    policy: Policy = field(default_factory=Policy)
+    policy: Policy = field(default_factory=default_policy)
     tokenizer: str | None = None
     options: ExportOptions = field(default_factory=ExportOptions)
     overwrite: bool = False
