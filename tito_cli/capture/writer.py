@@ -46,7 +46,7 @@ import pyarrow.parquet as pq
 
 from .._arrow import list_array
 from .._atomic import fsync_directory
-from ..schema import SESSIONS_SCHEMA, TURNS_SCHEMA, table_metadata
+from ..schema import PROVENANCE_KEY, SESSIONS_SCHEMA, TURNS_SCHEMA, table_metadata
 
 __all__ = ["TurnLogWriter"]
 
@@ -312,6 +312,8 @@ class TurnLogWriter:
         _check_text(label, "label", required=False)
         if metadata is not None and not isinstance(metadata, (str, dict)):
             raise ValueError(f"metadata must be a JSON object, got {type(metadata).__name__}")
+        if isinstance(metadata, dict) and PROVENANCE_KEY in metadata:
+            raise ValueError(f"metadata key {PROVENANCE_KEY!r} is reserved for the samples' provenance")
         meta_text = _json_text(metadata, "metadata")
         _check_text(meta_text, "metadata", required=False)
         row: dict[str, Any] = {

@@ -17,7 +17,7 @@ from .._atomic import atomic_path
 from ..algorithm.linearize import LinearizedSample
 from ..algorithm.policy import Policy
 from ..algorithm.session import SessionResult
-from ..schema import SAMPLES_SCHEMA, table_metadata
+from ..schema import PROVENANCE_KEY, SAMPLES_SCHEMA, table_metadata
 
 __all__ = ["SamplesWriter", "provenance", "session_table"]
 
@@ -34,10 +34,14 @@ def provenance(sample: LinearizedSample) -> dict[str, Any]:
 
 
 def sample_metadata(result: SessionResult, sample: LinearizedSample) -> str:
-    """The session's metadata plus provenance under ``"tito"``, as deterministic JSON."""
+    """The session's metadata plus provenance under ``"tito"``, as deterministic, strict JSON.
+
+    A sessions row whose metadata has its own ``"tito"`` key, or anything
+    that is not strict JSON, was rejected when the sessions table was read.
+    """
     meta = dict(result.info.metadata or {})
-    meta["tito"] = provenance(sample)
-    return json.dumps(meta, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    meta[PROVENANCE_KEY] = provenance(sample)
+    return json.dumps(meta, sort_keys=True, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
 def session_table(result: SessionResult) -> pa.Table:
