@@ -229,6 +229,11 @@ def parse_session(rows: SessionRows) -> list[Turn]:
                 if not _all_finite(logprobs):
                     raise ValueError("output_logprobs holds NaN or infinity")
                 logprobs = logprobs.astype(np.float32, copy=False)
+        except RecursionError:
+            # Parsed, but too deep to key (message_key recurses once per level).
+            raise InvalidSessionError(
+                "JSON nested too deeply", file=raw.source.file, row=raw.source.row, session_id=rows.session_id
+            ) from None
         except ValueError as exc:
             raise InvalidSessionError(
                 str(exc), file=raw.source.file, row=raw.source.row, session_id=rows.session_id

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .._atomic import atomic_path, remove_stale_temporaries
+from .._paths import check_output_target, leave_out_previous_output
 from ..algorithm.policy import Policy
 from ..algorithm.session import SessionReport
 from ..errors import OutputError
@@ -108,12 +109,10 @@ def rebuild(
     policy = policy or Policy()
     out = Path(out)
     rejects_file = rejects_path(out)
-    if out.exists() and not overwrite:
-        raise OutputError("output exists", file=out, tip="pass --overwrite to replace it")
-    if not out.parent.is_dir():
-        raise OutputError("the output's folder does not exist", file=out)
-
-    files = discover_files([Path(p) for p in inputs], exclude=[out])
+    check_output_target(out, overwrite=overwrite)
+    check_output_target(rejects_file, overwrite=True)
+    inputs = [Path(p) for p in inputs]
+    files = leave_out_previous_output(discover_files(inputs), inputs, [out, rejects_file])
     workers = default_workers() if workers is None else workers
     rejected: list[Reject] = []
     with early_pool(len(files), workers) as pool:
@@ -127,19 +126,26 @@ def rebuild(
             writer = SamplesWriter(out, policy, tokenizer=corpus.tokenizer)
         except OSError as exc:
             raise OutputError(f"cannot write ({exc})", file=out) from None
-        with writer:
-            outputs = rebuild_outputs(
-                corpus, workers=workers, batch_bytes=batch_bytes, spill_dir=out.parent, pool=pool
-            )
-            for done, result in enumerate(outputs, start=1):
-                if isinstance(result, Reject):
-                    rejected.append(result)
-                else:
-                    assert result.table is not None
-                    writer.add_table(result.table)
-                    summary.add_session(result.session_id, result.report)
-                if progress is not None:
-                    progress(done, len(session_ids))
+        try:
+            with writer:
+                outputs = rebuild_outputs(
+                    corpus, workers=workers, batch_bytes=batch_bytes, spill_dir=out.parent, pool=pool
+                )
+                for done, result in enumerate(outputs, start=1):
+                    if isinstance(result, Reject):
+                        rejected.append(result)
+                    else:
+                        assert result.table is not None
+                        writer.add_table(result.table)
+                        summary.add_session(result.session_id, result.report)
+                    if progress is not None:
+                        progress(done, len(session_ids))
+        except OSError as exc:
+            # Reading errors arrive as LogError; an OSError here is the output's (a full disk, EFBIG).
+            raise OutputError(f"cannot write ({exc})", file=out) from None
 
-    summary.finish(session_ids, corpus.sessions_table, rejected)
+    try:
+        summary.finish(session_ids, corpus.sessions_table, rejected)
+    except OSError as exc:
+        raise OutputError(f"cannot write ({exc})", file=rejects_file) from None
     return summary

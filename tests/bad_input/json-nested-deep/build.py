@@ -2,7 +2,8 @@
 
 Python's parser gives up (RecursionError) long before that depth; the
 session is rejected with a reason that says so, and every other session is
-rebuilt.
+rebuilt.  A response nested 900 deep parses, but is too deep to route: that
+session is rejected too (at its first row), never a crash.
 """
 
 from tests.bad_input.kit import case, case_session, write_good, write_sessions, write_turns
@@ -25,6 +26,9 @@ def build(log):
         session[1][column] = text
         turns += session
     turns += case(BASE, "deep-sessions-metadata")
+    routed = case(BASE, "deep-but-parsed")
+    routed[2]["response_message"] = '{"role": "assistant", "content": "x", "deep": ' + "[" * 900 + "]" * 900 + "}"
+    turns += routed
     write_turns(log / "turns-deep.parquet", turns)
     write_sessions(
         log / "sessions-deep.parquet",
