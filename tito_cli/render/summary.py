@@ -8,6 +8,7 @@ from rich.text import Text
 
 from ..algorithm.linearize import ForkCause
 from ..run.rebuild import RebuildSummary
+from .visible import one_line
 
 __all__ = ["render_rebuild_summary"]
 
@@ -50,20 +51,20 @@ def render_rebuild_summary(summary: RebuildSummary) -> RenderableType:
     parts: list[RenderableType] = [table]
     if summary.rejected:
         parts.append(Text(""))
-        parts.append(Text(f"rejected (details in {summary.rejects_file}):", style="bold yellow"))
+        parts.append(Text(one_line(f"rejected (details in {summary.rejects_file}):"), style="bold yellow"))
         shown = summary.rejected[:10]
         for reject in shown:
             where = f"{reject.file}, row {reject.row}" if reject.file is not None else "?"
-            parts.append(Text(f"  {reject.session_id}: {reject.reason} [{where}]"))
+            parts.append(Text(one_line(f"  {reject.session_id}: {reject.reason} [{where}]")))
         if len(summary.rejected) > len(shown):
             parts.append(Text(f"  … and {len(summary.rejected) - len(shown)} more"))
     if summary.notes:
         parts.append(Text(""))
         parts.append(Text("notes:", style="bold"))
         for sid, note in summary.notes[:10]:
-            parts.append(Text(f"  {sid}: {note}"))
+            parts.append(Text(one_line(f"  {sid}: {note}")))
         if len(summary.notes) > 10:
             parts.append(Text(f"  … and {len(summary.notes) - 10} more"))
     parts.append(Text(""))
-    parts.append(Text(f"wrote {summary.out}", style="bold"))
+    parts.append(Text(one_line(f"wrote {summary.out}"), style="bold"))
     return Group(*parts)

@@ -25,6 +25,8 @@ from typing import Any, cast
 import numpy as np
 import numpy.typing as npt
 
+from ..errors import TokenizerError
+
 __all__ = ["IM_END", "IM_START", "Chat"]
 
 IM_START = "<|im_start|>"
@@ -43,7 +45,11 @@ class Chat:
         from transformers import AutoTokenizer  # slow import: only when simulating
 
         local = Path(path).is_dir()
-        self.tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=local)
+        try:
+            # Never the folder's own Python (auto_map): only transformers' tokenizer classes.
+            self.tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=local, trust_remote_code=False)
+        except Exception as exc:  # transformers raises many types for a bad folder
+            raise TokenizerError(f"cannot load tokenizer ({type(exc).__name__}: {exc})", file=path) from None
         self._backend = self.tokenizer.backend_tokenizer
         self.im_start = self._backend.token_to_id(IM_START)
         self.im_end = self._backend.token_to_id(IM_END)
