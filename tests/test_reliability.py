@@ -19,10 +19,12 @@ import pytest
 from typer.testing import CliRunner
 
 from tito_cli.cli import app
-from tito_cli.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_OUTPUT
+from tito_cli.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_OUTPUT, EXIT_USAGE
 
-from .bad_input.kit import write_good
+from .bad_input.kit import case, write_good, write_turns
 from .helpers import REPO
+
+CASE = "cases-threshold-1024/case-2.7"
 
 
 def run(*args: str) -> tuple[int, str]:
@@ -121,7 +123,9 @@ def test_a_write_failure_is_exit_5_naming_the_output_and_leaves_nothing(tmp_path
     assert list(out_dir.iterdir()) == []  # no partial file, no temporary
 
 
-def test_an_unlistable_folder_is_an_error_naming_it(logs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_unlistable_folder_is_an_error_naming_it(
+    logs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     hidden = logs / "more"
     hidden.mkdir()
     if os.geteuid() != 0:
@@ -142,3 +146,58 @@ def test_an_unlistable_folder_is_an_error_naming_it(logs: Path, tmp_path: Path, 
     assert code == EXIT_BAD_INPUT, stderr
     assert f"ERROR {hidden}: cannot list this folder" in stderr
     assert not (tmp_path / "samples.parquet").exists()
+
+
+# -- golden dumps and the simulator: nothing half-done, nothing of the user's touched --
+
+
+def test_a_dump_name_clash_writes_nothing(tmp_path: Path) -> None:
+    log = tmp_path / "logs"
+    # "A" and "a" get the files A.txt and a.txt: one file on a case-insensitive file system.
+    # "0-first" sorts before both: before the fix, its dump was written, then the clash stopped the run.
+    turns = [*case(CASE, "A"), *case(CASE, "a"), *case(CASE, "0-first")]
+    write_turns(log / "turns.parquet", turns)
+    golden = tmp_path / "golden"
+    code, stderr = run("dump", str(log), "--out", str(golden))
+    assert code == EXIT_OUTPUT, stderr
+    assert "would share the dump file" in stderr
+    assert not golden.exists() or list(golden.iterdir()) == []
+
+
+def test_check_update_removes_only_stale_dumps(logs: Path, tmp_path: Path) -> None:
+    golden = tmp_path / "golden"
+    assert run("dump", str(logs), "--out", str(golden))[0] == EXIT_OK
+    dumps = sorted(p.name for p in golden.iterdir())
+    stale = (golden / dumps[0]).read_text(encoding="utf-8")
+    (golden / "gone-session.txt").write_text(stale.replace("session: ", "session: gone-", 1), encoding="utf-8")
+    (golden / "README.txt").write_text("These dumps are checked by CI.\n", encoding="utf-8")
+    (golden / "notes.txt").write_text("", encoding="utf-8")
+    code, stderr = run("check", str(logs), "--golden", str(golden), "--update")
+    assert code == EXIT_OK, stderr
+    assert sorted(p.name for p in golden.iterdir()) == sorted([*dumps, "README.txt", "notes.txt"])
+    # Without --update, a file that is not a dump is not reported as stale either.
+    assert run("check", str(logs), "--golden", str(golden))[0] == EXIT_OK
+
+
+def test_simulate_overwrite_keeps_the_old_log_when_the_run_fails(tmp_path: Path) -> None:
+    import json
+    import shutil
+
+    out = tmp_path / "sim"
+    code, stderr = run("simulate", "--out", str(out), "--sessions", "2", "--seed", "1")
+    assert code == EXIT_OK, stderr
+    before = snapshot(out)
+    broken = tmp_path / "broken-tokenizer"
+    shutil.copytree(REPO / "fixtures" / "tokenizer", broken)
+    config = json.loads((broken / "tokenizer_config.json").read_text())
+    config["chat_template"] = "{{ raise_exception('this template fails') }}"
+    (broken / "tokenizer_config.json").write_text(json.dumps(config))
+    code, stderr = run(
+        "simulate", "--out", str(out), "--sessions", "2", "--seed", "2", "--tokenizer", str(broken), "--overwrite"
+    )
+    assert code == EXIT_USAGE and "the chat template failed (this template fails)" in stderr, stderr
+    assert snapshot(out) == before, "the old log must survive a failed --overwrite run"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["broken-tokenizer", "sim"]  # no staging left
+    # A run that works replaces it.
+    assert run("simulate", "--out", str(out), "--sessions", "1", "--seed", "3", "--overwrite")[0] == EXIT_OK
+    assert snapshot(out) != before and all(not p.name.startswith(".") for p in out.iterdir())

@@ -20,11 +20,18 @@ from .helpers import REPO
 FIXTURE_TOKENIZER = REPO / "fixtures" / "tokenizer"
 
 
-def tito(*args: str, cwd: Path, stdin: str = "", extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def tito(
+    *args: str, cwd: Path, stdin: str = "", extra_env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(REPO), "NO_COLOR": "1", "COLUMNS": "200", **(extra_env or {})}
     return subprocess.run(
         [sys.executable, "-m", "tito_cli", *args],
-        input=stdin, capture_output=True, text=True, env=env, cwd=cwd, timeout=180,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=180,
     )
 
 

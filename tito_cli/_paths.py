@@ -84,7 +84,7 @@ def leave_out_previous_output(
     file given on the command line), is input the rebuild would replace with
     its output: :class:`OutputError`, whatever the flags.
     """
-    target_ids = {}
+    target_ids: dict[tuple[int, int], Path] = {}
     for target in targets:
         file_id = _file_id(target)
         if file_id is not None:
@@ -92,18 +92,18 @@ def leave_out_previous_output(
     if not target_ids:
         return list(files)
     given = {_file_id(Path(p)) for p in inputs if Path(p).is_file()}
-    kept = []
+    kept: list[Path] = []
     for path in files:
         file_id = _file_id(path)
-        target = target_ids.get(file_id) if file_id is not None else None
-        if target is None:
+        named_by = target_ids.get(file_id) if file_id is not None else None
+        if named_by is None:
             kept.append(path)
         elif file_id not in given and _holds_samples(path):
             continue  # the previous output, inside the log folder
         else:
             raise OutputError(
                 f"is one of the input files ({path}): writing the output there would replace it",
-                file=target,
+                file=named_by,
                 tip="write the samples outside the log, or under another name",
             )
     return kept

@@ -304,9 +304,10 @@ class TurnLogWriter:
     ) -> None:
         """Buffer the sessions row that carries the session's reward (``ValueError`` for a bad one)."""
         _check_text(session_id, "session_id", required=True)
-        if reward is not None:
-            if isinstance(reward, bool) or not isinstance(reward, numbers.Real) or not math.isfinite(reward):
-                raise ValueError(f"reward must be a finite number or None, got {reward!r}")
+        if reward is not None and (
+            isinstance(reward, bool) or not isinstance(reward, numbers.Real) or not math.isfinite(reward)
+        ):
+            raise ValueError(f"reward must be a finite number or None, got {reward!r}")
         _check_int(index, "index")
         _check_int(group_index, "group_index")
         _check_text(label, "label", required=False)
@@ -402,7 +403,7 @@ class TurnLogWriter:
             if due:
                 try:
                     self.flush()
-                except Exception as exc:  # noqa: BLE001 - kept for the caller; the rows stay buffered
+                except Exception as exc:
                     # The thread must survive: it is the only thing flushing an idle writer.
                     self.last_flush_error = exc
                 else:

@@ -63,7 +63,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def report_error(error: TitoError) -> None:
     # The message names files and sessions from the log: one line, no markup of its own.
-    err_console.print(f"[bold red]ERROR[/] {escape(one_line(str(error)))}", markup=True, highlight=False, soft_wrap=True)
+    message = escape(one_line(str(error)))
+    err_console.print(f"[bold red]ERROR[/] {message}", markup=True, highlight=False, soft_wrap=True)
     if isinstance(error, UnknownSessionError) and error.candidates:
         err_console.print("candidates:", soft_wrap=True)
         for candidate in error.candidates:

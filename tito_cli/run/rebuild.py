@@ -111,8 +111,8 @@ def rebuild(
     rejects_file = rejects_path(out)
     check_output_target(out, overwrite=overwrite)
     check_output_target(rejects_file, overwrite=True)
-    inputs = [Path(p) for p in inputs]
-    files = leave_out_previous_output(discover_files(inputs), inputs, [out, rejects_file])
+    input_paths = [Path(p) for p in inputs]
+    files = leave_out_previous_output(discover_files(input_paths), input_paths, [out, rejects_file])
     workers = default_workers() if workers is None else workers
     rejected: list[Reject] = []
     with early_pool(len(files), workers) as pool:

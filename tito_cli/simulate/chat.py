@@ -44,12 +44,13 @@ class Chat:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         from transformers import AutoTokenizer  # slow import: only when simulating
 
-        local = Path(path).is_dir()
+        self.path = Path(path)
+        local = self.path.is_dir()
         try:
             # Never the folder's own Python (auto_map): only transformers' tokenizer classes.
             self.tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=local, trust_remote_code=False)
         except Exception as exc:  # transformers raises many types for a bad folder
-            raise TokenizerError(f"cannot load tokenizer ({type(exc).__name__}: {exc})", file=path) from None
+            raise TokenizerError(f"cannot load tokenizer ({type(exc).__name__}: {exc})", file=self.path) from None
         self._backend = self.tokenizer.backend_tokenizer
         self.im_start = self._backend.token_to_id(IM_START)
         self.im_end = self._backend.token_to_id(IM_END)
@@ -62,9 +63,14 @@ class Chat:
 
     def render(self, messages: list[Message], tools: list[dict[Any, Any]] | None) -> str:
         """The prompt text for ``messages``, ending with the assistant generation prompt."""
-        text = self.tokenizer.apply_chat_template(
-            messages, tools=cast(Any, tools), tokenize=False, add_generation_prompt=True
-        )
+        from jinja2 import TemplateError
+
+        try:
+            text = self.tokenizer.apply_chat_template(
+                messages, tools=cast(Any, tools), tokenize=False, add_generation_prompt=True
+            )
+        except TemplateError as exc:
+            raise TokenizerError(f"the chat template failed ({exc})", file=self.path) from None
         assert isinstance(text, str)
         return text
 

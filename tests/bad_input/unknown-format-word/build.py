@@ -8,5 +8,6 @@ from tests.bad_input.kit import write_good
 
 def build(log):
     write_good(log)
-    table = pa.table({"session_id": ["x"], "reward": [1.0]}, metadata={"tito.table": "sessions", "tito.format": "banana"})
+    metadata = {"tito.table": "sessions", "tito.format": "banana"}
+    table = pa.table({"session_id": ["x"], "reward": [1.0]}, metadata=metadata)
     pq.write_table(table, log / "sessions-banana.parquet")

@@ -10,4 +10,5 @@ BASE = "cases-threshold-1024/case-3.7"
 def build(log):
     write_good(log)
     table = turns_table(case(BASE, "format-2"))
-    pq.write_table(table.replace_schema_metadata({**table.schema.metadata, b"tito.format": b"2"}), log / "turns-v2.parquet")
+    tagged = table.replace_schema_metadata({**table.schema.metadata, b"tito.format": b"2"})
+    pq.write_table(tagged, log / "turns-v2.parquet")
