@@ -76,10 +76,14 @@ class SamplesWriter:
     """Streams sessions' samples into a Parquet file that appears atomically on :meth:`close`.
 
     Rows are buffered and written as row groups of about ``row_group_tokens``
-    tokens, so memory stays bounded by a row group, not the corpus.  Row
-    groups are cut between sessions, after the session that reaches the
-    size, so the file's bytes depend only on the sessions written and their
-    order (not on how many workers produced them).
+    tokens, or ``row_group_sessions`` sessions, whichever comes first, so
+    memory stays bounded by a row group, not the corpus (each buffered
+    session is a small Arrow table of its own, some kilobytes of objects and
+    buffers however few its tokens: by tokens alone, a log of many tiny
+    sessions was buffered whole).  Row groups are cut between sessions,
+    after the session that reaches either size, so the file's bytes depend
+    only on the sessions written and their order (not on how many workers
+    produced them).
     """
 
     def __init__(
@@ -89,9 +93,11 @@ class SamplesWriter:
         *,
         tokenizer: str | None = None,
         row_group_tokens: int = 2 << 20,
+        row_group_sessions: int = 1024,
     ) -> None:
         self.path = Path(path)
         self.row_group_tokens = row_group_tokens
+        self.row_group_sessions = row_group_sessions
         meta = table_metadata("samples", tokenizer)
         meta[b"tito.policy"] = json.dumps(
             {"fork_threshold": policy.fork_threshold, "reward_mode": policy.reward_mode}, sort_keys=True
@@ -124,7 +130,7 @@ class SamplesWriter:
         self._tables.append(table)
         tokens = table.column("tokens")
         self._buffered_tokens += sum(len(chunk.values) for chunk in tokens.chunks)
-        if self._buffered_tokens >= self.row_group_tokens:
+        if self._buffered_tokens >= self.row_group_tokens or len(self._tables) >= self.row_group_sessions:
             self._write_row_group()
 
     def _write_row_group(self) -> None:
