@@ -1,6 +1,6 @@
 """A uint64 seq column and a uint64 sessions index holding values above 2**63 - 1.
 
-Unsigned 64-bit columns are integers (SPEC §2 allows any integer type for
+Unsigned 64-bit columns are integers (docs/spec.md §2 allows any integer type for
 seq and index), but seq is ordered as int64 and index is written as int64:
 a value beyond that is invalid input for its session, not a crash.
 """
