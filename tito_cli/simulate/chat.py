@@ -63,13 +63,13 @@ class Chat:
 
     def render(self, messages: list[Message], tools: list[dict[Any, Any]] | None) -> str:
         """The prompt text for ``messages``, ending with the assistant generation prompt."""
-        from jinja2 import TemplateError
+        import jinja2  # (its exceptions only: templates run in transformers' sandboxed environment)
 
         try:
             text = self.tokenizer.apply_chat_template(
                 messages, tools=cast(Any, tools), tokenize=False, add_generation_prompt=True
             )
-        except TemplateError as exc:
+        except jinja2.TemplateError as exc:
             raise TokenizerError(f"the chat template failed ({exc})", file=self.path) from None
         assert isinstance(text, str)
         return text
