@@ -16,7 +16,7 @@ import pytest
 from tito_cli.algorithm.policy import Policy
 from tito_cli.algorithm.session import rebuild_session
 from tito_cli.errors import InvalidSessionError, SchemaError
-from tito_cli.export.parquet import session_table
+from tito_cli.export.base import session_table
 from tito_cli.read import rows as readpath
 from tito_cli.read import turnlog
 from tito_cli.read.rows import ReadBatch, read_batch
@@ -273,6 +273,8 @@ def test_the_samples_writer_buffers_a_bounded_number_of_sessions(tmp_path: Path)
     objects, however few tokens); by the token budget alone, 40,000 tiny
     sessions were all held until the end.
     """
+    from tito_cli._atomic import publish
+    from tito_cli.export.base import SinkContext
     from tito_cli.export.parquet import SamplesWriter
     from tito_cli.run.corpus import Corpus
 
@@ -284,10 +286,11 @@ def test_the_samples_writer_buffers_a_bounded_number_of_sessions(tmp_path: Path)
     table = session_table(result)
     out = tmp_path / "samples.parquet"
     most = 0
-    with SamplesWriter(out, Policy(), row_group_sessions=8) as writer:
-        for _ in range(50):
-            writer.add_table(table)
-            most = max(most, len(writer._tables))
+    writer = SamplesWriter(out, SinkContext(Policy()), row_group_sessions=8)
+    for _ in range(50):
+        writer.add(table)
+        most = max(most, len(writer._tables))
+    publish(writer.close())
     assert most < 8
     meta = pq.ParquetFile(out).metadata
     assert meta.num_row_groups == 7  # 6 of 8 sessions, then the last 2
