@@ -47,13 +47,13 @@ logprob = st.integers(-2048, 0).map(lambda k: k / 256)  # exact in float32
 
 
 #: Numbers that compare equal in Python but are different JSON text (SPEC §8.1), in groups;
-#: a message may carry one, and a replay may write it as another of its group.
+#: a message may carry one, and a replay may write it as another of its group.  (No NaN: it
+#: is not strict JSON, and the reader rejects a session holding one.)
 EQUAL_NUMBERS: list[list[Any]] = [
     [1, 1.0, True],
     [0, 0.0, False, -0.0],
     [2**53, 2.0**53],
     [2**53 + 1],
-    [math.nan],
     [0.5],
 ]
 numbers = st.sampled_from([n for group in EQUAL_NUMBERS for n in group])
@@ -62,7 +62,7 @@ numbers = st.sampled_from([n for group in EQUAL_NUMBERS for n in group])
 def same_value_variant(value: Any) -> list[Any]:
     """The numbers equal to ``value`` by value (its group), ``value`` first."""
     for group in EQUAL_NUMBERS:
-        if any(type(n) is type(value) and (n == value or (n != n and value != value)) for n in group):
+        if any(type(n) is type(value) and n == value for n in group):
             return [value, *[n for n in group if n is not value]]
     return [value]
 
