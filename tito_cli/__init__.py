@@ -24,6 +24,7 @@ if typing.TYPE_CHECKING:
     from .errors import (
         InvalidSessionError,
         LogError,
+        MissingDependencyError,
         OutputError,
         SchemaError,
         TitoError,
@@ -48,6 +49,7 @@ _HOME = {
     "rebuild_session": "algorithm.session",
     "InvalidSessionError": "errors",
     "LogError": "errors",
+    "MissingDependencyError": "errors",
     "OutputError": "errors",
     "SchemaError": "errors",
     "TitoError": "errors",
@@ -81,6 +83,7 @@ __all__ = [
     "Corpus",
     "InvalidSessionError",
     "LogError",
+    "MissingDependencyError",
     "OutputError",
     "Policy",
     "RebuildSummary",

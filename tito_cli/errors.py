@@ -9,6 +9,7 @@ Every error tito raises on purpose derives from :class:`TitoError`::
      ├── InvalidSessionError      one session's rows are unusable (the session is rejected)
      ├── UnknownSessionError      a session id (or prefix) matches nothing, or too much
      ├── TokenizerError           the tokenizer to decode with is missing or cannot be loaded
+     ├── MissingDependencyError   an optional dependency the options need is not installed
      └── OutputError              the output cannot be written where asked
 
 Each carries the file, row and session it is about when those are known, so
@@ -30,6 +31,7 @@ __all__ = [
     "EXIT_USAGE",
     "InvalidSessionError",
     "LogError",
+    "MissingDependencyError",
     "OutputError",
     "SchemaError",
     "TitoError",
@@ -129,6 +131,12 @@ class UnknownSessionError(TitoError):
 
 class TokenizerError(TitoError):
     """The tokenizer a command must decode with is missing or cannot be loaded."""
+
+    exit_code = EXIT_USAGE
+
+
+class MissingDependencyError(TitoError):
+    """An optional dependency the chosen options need is not installed; ``tip`` says how to install it."""
 
     exit_code = EXIT_USAGE
 

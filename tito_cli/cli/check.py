@@ -8,8 +8,8 @@ from pathlib import Path
 
 import typer
 
-from ..errors import EXIT_CHECK_FAILED, EXIT_OK
-from .app import EXIT_CODES_HELP, app, guarded, out_console
+from ..errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_OK, EXIT_OUTPUT
+from .app import app, exit_codes_help, guarded, out_console
 from .dump import (
     FORK_THRESHOLD,
     LOGS,
@@ -28,7 +28,7 @@ from .dump import (
     help="Rebuild the log and compare every session with its golden dump in --golden. Fails (exit 6) "
     "when a dump changed (a -golden/+rebuilt diff is shown), a session has no golden (new) or a golden "
     "has no session (stale). Files change only with --update, never implicitly (also not under CI=true).\n\n"
-    + EXIT_CODES_HELP
+    + exit_codes_help(EXIT_BAD_INPUT, EXIT_OUTPUT, EXIT_CHECK_FAILED)
 )
 @guarded
 def check(

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from ..algorithm.policy import DEFAULT_FORK_THRESHOLD, Policy
-from .app import EXIT_CODES_HELP, app, err_console, guarded
+from ..errors import EXIT_BAD_INPUT, EXIT_OUTPUT
+from .app import app, err_console, exit_codes_help, guarded
 
 if TYPE_CHECKING:  # the golden package is imported when a command runs, not at start-up
     from ..golden.compare import GoldenOptions
@@ -94,7 +95,8 @@ def option_args(
 
 @app.command(
     help="Write one deterministic, diff-friendly text dump per session (<out>/<session>.txt) "
-    "to keep as golden files for 'tito check'. '--out -' prints the dumps instead.\n\n" + EXIT_CODES_HELP
+    "to keep as golden files for 'tito check'. '--out -' prints the dumps instead.\n\n"
+    + exit_codes_help(EXIT_BAD_INPUT, EXIT_OUTPUT)
 )
 @guarded
 def dump(

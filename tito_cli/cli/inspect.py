@@ -10,7 +10,7 @@ from rich.console import Group, RenderableType
 from rich.text import Text
 
 from ..algorithm.policy import DEFAULT_FORK_THRESHOLD, Policy
-from ..errors import InvalidSessionError, TitoError
+from ..errors import EXIT_BAD_INPUT, EXIT_REJECTED, InvalidSessionError, TitoError
 from ..render.jsonout import dumps
 from ..render.sample_text import render_samples, samples_data
 from ..render.session_view import (
@@ -23,7 +23,7 @@ from ..render.session_view import (
 )
 from ..render.tokens import TokenText, resolve_tokenizer
 from ..run.corpus import Reject
-from .app import EXIT_CODES_HELP, app, err_console, guarded
+from .app import app, err_console, exit_codes_help, guarded
 from .viewing import LOGS_ENV, is_plain, open_logs, show
 
 VIEWS = ("turns", "tree", "samples")
@@ -66,7 +66,7 @@ def choose_tokenizer(explicit: Path | None, recorded: str | None, logs: Path) ->
 
 @app.command(
     help="Show one session as the trainer will see it: its turns and the linearizer's decision for each, "
-    "its routing tree, and its samples with trained tokens marked.\n\n" + EXIT_CODES_HELP
+    "its routing tree, and its samples with trained tokens marked.\n\n" + exit_codes_help(EXIT_REJECTED, EXIT_BAD_INPUT)
 )
 @guarded
 def inspect(

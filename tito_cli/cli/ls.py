@@ -7,11 +7,12 @@ from pathlib import Path
 import typer
 
 from ..algorithm.policy import DEFAULT_FORK_THRESHOLD, Policy
+from ..errors import EXIT_BAD_INPUT
 from ..render.jsonout import dumps
 from ..render.listing import render_listing
 from ..render.plain import to_plain
 from ..report.facts import FIELDS, FilterError, compile_filter, session_row, sort_rows
-from .app import EXIT_CODES_HELP, app, err_console, guarded, out_console
+from .app import app, err_console, exit_codes_help, guarded, out_console
 from .viewing import LOGS_ENV, open_logs
 
 _FIELDS_HELP = "; ".join(f"{name}: {meaning}" for name, meaning in FIELDS.items())
@@ -20,7 +21,7 @@ _FIELDS_HELP = "; ".join(f"{name}: {meaning}" for name, meaning in FIELDS.items(
 @app.command(
     "ls",
     help="List the sessions of a turn log: turns, leaves, samples, trained tokens, forks, realigns, "
-    "rewrite merges, reward, and why a session was rejected.\n\n" + EXIT_CODES_HELP,
+    "rewrite merges, reward, and why a session was rejected.\n\n" + exit_codes_help(EXIT_BAD_INPUT),
 )
 @guarded
 def ls(

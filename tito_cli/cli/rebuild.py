@@ -9,11 +9,11 @@ from typing import Any
 import typer
 
 from ..algorithm.policy import DEFAULT_FORK_THRESHOLD, Policy
-from ..errors import EXIT_OK, EXIT_REJECTED
+from ..errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_OUTPUT, EXIT_REJECTED
 from ..render.summary import render_rebuild_summary
 from ..run.local import BATCHES_PER_WORKER
 from ..run.rebuild import rebuild as rebuild_logs
-from .app import EXIT_CODES_HELP, app, err_console, guarded, progress_bar
+from .app import app, err_console, exit_codes_help, guarded, progress_bar
 
 
 class RewardChoice(Enum):
@@ -26,7 +26,10 @@ class EngineChoice(Enum):
     ray = "ray"
 
 
-@app.command(help="Route and linearize every session of a turn log into a samples Parquet file.\n\n" + EXIT_CODES_HELP)
+@app.command(
+    help="Route and linearize every session of a turn log into a samples Parquet file.\n\n"
+    + exit_codes_help(EXIT_REJECTED, EXIT_BAD_INPUT, EXIT_OUTPUT)
+)
 @guarded
 def rebuild(
     logs: list[Path] = typer.Argument(
@@ -38,12 +41,14 @@ def rebuild(
         "--fork-threshold",
         min=0,
         help="Drift (tokens) inside the latest response shorter than this is realigned, longer forks; "
-        "also bounds short-rewrite absorption. 0 disables both.",
+        "also bounds short-rewrite absorption. 0 disables both. Raising it can lower the trained tokens: "
+        "a realign cuts the drifted part of the held response, which then leaves training.",
     ),
     reward_mode: RewardChoice = typer.Option(
         RewardChoice.split,
         "--reward-mode",
-        help="'split': each sample gets reward / samples of its session; 'full': each gets the whole reward.",
+        help="'split': each sample gets reward / samples of its session, so a sample's reward depends on "
+        "how many samples its session forked into; 'full': each gets the whole reward.",
     ),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing output file."),
     workers: int = typer.Option(
@@ -66,7 +71,7 @@ def rebuild(
         EngineChoice.local,
         "--engine",
         help="'local': this machine's processes, one samples file. 'ray': a Ray Data pipeline "
-        "(pip install 'tito[ray]'); --out is then a folder of Parquet files, see docs/performance.md.",
+        "(pip install 'tito-cli\\[ray]'); --out is then a folder of Parquet files, see docs/performance.md.",
     ),
 ) -> None:
     policy = Policy(fork_threshold=fork_threshold, reward_mode=reward_mode.value)

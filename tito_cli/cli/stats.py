@@ -7,10 +7,11 @@ from pathlib import Path
 import typer
 
 from ..algorithm.policy import DEFAULT_FORK_THRESHOLD, Policy
+from ..errors import EXIT_BAD_INPUT
 from ..render.corpus_stats import render_corpus_stats
 from ..render.jsonout import dumps
 from ..report.facts import corpus_stats
-from .app import EXIT_CODES_HELP, app, guarded
+from .app import app, exit_codes_help, guarded
 from .viewing import LOGS_ENV, open_logs, show
 
 
@@ -18,7 +19,8 @@ from .viewing import LOGS_ENV, open_logs, show
     "stats",
     help="Corpus totals and distributions: samples per session, trained vs context tokens, forks by cause, "
     "realigns, rewrite merges, sessions with no samples and why, prompt/output length percentiles. "
-    "Compare the --json output of two harness versions to spot a drift regression.\n\n" + EXIT_CODES_HELP,
+    "Compare the --json output of two harness versions to spot a drift regression.\n\n"
+    + exit_codes_help(EXIT_BAD_INPUT),
 )
 @guarded
 def stats(

@@ -37,7 +37,7 @@ import pyarrow.parquet as pq
 from .._arrow import list_array, primitive_array, string_array
 from ..algorithm.policy import Policy
 from ..algorithm.session import SessionReport, rebuild_session
-from ..errors import InvalidSessionError, OutputError, TitoError
+from ..errors import InvalidSessionError, MissingDependencyError, OutputError
 from ..export.parquet import session_table
 from ..read.files import READ_COLUMNS
 from ..read.rows import rows_from_table
@@ -72,9 +72,9 @@ def rebuild_ray(
         import ray
         import ray.data
     except ImportError:
-        raise TitoError(
+        raise MissingDependencyError(
             "the ray engine needs Ray Data, which is not installed",
-            tip="pip install 'tito[ray]'  (or: pip install 'ray[data]')",
+            tip="pip install 'tito-cli[ray]'  (or: pip install 'ray[data]' aiohttp)",
         ) from None
     policy = policy or Policy()
     out = Path(out)

@@ -1,0 +1,91 @@
+"""What every command shares: --version, -v on either side of the command, exit-status help, hints with brackets."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import typer.main
+from typer.testing import CliRunner
+
+from tito_cli import __version__
+from tito_cli.cli import app
+from tito_cli.cli.app import _global_flags_first
+from tito_cli.errors import EXIT_BAD_INPUT, EXIT_USAGE
+
+from .helpers import REPO
+
+runner = CliRunner()
+
+
+def test_version() -> None:
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0
+    assert result.stdout == f"tito {__version__}\n"
+
+
+def test_the_package_version_is_the_distribution_version() -> None:
+    pyproject = (REPO / "pyproject.toml").read_text(encoding="utf-8")
+    assert 'name = "tito-cli"' in pyproject
+    assert 'version = { attr = "tito_cli.__version__" }' in pyproject
+
+
+@pytest.mark.parametrize("verbose_first", [True, False])
+def test_verbose_before_or_after_the_command_shows_the_traceback(tmp_path: Path, verbose_first: bool) -> None:
+    missing = str(tmp_path / "nowhere")
+    args = ["-v", "ls", missing] if verbose_first else ["ls", missing, "-v"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == EXIT_BAD_INPUT, result.output
+    assert "Traceback" in result.stderr
+    assert f"ERROR {missing}: no such log folder" in result.stderr
+    quiet = runner.invoke(app, ["ls", missing])
+    assert quiet.exit_code == EXIT_BAD_INPUT
+    assert "Traceback" not in quiet.stderr
+
+
+def test_only_flags_after_the_command_move_and_nothing_after_a_double_dash() -> None:
+    commands = {"ls", "inspect"}
+    assert _global_flags_first(["ls", "logs", "--verbose", "-v"], commands) == ["--verbose", "-v", "ls", "logs"]
+    assert _global_flags_first(["-v", "ls", "logs"], commands) == ["-v", "ls", "logs"]
+    assert _global_flags_first(["ls", "--", "-v"], commands) == ["ls", "--", "-v"]
+    assert _global_flags_first(["--help"], commands) == ["--help"]
+
+
+def test_each_command_lists_only_the_exit_statuses_it_can_end_with() -> None:
+    group = typer.main.get_command(app)
+    helps = {name: command.help for name, command in group.commands.items()}  # type: ignore[attr-defined]
+    assert "6 tito check found" in helps["check"]
+    for name in ("rebuild", "inspect", "ls", "stats", "dump", "simulate"):
+        assert "6 tito check" not in helps[name], name
+    for name in ("ls", "stats", "inspect"):
+        assert "5 the output cannot be written" not in helps[name], name
+    assert "3 output written but some sessions were rejected" in helps["rebuild"]
+    assert "3 output written" not in helps["ls"]
+    assert "4 a log file is unreadable" not in helps["simulate"]
+
+
+def test_install_hints_keep_their_brackets() -> None:
+    result = runner.invoke(app, ["rebuild", "--help"], env={"COLUMNS": "200"})
+    assert "pip install 'tito-cli[ray]'" in result.stdout
+
+
+def test_missing_ray_is_a_usage_error_with_the_install_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray raises ImportError
+    logs = REPO / "fixtures" / "logs"
+    result = runner.invoke(app, ["rebuild", str(logs), "--engine", "ray", "--out", str(tmp_path / "out")])
+    assert result.exit_code == EXIT_USAGE
+    assert result.stderr.splitlines() == [
+        "ERROR the ray engine needs Ray Data, which is not installed",
+        "TIP pip install 'tito-cli[ray]'  (or: pip install 'ray[data]' aiohttp)",
+    ]
+    assert not (tmp_path / "out").exists()
+
+
+def test_error_messages_print_brackets_in_paths_as_they_are(tmp_path: Path) -> None:
+    missing = tmp_path / "logs[bold]"
+    result = runner.invoke(app, ["ls", str(missing)])
+    assert result.exit_code == EXIT_BAD_INPUT
+    assert f"ERROR {missing}: no such log folder" in result.stderr
