@@ -89,3 +89,25 @@ def test_error_messages_print_brackets_in_paths_as_they_are(tmp_path: Path) -> N
     result = runner.invoke(app, ["ls", str(missing)])
     assert result.exit_code == EXIT_BAD_INPUT
     assert f"ERROR {missing}: no such log folder" in result.stderr
+
+
+@pytest.mark.parametrize("content", ["empty", "jsonl"])
+def test_a_folder_without_parquet_logs_is_an_error_and_nothing_is_written(tmp_path: Path, content: str) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    if content == "jsonl":
+        (logs / "turns.jsonl").write_text('{"session_id": "a"}\n', encoding="utf-8")
+    out = tmp_path / "samples.parquet"
+    result = runner.invoke(app, ["rebuild", str(logs), "--out", str(out)])
+    assert result.exit_code == EXIT_BAD_INPUT, result.output
+    assert result.stderr.splitlines() == [
+        f"ERROR {logs}: no turn-log Parquet file found here (searched recursively for *.parquet)",
+        "TIP tito reads the Parquet turn logs TurnLogWriter writes (docs/capture.md); "
+        "convert logs in another format with tito import",
+    ]
+    assert list(tmp_path.iterdir()) == [logs]
+    for command in (["ls", str(logs)], ["stats", str(logs)], ["dump", str(logs), "--out", str(tmp_path / "d")]):
+        listed = runner.invoke(app, command)
+        assert listed.exit_code == EXIT_BAD_INPUT, command
+        assert "no turn-log Parquet file found" in listed.stderr
+    assert list(tmp_path.iterdir()) == [logs]

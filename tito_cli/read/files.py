@@ -15,10 +15,10 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..errors import SchemaError, UnreadableLogError
+from ..errors import LogError, SchemaError, UnreadableLogError
 from ..schema import META_TABLE, META_TOKENIZER
 
-__all__ = ["READ_COLUMNS", "LogFile", "classify_file", "discover_files", "open_parquet"]
+__all__ = ["READ_COLUMNS", "LogFile", "classify_file", "discover_files", "open_parquet", "require_logs"]
 
 # Column -> check of its Arrow type, and whether a turns/sessions file must have it.
 _TURNS_COLUMNS: dict[str, tuple[str, bool]] = {
@@ -110,6 +110,22 @@ def discover_files(paths: Iterable[str | Path], *, exclude: Iterable[Path] = ())
             if file_id is not None and file_id not in excluded:
                 found.add(candidate)
     return sorted(found, key=lambda p: str(p))
+
+
+def require_logs(found: list[Path], paths: Iterable[str | Path]) -> list[Path]:
+    """``found`` (from :func:`discover_files`), or an error naming ``paths`` when it is empty.
+
+    A mistyped or wrong folder must not rebuild into an empty samples file that exits 0.
+    """
+    if found:
+        return found
+    where = ", ".join(str(p) for p in paths) or "(no path given)"
+    raise LogError(
+        "no turn-log Parquet file found here (searched recursively for *.parquet)",
+        file=where,
+        tip="tito reads the Parquet turn logs TurnLogWriter writes (docs/capture.md); "
+        "convert logs in another format with tito import",
+    )
 
 
 def _file_id(path: Path) -> tuple[int, int] | None:

@@ -17,7 +17,7 @@ from ..algorithm.policy import Policy
 from ..algorithm.session import SessionReport
 from ..errors import OutputError
 from ..export.parquet import SamplesWriter
-from ..read.files import discover_files
+from ..read.files import discover_files, require_logs
 from ..read.turnlog import SessionsTable
 from .corpus import Corpus, Reject
 from .local import default_workers, early_pool, file_map, rebuild_outputs
@@ -113,7 +113,8 @@ def rebuild(
     if not out.parent.is_dir():
         raise OutputError("the output's folder does not exist", file=out)
 
-    files = discover_files([Path(p) for p in inputs], exclude=[out])
+    input_paths = [Path(p) for p in inputs]
+    files = require_logs(discover_files(input_paths, exclude=[out]), input_paths)
     workers = default_workers() if workers is None else workers
     rejected: list[Reject] = []
     with early_pool(len(files), workers) as pool:
