@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from tito_cli import __version__
 from tito_cli.cli import app
 from tito_cli.cli.app import _global_flags_first
-from tito_cli.errors import EXIT_BAD_INPUT, EXIT_USAGE
+from tito_cli.errors import EXIT_BAD_INPUT, EXIT_OUTPUT, EXIT_USAGE
 
 from .helpers import REPO
 
@@ -111,3 +111,41 @@ def test_a_folder_without_parquet_logs_is_an_error_and_nothing_is_written(tmp_pa
         assert listed.exit_code == EXIT_BAD_INPUT, command
         assert "no turn-log Parquet file found" in listed.stderr
     assert list(tmp_path.iterdir()) == [logs]
+
+
+def test_dump_into_existing_goldens_is_refused_without_update(tmp_path: Path) -> None:
+    logs = REPO / "fixtures" / "logs"
+    golden = tmp_path / "golden"
+    first = runner.invoke(app, ["dump", str(logs), "--out", str(golden), "-s", "demo-0-0000", "-s", "demo-0-0001"])
+    assert first.exit_code == 0, first.output
+    changed = golden / "demo-0-0000.txt"
+    changed.write_text(changed.read_text(encoding="utf-8") + "edited\n", encoding="utf-8")
+    stale = golden / "gone.txt"
+    stale.write_text("tito golden dump (format 1, style full)\nsession: gone\n", encoding="utf-8")
+    notes = golden / "notes.md"
+    notes.write_text("not a dump\n", encoding="utf-8")
+    before = {p.name: p.read_bytes() for p in golden.iterdir()}
+
+    refused = runner.invoke(app, ["dump", str(logs), "--out", str(golden)])
+    assert refused.exit_code == EXIT_OUTPUT
+    assert refused.stderr.splitlines()[0] == (
+        f"ERROR {golden}: the folder holds golden dumps that this log would change (demo-0-0000 changed); "
+        "nothing written"
+    )
+    assert "--update" in refused.stderr
+    assert {p.name: p.read_bytes() for p in golden.iterdir()} == before
+
+    updated = runner.invoke(app, ["dump", str(logs), "--out", str(golden), "--update"])
+    assert updated.exit_code == 0, updated.output
+    assert updated.stderr.strip() == f"wrote 31 of 32 dumps to {golden} (1 already identical, 1 stale removed)"
+    assert not stale.exists() and notes.exists()
+    assert "edited" not in changed.read_text(encoding="utf-8")
+    check = runner.invoke(app, ["check", str(logs), "--golden", str(golden)])
+    assert check.exit_code == 0, check.output
+    again = runner.invoke(app, ["dump", str(logs), "--out", str(golden)])  # changes nothing: allowed
+    assert again.exit_code == 0, again.output
+    assert again.stderr.strip() == f"wrote 0 of 32 dumps to {golden} (32 already identical)"
+    stale.write_text("tito golden dump (format 1, style full)\nsession: gone\n", encoding="utf-8")
+    left_stale = runner.invoke(app, ["dump", str(logs), "--out", str(golden)])
+    assert left_stale.exit_code == EXIT_OUTPUT
+    assert "(gone.txt stale)" in left_stale.stderr

@@ -95,7 +95,8 @@ def option_args(
 
 @app.command(
     help="Write one deterministic, diff-friendly text dump per session (<out>/<session>.txt) "
-    "to keep as golden files for 'tito check'. '--out -' prints the dumps instead.\n\n"
+    "to keep as golden files for 'tito check'. '--out -' prints the dumps instead. A folder that already "
+    "holds dumps is refused unless --update (goldens never change implicitly).\n\n"
     + exit_codes_help(EXIT_BAD_INPUT, EXIT_OUTPUT)
 )
 @guarded
@@ -111,6 +112,12 @@ def dump(
     tokenizer: Path | None = TOKENIZER,
     no_decode: bool = NO_DECODE,
     workers: int = WORKERS,
+    update: bool = typer.Option(
+        False,
+        "--update",
+        help="Write into a folder that already holds dumps: rewrite changed ones and remove stale ones "
+        "(when every session is dumped), as 'tito check --update' does.",
+    ),
 ) -> None:
     from ..golden.compare import iter_dumps, write_dumps
 
@@ -120,11 +127,12 @@ def dump(
             sys.stdout.write(one.text)
         sys.stdout.flush()
         return
-    summary = write_dumps(logs, Path(out), options, sessions or None)
+    summary = write_dumps(logs, Path(out), options, sessions or None, update=update)
     total = len(summary.written) + len(summary.unchanged)
+    removed = f", {len(summary.removed)} stale removed" if summary.removed else ""
     err_console.print(
         f"wrote {len(summary.written)} of {total} dumps to {summary.out_dir} "
-        f"({len(summary.unchanged)} already identical)",
+        f"({len(summary.unchanged)} already identical{removed})",
         markup=False,
         soft_wrap=True,
     )

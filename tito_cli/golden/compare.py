@@ -17,6 +17,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
+from typing import NoReturn
 
 from .._atomic import atomic_path
 from ..algorithm.policy import Policy
@@ -131,6 +132,8 @@ class DumpSummary:
     written: list[Path] = field(default_factory=list)
     #: Files whose content was already identical (rewritten anyway is pointless, so skipped).
     unchanged: list[Path] = field(default_factory=list)
+    #: Stale dumps (of no session of the log) removed with ``update``.
+    removed: list[Path] = field(default_factory=list)
 
 
 # -- producing dumps ------------------------------------------------------------
@@ -259,11 +262,33 @@ def write_dumps(
     out_dir: str | os.PathLike[str],
     options: GoldenOptions | None = None,
     only: Sequence[str] | None = None,
+    *,
+    update: bool = False,
 ) -> DumpSummary:
-    """Write ``<out_dir>/<session>.txt`` for each session; other files are left alone."""
+    """Write ``<out_dir>/<session>.txt`` for each session; files other than ``*.txt`` are left alone.
+
+    Into a folder that already holds dumps, nothing is written unless
+    ``update`` (as :func:`check_goldens`, goldens never change implicitly): a
+    run that would change, add or leave stale a dump raises.  With ``update``,
+    changed dumps are rewritten and, when every session is dumped, stale ones
+    removed.
+    """
     out = Path(out_dir)
+    existing = _existing_dumps(out)
     dumps = iter_dumps(inputs, options, only)
     summary = DumpSummary(out)
+    if existing and not update:
+        # Allowed only if it would change nothing: compare, and stop at the first difference.
+        for dump in dumps:
+            path = out / dump.file_name
+            if not path.is_file() or _read(path) != dump.text:
+                _refuse(out, f"{dump.session_id} {'changed' if path.is_file() else 'new'}")
+            summary.unchanged.append(path)
+        names = {p.name for p in summary.unchanged}
+        stale = [p for p in existing if p.name not in names] if only is None else []
+        if stale:
+            _refuse(out, f"{stale[0].name} stale")
+        return summary
     _make_dir(out)
     for dump in dumps:
         path = out / dump.file_name
@@ -272,7 +297,40 @@ def write_dumps(
             continue
         _write(path, dump.text)
         summary.written.append(path)
+    if update and only is None:
+        kept = {p.name for p in summary.written + summary.unchanged}
+        for path in existing:
+            if path.name not in kept:
+                _remove(path)
+                summary.removed.append(path)
     return summary
+
+
+def _refuse(folder: Path, first_difference: str) -> NoReturn:
+    raise OutputError(
+        f"the folder holds golden dumps that this log would change ({first_difference}); nothing written",
+        file=folder,
+        tip="tito check LOGS --golden FOLDER shows every difference; add --update to accept the rebuilt dumps "
+        "(changed ones rewritten, stale ones removed)",
+    )
+
+
+def _existing_dumps(folder: Path) -> list[Path]:
+    """The golden dumps in ``folder``: its ``*.txt`` files, as :func:`check_goldens` counts them."""
+    if not folder.is_dir():
+        return []
+    return sorted(
+        (p for p in folder.glob("*.txt") if not p.name.startswith(".") and p.is_file()), key=lambda p: p.name
+    )
+
+
+def _remove(path: Path) -> None:
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise OutputError(f"cannot remove ({exc.strerror or exc})", file=path) from None
 
 
 # -- checking -------------------------------------------------------------------
@@ -331,12 +389,7 @@ def check_goldens(
         _make_dir(golden)
         for check in report.failures:
             if check.status is Status.STALE:
-                try:
-                    check.file.unlink()
-                except FileNotFoundError:
-                    pass
-                except OSError as exc:
-                    raise OutputError(f"cannot remove ({exc.strerror or exc})", file=check.file) from None
+                _remove(check.file)
             else:
                 assert check.rebuilt is not None
                 _write(check.file, check.rebuilt)
