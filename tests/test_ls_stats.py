@@ -268,3 +268,61 @@ def test_every_option_has_help(command: str) -> None:
     for param in click_command.params:
         assert getattr(param, "help", None), f"{command} {param.name} has no help"
     assert command in Path(__file__).resolve().parent.parent.joinpath("docs", "inspect.md").read_text()
+
+
+def _grpo_rows(n: int) -> list[dict[str, Any]]:
+    base = {"turns": 12, "leaves": 2, "samples": 3, "trained": 1234, "context": 5678, "forks": 1}
+    base.update(realigns=0, merges=0, reward=0.5, rejected=None, file=None, row=None)
+    return [{"session": f"grpo/run-2026-11-30/prompt-00017/step-0042/rollout-{i}", **base} for i in range(n)]
+
+
+@pytest.mark.parametrize("width", [200, 100, 80, 60])
+def test_ls_keeps_session_ids_whole_and_drops_count_columns_first(width: int) -> None:
+    from rich.console import Console
+
+    from tito_cli.render.listing import render_listing
+
+    rows = _grpo_rows(3)
+    console = Console(width=width, force_terminal=False)
+    with console.capture() as captured:
+        console.print(render_listing(rows, width=width))
+    lines = captured.get().splitlines()
+    assert all(len(line) <= width for line in lines)
+    for row in rows:
+        assert any(line.split()[0] == row["session"] for line in lines[1:]), (width, lines)
+    header = lines[0].split()
+    assert header[0] == "session"
+    if width >= 200:
+        assert header[1:] == [
+            "turns",
+            "leaves",
+            "samples",
+            "trained",
+            "context",
+            "forks",
+            "realigns",
+            "merges",
+            "reward",
+        ]
+    elif width == 80:
+        assert header[1:] == ["samples", "forks", "reward"]  # the most telling counts stay longest
+
+
+def test_ls_into_a_pipe_never_cuts_a_session_id(tmp_path: Path) -> None:
+    sids = [f"grpo/run-2026-11-30/prompt-00017/step-0042/rollout-{i}" for i in range(3)]
+    turns = [
+        {
+            "session_id": sid,
+            "seq": 0,
+            "prompt_ids": [1, 2],
+            "output_ids": [3],
+            "output_logprobs": [-0.5],
+            "prompt_messages": [{"role": "user", "content": "hi"}],
+            "response_message": {"role": "assistant", "content": "x"},
+        }
+        for sid in sids
+    ]
+    write_log(tmp_path / "logs", turns, [{"session_id": sid, "reward": 1.0} for sid in sids])
+    code, out, _ = run("ls", str(tmp_path / "logs"))
+    assert code == EXIT_OK
+    assert [line.split()[0] for line in out.splitlines()[1:]] == sids
