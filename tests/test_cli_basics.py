@@ -149,3 +149,37 @@ def test_dump_into_existing_goldens_is_refused_without_update(tmp_path: Path) ->
     left_stale = runner.invoke(app, ["dump", str(logs), "--out", str(golden)])
     assert left_stale.exit_code == EXIT_OUTPUT
     assert "(gone.txt stale)" in left_stale.stderr
+
+
+def test_unfinished_sessions_are_marked_named_and_can_be_rejected(tmp_path: Path) -> None:
+    import json
+
+    import pyarrow.parquet as pq
+
+    logs = REPO / "fixtures" / "logs"
+    kept = tmp_path / "kept.parquet"
+    assert runner.invoke(app, ["rebuild", str(logs), "--out", str(kept)]).exit_code == 0
+    table = pq.read_table(kept, columns=["session_id", "reward", "metadata"]).to_pylist()
+    finished = {(r["session_id"], json.loads(r["metadata"])["tito"]["finished"]) for r in table}
+    assert {sid for sid, done in finished if not done} == {"demo-0-0020"}
+    assert {r["reward"] for r in table if r["session_id"] == "demo-0-0020"} == {0.0}
+
+    # Named by ls (a field and a filter) and by stats.
+    listed = runner.invoke(app, ["ls", str(logs), "--where", "unfinished", "--json"])
+    assert [(r["session"], r["unfinished"]) for r in json.loads(listed.stdout)] == [("demo-0-0020", True)]
+    stats = runner.invoke(app, ["stats", str(logs), "--json"])
+    assert json.loads(stats.stdout)["sessions_without_sessions_row_examples"] == ["demo-0-0020"]
+
+    rejected = tmp_path / "rejected.parquet"
+    result = runner.invoke(app, ["rebuild", str(logs), "--out", str(rejected), "--unfinished", "reject"])
+    assert result.exit_code == 3, result.output
+    reports = [json.loads(line) for line in Path(f"{rejected}.rejects.jsonl").read_text().splitlines()]
+    assert [(r["session_id"], r["reason"]) for r in reports] == [
+        ("demo-0-0020", "no sessions row: the session was not finished (--unfinished reject)")
+    ]
+    assert reports[0]["file"].endswith(".parquet") and isinstance(reports[0]["row"], int)
+    ids = set(pq.read_table(rejected, columns=["session_id"]).column("session_id").to_pylist())
+    assert "demo-0-0020" not in ids and len(ids) == 31
+    listed = runner.invoke(app, ["ls", str(logs), "--unfinished", "reject", "--where", "unfinished", "--json"])
+    [row] = json.loads(listed.stdout)
+    assert (row["session"], row["unfinished"], row["samples"]) == ("demo-0-0020", True, None)

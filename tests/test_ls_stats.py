@@ -71,9 +71,15 @@ def test_ls_plain(agent_logs: Path) -> None:
     # A rejected session's counts are blank and its reason sits in the last column.
     assert lines[4].split(maxsplit=1) == ["s-9e44-bad", reason]
     assert lines[4].index(reason) == lines[0].index("rejected")
+    # Sessions without a sessions row are named under the table (they train with reward 0.0).
+    assert lines[5:8] == [
+        "",
+        "no sessions row (rebuilt with reward 0.0; --unfinished reject leaves them out):",
+        "  s-81d0-empty",
+    ]
     # Into a pipe nothing is cut; the reject's file and row follow the table.
-    assert lines[5:7] == ["", "rejected:"]
-    assert re.fullmatch(rf"  s-9e44-bad: {re.escape(reason)} \[\S+\.parquet, row \d+\]", lines[7])
+    assert lines[8:10] == ["", "rejected:"]
+    assert re.fullmatch(rf"  s-9e44-bad: {re.escape(reason)} \[\S+\.parquet, row \d+\]", lines[10])
     assert err == "4 of 4 sessions\n"
 
 
@@ -242,7 +248,7 @@ def test_stats_plain(agent_logs: Path) -> None:
         "  drift too long            0",
         "realigns                    1  10 per 100 turns, in 1 session",
         "rewrite merges              1",
-        "no sessions row             1  sessions rebuilt with reward 0.0",
+        "no sessions row             1  sessions rebuilt with reward 0.0, e.g. s-81d0-empty",
     ]
     assert "prompt tokens per turn     64    245    245    245" in lines
     assert lines[-2:] == [
@@ -272,7 +278,7 @@ def test_every_option_has_help(command: str) -> None:
 
 def _grpo_rows(n: int) -> list[dict[str, Any]]:
     base = {"turns": 12, "leaves": 2, "samples": 3, "trained": 1234, "context": 5678, "forks": 1}
-    base.update(realigns=0, merges=0, reward=0.5, rejected=None, file=None, row=None)
+    base.update(realigns=0, merges=0, reward=0.5, unfinished=False, rejected=None, file=None, row=None)
     return [{"session": f"grpo/run-2026-11-30/prompt-00017/step-0042/rollout-{i}", **base} for i in range(n)]
 
 

@@ -22,6 +22,7 @@ from .dump import (
     golden_options,
     option_args,
 )
+from .unfinished import UNFINISHED, UnfinishedChoice
 
 
 @app.command(
@@ -48,14 +49,15 @@ def check(
     tokenizer: Path | None = TOKENIZER,
     no_decode: bool = NO_DECODE,
     workers: int = WORKERS,
+    unfinished: UnfinishedChoice = UNFINISHED,
 ) -> None:
     from ..golden.compare import check_goldens
     from ..golden.report import check_report_dict, render_check_report
 
-    options = golden_options(fork_threshold, reward_mode, style, tokenizer, no_decode, workers)
+    options = golden_options(fork_threshold, reward_mode, style, tokenizer, no_decode, workers, unfinished)
     report = check_goldens(logs, golden, options, sessions or None, update=update)
     words = ["tito", "check", *map(str, logs), "--golden", str(golden)]
-    words += option_args(fork_threshold, reward_mode, style, tokenizer, no_decode, sessions)
+    words += option_args(fork_threshold, reward_mode, style, tokenizer, no_decode, sessions, unfinished)
     accept = shlex.join([*words, "--update"])
     if as_json:
         payload = check_report_dict(report, diff_lines=diff_lines, accept_command=accept)

@@ -11,6 +11,7 @@ import typer
 from ..algorithm.policy import DEFAULT_FORK_THRESHOLD, Policy
 from ..errors import EXIT_BAD_INPUT, EXIT_OUTPUT
 from .app import app, err_console, exit_codes_help, guarded
+from .unfinished import UNFINISHED, UnfinishedChoice
 
 if TYPE_CHECKING:  # the golden package is imported when a command runs, not at start-up
     from ..golden.compare import GoldenOptions
@@ -55,7 +56,13 @@ WORKERS = typer.Option(
 
 
 def golden_options(
-    fork_threshold: int, reward_mode: str, style: str, tokenizer: Path | None, no_decode: bool, workers: int = 1
+    fork_threshold: int,
+    reward_mode: str,
+    style: str,
+    tokenizer: Path | None,
+    no_decode: bool,
+    workers: int = 1,
+    unfinished: UnfinishedChoice = UnfinishedChoice.keep,
 ) -> GoldenOptions:
     if reward_mode not in ("split", "full"):
         raise typer.BadParameter("must be 'split' or 'full'", param_hint="--reward-mode")
@@ -70,11 +77,18 @@ def golden_options(
         tokenizer=tokenizer,
         decode=not no_decode,
         workers=workers,
+        unfinished=unfinished.value,
     )
 
 
 def option_args(
-    fork_threshold: int, reward_mode: str, style: str, tokenizer: Path | None, no_decode: bool, sessions: Any
+    fork_threshold: int,
+    reward_mode: str,
+    style: str,
+    tokenizer: Path | None,
+    no_decode: bool,
+    sessions: Any,
+    unfinished: UnfinishedChoice = UnfinishedChoice.keep,
 ) -> list[str]:
     """The non-default options again, as command-line words (for the command that accepts a change)."""
     words: list[str] = []
@@ -88,6 +102,8 @@ def option_args(
         words += ["--tokenizer", str(tokenizer)]
     if no_decode:
         words.append("--no-decode")
+    if unfinished is not UnfinishedChoice.keep:
+        words += ["--unfinished", unfinished.value]
     for session in sessions or ():
         words += ["--session", session]
     return words
@@ -112,6 +128,7 @@ def dump(
     tokenizer: Path | None = TOKENIZER,
     no_decode: bool = NO_DECODE,
     workers: int = WORKERS,
+    unfinished: UnfinishedChoice = UNFINISHED,
     update: bool = typer.Option(
         False,
         "--update",
@@ -121,7 +138,7 @@ def dump(
 ) -> None:
     from ..golden.compare import iter_dumps, write_dumps
 
-    options = golden_options(fork_threshold, reward_mode, style, tokenizer, no_decode, workers)
+    options = golden_options(fork_threshold, reward_mode, style, tokenizer, no_decode, workers, unfinished)
     if out == "-":
         for one in iter_dumps(logs, options, sessions or None):
             sys.stdout.write(one.text)

@@ -24,6 +24,7 @@ from ..render.session_view import (
 from ..render.tokens import TokenText, resolve_tokenizer
 from ..run.corpus import Reject
 from .app import app, err_console, exit_codes_help, guarded
+from .unfinished import UNFINISHED, UnfinishedChoice
 from .viewing import LOGS_ENV, is_plain, open_logs, show
 
 VIEWS = ("turns", "tree", "samples")
@@ -90,9 +91,10 @@ def inspect(
         min=0,
         help="The fork threshold the samples were (or will be) rebuilt with.",
     ),
+    unfinished: UnfinishedChoice = UNFINISHED,
 ) -> None:
     views = parse_views(view)
-    corpus = open_logs(logs, Policy(fork_threshold=fork_threshold))
+    corpus = open_logs(logs, Policy(fork_threshold=fork_threshold), unfinished)
     result = corpus.session(session)
     if isinstance(result, Reject):
         raise InvalidSessionError(

@@ -13,6 +13,7 @@ from ..render.listing import render_listing
 from ..render.plain import to_plain
 from ..report.facts import FIELDS, FilterError, compile_filter, session_row, sort_rows
 from .app import app, err_console, exit_codes_help, guarded, out_console
+from .unfinished import UNFINISHED, UnfinishedChoice
 from .viewing import LOGS_ENV, open_logs
 
 _FIELDS_HELP = "; ".join(f"{name}: {meaning}" for name, meaning in FIELDS.items())
@@ -46,6 +47,7 @@ def ls(
     fork_threshold: int = typer.Option(
         DEFAULT_FORK_THRESHOLD, "--fork-threshold", min=0, help="The fork threshold to rebuild with."
     ),
+    unfinished: UnfinishedChoice = UNFINISHED,
 ) -> None:
     try:
         predicate = compile_filter(where)
@@ -60,7 +62,7 @@ def ls(
         "rejected": rejected,
     }
 
-    corpus = open_logs(logs, Policy(fork_threshold=fork_threshold))
+    corpus = open_logs(logs, Policy(fork_threshold=fork_threshold), unfinished)
     rows = []
     total = 0
     try:

@@ -14,6 +14,7 @@ from ..render.summary import render_rebuild_summary
 from ..run.local import BATCHES_PER_WORKER
 from ..run.rebuild import rebuild as rebuild_logs
 from .app import app, err_console, exit_codes_help, guarded, progress_bar
+from .unfinished import UNFINISHED, UnfinishedChoice
 
 
 class RewardChoice(Enum):
@@ -67,6 +68,7 @@ def rebuild(
         show_default=f"the log split in {BATCHES_PER_WORKER} batches per worker",
         help="Size (MiB of decoded turn columns) of the batches of sessions handed to workers.",
     ),
+    unfinished: UnfinishedChoice = UNFINISHED,
     engine: EngineChoice = typer.Option(
         EngineChoice.local,
         "--engine",
@@ -79,10 +81,11 @@ def rebuild(
     if engine is EngineChoice.ray:
         from ..run.ray_data import rebuild_ray
 
-        summary = rebuild_ray(logs, out, policy, overwrite=overwrite)
+        summary = rebuild_ray(logs, out, policy, overwrite=overwrite, unfinished=unfinished.value)
         err_console.print(render_rebuild_summary(summary))
         raise typer.Exit(EXIT_REJECTED if summary.rejected else EXIT_OK)
     options: dict[str, Any] = {"overwrite": overwrite, "workers": workers, "batch_bytes": batch_bytes}
+    options["unfinished"] = unfinished.value
 
     with progress_bar("rebuilding", "sessions") as progress:
         summary = rebuild_logs(logs, out, policy, progress=progress, **options)

@@ -12,6 +12,7 @@ from ..render.corpus_stats import render_corpus_stats
 from ..render.jsonout import dumps
 from ..report.facts import corpus_stats
 from .app import app, exit_codes_help, guarded
+from .unfinished import UNFINISHED, UnfinishedChoice
 from .viewing import LOGS_ENV, open_logs, show
 
 
@@ -29,8 +30,9 @@ def stats(
     fork_threshold: int = typer.Option(
         DEFAULT_FORK_THRESHOLD, "--fork-threshold", min=0, help="The fork threshold to rebuild with."
     ),
+    unfinished: UnfinishedChoice = UNFINISHED,
 ) -> None:
-    corpus = open_logs(logs, Policy(fork_threshold=fork_threshold))
+    corpus = open_logs(logs, Policy(fork_threshold=fork_threshold), unfinished)
     data = corpus_stats(corpus.results()).to_dict()
     if as_json:
         typer.echo(dumps(data))

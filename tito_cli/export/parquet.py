@@ -34,9 +34,13 @@ def provenance(sample: LinearizedSample) -> dict[str, Any]:
 
 
 def sample_metadata(result: SessionResult, sample: LinearizedSample) -> str:
-    """The session's metadata plus provenance under ``"tito"``, as deterministic JSON."""
+    """The session's metadata plus provenance under ``"tito"``, as deterministic JSON.
+
+    ``finished`` is false for a session rebuilt without a sessions row: its reward of 0.0 is
+    not the environment's verdict (the harness died), and a trainer may want to leave it out.
+    """
     meta = dict(result.info.metadata or {})
-    meta["tito"] = provenance(sample)
+    meta["tito"] = {**provenance(sample), "finished": result.info.finished}
     return json.dumps(meta, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
 

@@ -23,7 +23,7 @@ from .._atomic import atomic_path
 from ..algorithm.policy import Policy
 from ..errors import OutputError
 from ..render.tokens import TokenText
-from ..run.corpus import Corpus, find_session_id
+from ..run.corpus import Corpus, Unfinished, find_session_id
 from .serialize import DumpStyle, TokenWords, dump_file_name, dump_session, escape_invisible, golden_token_text
 
 __all__ = [
@@ -56,6 +56,8 @@ class GoldenOptions:
     #: Processes making dumps in parallel (1: in this process).  The dumps are
     #: the same for any number: each session's dump depends on that session alone.
     workers: int = 1
+    #: Sessions without a sessions row: rebuilt (``keep``) or dumped as rejected.
+    unfinished: Unfinished = "keep"
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,7 +152,7 @@ def iter_dumps(
     # Open the log and resolve ids now, so bad input fails before any caller writes anything.
     options = options or GoldenOptions()
     paths = [Path(p) for p in inputs]
-    corpus = Corpus.open(paths, options.policy)
+    corpus = Corpus.open(paths, options.policy, unfinished=options.unfinished)
     wanted = None
     if only is not None:
         ids = corpus.session_ids()
@@ -195,7 +197,7 @@ _WORKER: tuple[Corpus, GoldenOptions, TokenText, list[str]] | None = None
 
 def _start_worker(paths: list[Path], options: GoldenOptions, search_from: list[Path]) -> None:
     global _WORKER
-    corpus = Corpus.open(paths, options.policy)
+    corpus = Corpus.open(paths, options.policy, unfinished=options.unfinished)
     tokens = golden_token_text(corpus.tokenizer, search_from, override=options.tokenizer, decode=options.decode)
     _WORKER = (corpus, options, tokens, [str(f.path) for f in corpus.log.files])
 
@@ -319,9 +321,7 @@ def _existing_dumps(folder: Path) -> list[Path]:
     """The golden dumps in ``folder``: its ``*.txt`` files, as :func:`check_goldens` counts them."""
     if not folder.is_dir():
         return []
-    return sorted(
-        (p for p in folder.glob("*.txt") if not p.name.startswith(".") and p.is_file()), key=lambda p: p.name
-    )
+    return sorted((p for p in folder.glob("*.txt") if not p.name.startswith(".") and p.is_file()), key=lambda p: p.name)
 
 
 def _remove(path: Path) -> None:

@@ -76,10 +76,14 @@ def render_listing(rows: list[dict[str, Any]], width: int = 100) -> RenderableTy
                 reason = reason[: reason_width - 1] + "…"
             cells.append(Text(reason, style="red"))
         table.add_row(*cells)
-    if not rejected:
-        return table
-    notes = [Text(""), Text("rejected:", style="bold red")]
-    for row in rejected:
-        where = f" [{row['file']}, row {row['row']}]" if row["file"] is not None else ""
-        notes.append(Text(f"  {row['session']}: {row['rejected']}{where}"))
-    return Group(table, *notes)
+    notes: list[Text] = []
+    unfinished = [r["session"] for r in rows if r["unfinished"] and r["rejected"] is None]
+    if unfinished:
+        notes += [Text(""), Text("no sessions row (rebuilt with reward 0.0; --unfinished reject leaves them out):")]
+        notes += [Text(f"  {session}") for session in unfinished]
+    if rejected:
+        notes += [Text(""), Text("rejected:", style="bold red")]
+        for row in rejected:
+            where = f" [{row['file']}, row {row['row']}]" if row["file"] is not None else ""
+            notes.append(Text(f"  {row['session']}: {row['rejected']}{where}"))
+    return Group(table, *notes) if notes else table

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..algorithm.linearize import ForkCause
 from ..algorithm.session import SessionReport, SessionResult
-from ..run.corpus import Reject
+from ..run.corpus import UNFINISHED_REASON, Reject
 
 __all__ = [
     "FIELDS",
@@ -45,6 +45,7 @@ FIELDS: dict[str, str] = {
     "realigns": "realigns",
     "merges": "rewrite merges",
     "reward": "the session's reward",
+    "unfinished": "true for a session without a sessions row (its harness did not finish it)",
     "rejected": "why the session was rejected (null when it was not)",
 }
 
@@ -54,6 +55,7 @@ def session_row(item: SessionResult | Reject) -> dict[str, Any]:
     if isinstance(item, Reject):
         row: dict[str, Any] = dict.fromkeys(FIELDS)
         row["session"] = item.session_id
+        row["unfinished"] = item.reason == UNFINISHED_REASON
         row["rejected"] = item.reason
         row["file"] = item.file
         row["row"] = item.row
@@ -70,6 +72,7 @@ def session_row(item: SessionResult | Reject) -> dict[str, Any]:
         "realigns": r.realigns,
         "merges": r.rewrite_merges,
         "reward": item.info.reward,
+        "unfinished": not item.info.finished,
         "rejected": None,
         "file": None,
         "row": None,
@@ -272,6 +275,8 @@ class CorpusStats:
     sessions_with_forks: int = 0
     sessions_with_realigns: int = 0
     sessions_without_row: int = 0
+    #: The first few sessions rebuilt without a sessions row.
+    without_row_examples: list[str] = field(default_factory=list)
     rejected: int = 0
     #: reason -> [count, first few session ids]; rejected sessions are listed by reject reason.
     zero_samples: dict[str, list[Any]] = field(default_factory=dict)
@@ -314,6 +319,7 @@ class CorpusStats:
             "rewrite_merges": t.rewrite_merges,
             "ambiguous_rewrites": t.ambiguous_rewrites,
             "sessions_without_sessions_row": self.sessions_without_row,
+            "sessions_without_sessions_row_examples": self.without_row_examples,
             "zero_sample_sessions": {
                 reason: {"sessions": count, "examples": examples}
                 for reason, (count, examples) in sorted(self.zero_samples.items())
@@ -347,6 +353,8 @@ def corpus_stats(items: Iterable[SessionResult | Reject]) -> CorpusStats:
         stats.sessions_with_forks += r.fork_total > 0
         stats.sessions_with_realigns += r.realigns > 0
         stats.sessions_without_row += r.missing_sessions_row
+        if r.missing_sessions_row and len(stats.without_row_examples) < 3:
+            stats.without_row_examples.append(item.session_id)
         stats.turns_per_session.append(r.turns)
         if not item.samples:
             _note(stats.zero_samples, zero_sample_reason(item), item.session_id)

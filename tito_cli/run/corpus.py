@@ -11,6 +11,7 @@ import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from ..algorithm.policy import Policy
 from ..algorithm.session import SessionResult, rebuild_session
@@ -20,7 +21,22 @@ from ..read.turnlog import SessionsTable, TurnLog
 from ..read.validate import parse_session
 from ..turns import RowRef, SessionInfo
 
-__all__ = ["Corpus", "Reject", "find_session_id", "rebuild_rows"]
+__all__ = [
+    "UNFINISHED_REASON",
+    "Corpus",
+    "Reject",
+    "Unfinished",
+    "find_session_id",
+    "rebuild_rows",
+    "reject_unfinished",
+]
+
+#: What to do with a session that has turns but no sessions row (its harness died before
+#: finishing it): ``keep`` rebuilds it with reward 0.0 (and marks its samples), ``reject``
+#: leaves it out and lists it in the rejects report.
+Unfinished = Literal["keep", "reject"]
+
+UNFINISHED_REASON = "no sessions row: the session was not finished (--unfinished reject)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,10 +55,13 @@ class Reject:
 class Corpus:
     """A turn log opened for rebuilding: files classified, sessions table read."""
 
-    def __init__(self, log: TurnLog, policy: Policy | None = None) -> None:
+    def __init__(self, log: TurnLog, policy: Policy | None = None, *, unfinished: Unfinished = "keep") -> None:
         self.log = log
         self.policy = policy or Policy()
+        self.unfinished: Unfinished = unfinished
         self.sessions_table: SessionsTable = log.read_sessions()
+        if unfinished == "reject":
+            reject_unfinished(self.sessions_table, log)
 
     @classmethod
     def open(
@@ -52,6 +71,7 @@ class Corpus:
         *,
         exclude: Iterable[Path] = (),
         map_files: FileMap | None = None,
+        unfinished: Unfinished = "keep",
     ) -> Corpus:
         """Classify and index the log's files (every use of a corpus needs its index), then read its sessions table.
 
@@ -59,7 +79,7 @@ class Corpus:
         (see :meth:`TurnLog.open`).
         """
         log = TurnLog.open([Path(p) for p in inputs], exclude=exclude, index=True, map_files=map_files)
-        return cls(log, policy)
+        return cls(log, policy, unfinished=unfinished)
 
     @property
     def tokenizer(self) -> str | None:
@@ -85,6 +105,17 @@ class Corpus:
         for result in self.results(only=[sid]):
             return result
         raise UnknownSessionError(f"no session {sid!r}")  # pragma: no cover - ids come from the log
+
+
+def reject_unfinished(table: SessionsTable, log: TurnLog) -> None:
+    """Mark every session with turns but no sessions row invalid, at its last turn row."""
+    index = log.index()
+    for sid, place in index.places.items():
+        if sid in table.infos or sid in table.invalid:
+            continue
+        group = index.row_groups[int(place.groups[-1])]
+        row = group.first_row + int(place.rows[-1])
+        table.invalid[sid] = (UNFINISHED_REASON, RowRef(str(log.turn_files[group.file].path), row))
 
 
 def rebuild_rows(

@@ -45,7 +45,7 @@ from ..read.turnlog import TurnLog
 from ..read.validate import parse_session
 from ..schema import SAMPLES_SCHEMA
 from ..turns import RowRef, SessionInfo
-from .corpus import Reject
+from .corpus import Reject, Unfinished, reject_unfinished
 from .rebuild import RebuildSummary, rejects_path
 
 __all__ = ["read_samples", "rebuild_ray"]
@@ -66,6 +66,7 @@ def rebuild_ray(
     policy: Policy | None = None,
     *,
     overwrite: bool = False,
+    unfinished: Unfinished = "keep",
 ) -> RebuildSummary:
     """Rebuild every session under ``inputs`` into the folder ``out`` with Ray Data."""
     try:
@@ -90,6 +91,8 @@ def rebuild_ray(
     # Indexed as it is classified (one open a file): the session ids below need the index.
     log = TurnLog.open([Path(p) for p in inputs], exclude=[out], index=True)
     sessions = log.read_sessions()
+    if unfinished == "reject":
+        reject_unfinished(sessions, log)
     summary = RebuildSummary(out=out, rejects_file=rejects_file, policy=policy, tokenizer=log.tokenizer)
     session_ids = log.session_ids()
 

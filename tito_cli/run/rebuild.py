@@ -19,7 +19,7 @@ from ..errors import OutputError
 from ..export.parquet import SamplesWriter
 from ..read.files import discover_files, require_logs
 from ..read.turnlog import SessionsTable
-from .corpus import Corpus, Reject
+from .corpus import Corpus, Reject, Unfinished
 from .local import default_workers, early_pool, file_map, rebuild_outputs
 
 __all__ = ["RebuildSummary", "Reject", "rebuild", "rejects_path"]
@@ -92,6 +92,7 @@ def rebuild(
     progress: Progress | None = None,
     workers: int | None = None,
     batch_bytes: float | None = None,
+    unfinished: Unfinished = "keep",
 ) -> RebuildSummary:
     """Rebuild every session under ``inputs`` into ``out`` (Parquet, SPEC §5).
 
@@ -104,6 +105,8 @@ def rebuild(
     machine's cores; small logs are rebuilt in-process); the output is the
     same for any number.  ``batch_bytes`` sets the size of the batches of
     sessions handed to workers (see :func:`tito_cli.run.local.plan_batches`).
+    ``unfinished``: sessions without a sessions row are rebuilt with reward
+    0.0 (``keep``, their samples say ``"finished": false``) or rejected.
     """
     policy = policy or Policy()
     out = Path(out)
@@ -118,7 +121,7 @@ def rebuild(
     workers = default_workers() if workers is None else workers
     rejected: list[Reject] = []
     with early_pool(len(files), workers) as pool:
-        corpus = Corpus.open(files, policy, map_files=file_map(pool, len(files), workers))
+        corpus = Corpus.open(files, policy, map_files=file_map(pool, len(files), workers), unfinished=unfinished)
         # Temporaries of a rebuild that was killed (SIGKILL, OOM) before it could clean up.
         stale = remove_stale_temporaries(out) + remove_stale_temporaries(rejects_file)
         session_ids = corpus.session_ids()
@@ -129,9 +132,7 @@ def rebuild(
         except OSError as exc:
             raise OutputError(f"cannot write ({exc})", file=out) from None
         with writer:
-            outputs = rebuild_outputs(
-                corpus, workers=workers, batch_bytes=batch_bytes, spill_dir=out.parent, pool=pool
-            )
+            outputs = rebuild_outputs(corpus, workers=workers, batch_bytes=batch_bytes, spill_dir=out.parent, pool=pool)
             for done, result in enumerate(outputs, start=1):
                 if isinstance(result, Reject):
                     rejected.append(result)
