@@ -1,14 +1,19 @@
-"""File names derived from session ids (which come from logs, so are untrusted)."""
+"""Paths tito knows: the fixture tokenizer's, and file names derived from (untrusted) session ids."""
 
 from __future__ import annotations
 
 import hashlib
 import re
+from pathlib import Path
 
-__all__ = ["FIXTURE_TOKENIZER", "safe_filename"]
+__all__ = ["FIXTURE_TOKENIZER", "PACKAGED_TOKENIZER", "safe_filename"]
 
-#: The tokenizer shipped in the repository (relative to its root), used by the simulator.
+#: The tokenizer shipped in the repository (relative to its root), used by the simulator; the
+#: name its logs record.
 FIXTURE_TOKENIZER = "fixtures/tokenizer"
+#: The same files inside the package, so the simulator (and decoding its logs) works after a
+#: non-editable install, from any folder (fixtures/tokenizer/build.py writes both).
+PACKAGED_TOKENIZER = Path(__file__).resolve().parent / "simulate" / "tokenizer"
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
