@@ -124,9 +124,13 @@ class UnknownSessionError(TitoError):
 
     exit_code = EXIT_USAGE
 
-    def __init__(self, message: str, *, candidates: list[str] | None = None, **kwargs: object) -> None:
+    def __init__(
+        self, message: str, *, candidates: list[str] | None = None, suggestions: bool = False, **kwargs: object
+    ) -> None:
         super().__init__(message, **kwargs)  # type: ignore[arg-type]
         self.candidates = candidates or []
+        #: The candidates are near misses of an id that matched nothing ("did you mean"), not the matches.
+        self.suggestions = suggestions
 
 
 class TokenizerError(TitoError):

@@ -135,7 +135,7 @@ def report_error(error: TitoError) -> None:
     # Escaped: a path, reason or install hint may hold brackets ('tito-cli[ray]') that are not markup.
     err_console.print(f"[bold red]ERROR[/] {escape(str(error))}", markup=True, highlight=False, soft_wrap=True)
     if isinstance(error, UnknownSessionError) and error.candidates:
-        err_console.print("candidates:", soft_wrap=True)
+        err_console.print("did you mean:" if error.suggestions else "candidates:", soft_wrap=True)
         for candidate in error.candidates:
             err_console.print(f"  {candidate}", markup=False, soft_wrap=True)
     if error.tip:

@@ -7,6 +7,7 @@ exactly the samples ``rebuild`` writes.
 
 from __future__ import annotations
 
+import difflib
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -145,9 +146,12 @@ def find_session_id(session_ids: list[str], query: str) -> str:
         return matches[0]
     if not matches:
         close = [sid for sid in session_ids if query.lower() in sid.lower()][:20]
+        if not close:  # a near miss: a typo, a digit off, a wrong separator
+            close = difflib.get_close_matches(query, session_ids, n=5, cutoff=0.6)
         raise UnknownSessionError(
             f"no session matches {query!r} ({len(session_ids)} sessions in the log)",
             candidates=close,
+            suggestions=True,
             tip="run 'tito ls' to list the sessions" if not close else None,
         )
     raise UnknownSessionError(
