@@ -48,3 +48,42 @@ def test_ray_matches_local_engine(folder: Path, tmp_path: Path) -> None:
     assert on_ray.sessions == local.sessions
     assert on_ray.totals == local.totals
     assert (tmp_path / "ray.rejects.jsonl").read_text() == (tmp_path / "local.parquet.rejects.jsonl").read_text()
+
+
+def test_ray_keeps_its_info_lines_off_the_terminal_and_rejects_unfinished_sessions(tmp_path: Path) -> None:
+    import json
+    import logging
+
+    from tito_cli.run.ray_data import rebuild_ray
+
+    folder = next(f for f in FOLDERS if f.name == "cases-threshold-1024")
+    logs = tmp_path / "logs"
+    sessions = read_jsonl(folder / "sessions.jsonl")
+    write_log(logs, read_jsonl(folder / "turns.jsonl"), sessions[1:], max_rows=97)
+    unfinished = sessions[0]["session_id"]
+
+    class Lines(logging.Handler):
+        def __init__(self) -> None:
+            super().__init__(logging.DEBUG)
+            self.levels: list[int] = []
+
+        def emit(self, record: logging.LogRecord) -> None:
+            self.levels.append(record.levelno)
+
+    seen = Lines()
+    ray_data_logger = logging.getLogger("ray.data")
+    ray_data_logger.addHandler(seen)
+    try:
+        ray_data_logger.setLevel(logging.INFO)  # as Ray sets it up
+        rebuild_ray([logs], tmp_path / "loud", quiet=False)
+        assert logging.INFO in seen.levels  # the lines a quiet run must not show
+        seen.levels.clear()
+        summary = rebuild_ray([logs], tmp_path / "ray", unfinished="reject")
+        assert [level for level in seen.levels if level < logging.ERROR] == []
+    finally:
+        ray_data_logger.removeHandler(seen)
+    local = rebuild([logs], tmp_path / "local.parquet", workers=1, unfinished="reject")
+    assert [r.to_dict() for r in summary.rejected] == [r.to_dict() for r in local.rejected]
+    assert unfinished in {r.session_id for r in summary.rejected}
+    reports = [json.loads(line) for line in (tmp_path / "ray.rejects.jsonl").read_text().splitlines()]
+    assert any(r["session_id"] == unfinished and r["reason"].startswith("no sessions row") for r in reports)

@@ -13,7 +13,7 @@ from ..errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_OUTPUT, EXIT_REJECTED
 from ..render.summary import render_rebuild_summary
 from ..run.local import BATCHES_PER_WORKER
 from ..run.rebuild import rebuild as rebuild_logs
-from .app import app, err_console, exit_codes_help, guarded, progress_bar
+from .app import app, err_console, exit_codes_help, guarded, progress_bar, state
 from .unfinished import UNFINISHED, UnfinishedChoice
 
 
@@ -81,7 +81,8 @@ def rebuild(
     if engine is EngineChoice.ray:
         from ..run.ray_data import rebuild_ray
 
-        summary = rebuild_ray(logs, out, policy, overwrite=overwrite, unfinished=unfinished.value)
+        quiet = not state.verbose  # Ray's INFO lines only with -v
+        summary = rebuild_ray(logs, out, policy, overwrite=overwrite, unfinished=unfinished.value, quiet=quiet)
         err_console.print(render_rebuild_summary(summary))
         raise typer.Exit(EXIT_REJECTED if summary.rejected else EXIT_OK)
     options: dict[str, Any] = {"overwrite": overwrite, "workers": workers, "batch_bytes": batch_bytes}

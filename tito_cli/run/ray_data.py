@@ -22,6 +22,7 @@ written to the samples folder.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 from collections.abc import Iterable
@@ -67,8 +68,13 @@ def rebuild_ray(
     *,
     overwrite: bool = False,
     unfinished: Unfinished = "keep",
+    quiet: bool = True,
 ) -> RebuildSummary:
-    """Rebuild every session under ``inputs`` into the folder ``out`` with Ray Data."""
+    """Rebuild every session under ``inputs`` into the folder ``out`` with Ray Data.
+
+    ``quiet``: Ray's own INFO and WARNING log lines (execution plans, timings) are not
+    shown; Ray keeps them in its session logs.  Errors still show.
+    """
     try:
         import ray
         import ray.data
@@ -77,6 +83,10 @@ def rebuild_ray(
             "the ray engine needs Ray Data, which is not installed",
             tip="pip install 'tito-cli[ray]'  (or: pip install 'ray[data]' aiohttp)",
         ) from None
+    if quiet:
+        # After importing ray.data, which sets its loggers up (levels included) at import.
+        for name in ("ray", "ray.data"):
+            logging.getLogger(name).setLevel(logging.ERROR)
     policy = policy or Policy()
     out = Path(out)
     rejects_file = rejects_path(out)
