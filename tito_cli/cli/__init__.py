@@ -39,4 +39,4 @@ def main() -> None:
     # Collect less often, and never scan what the imports made (forked workers inherit both).
     gc.freeze()
     gc.set_threshold(GC_THRESHOLD)
-    app()
+    app(prog_name="tito")
