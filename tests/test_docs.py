@@ -121,3 +121,12 @@ def test_the_convention_is_parsed_and_compared_as_documented() -> None:
     assert not doc_examples.matches(["one"], ["one", "two"])
     rewritten = doc_examples.rewrite(text, {2: ["uno"], 8: ["dos"]})
     assert rewritten.split("\n")[:7] == ["```console", "$ tito a \\", "  --b", "uno", "$ tito c", "dos", "```"]
+
+
+def test_ci_runs_the_readme_test_command() -> None:
+    ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
+    readme = (REPO / "README.md").read_text(encoding="utf-8").splitlines()
+    marker = 'pip install -e ".[test,ray]" && python -m pytest'
+    assert f"grep -m1 -F '{marker}' README.md" in ci
+    [command] = [line for line in readme if marker in line]
+    assert command.startswith("python3 -m venv .venv && . .venv/bin/activate && ")  # works on a managed Python
