@@ -21,9 +21,10 @@ Not run, in ``sh`` blocks only (a ``console`` block must run in full):
 * ``python benchmarks/…``: minutes long, and what they print are measurements.
 
 Every command runs in ``bash`` with the root of a scratch copy of the repository as its working
-folder (one copy per document, so a document's commands see each other's files), ``tito`` and
-``python`` on ``PATH`` meaning this checkout's code, no ``COLUMNS``/``NO_COLOR``/``TITO_*`` from
-the caller, and offline Hugging Face libraries.
+folder (the files git lists, so no ``samples.parquet`` or ``logs/`` of the user's; one copy per
+document, so a document's commands see each other's files), ``tito`` and ``python`` on ``PATH``
+meaning this checkout's code, no ``COLUMNS``/``NO_COLOR``/``TITO_*`` from the caller, and offline
+Hugging Face libraries.
 """
 
 from __future__ import annotations
@@ -182,7 +183,7 @@ class Sandbox:
 
     def __init__(self, repo: Path, scratch: Path) -> None:
         self.root = scratch / repo.name
-        shutil.copytree(repo, self.root, symlinks=True, ignore=_ignored)
+        _copy_checkout(repo, self.root)
         shared = repo.parent / "shared"
         if shared.is_dir():  # ``../shared`` beside the checkout, as the documents refer to it
             (scratch / "shared").symlink_to(shared)
@@ -215,6 +216,28 @@ class Sandbox:
             check=False,
         )
         return done.returncode, _trimmed(done.stdout.decode("utf-8", errors="replace").split("\n"))
+
+
+def _copy_checkout(repo: Path, to: Path) -> None:
+    """The repository's files as git sees them (tracked, or new and not ignored), without a user's
+    outputs (``samples.parquet``, ``logs/``: git-ignored); a plain copy when git cannot list them."""
+    try:
+        listed = subprocess.run(
+            ["git", "-C", str(repo), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            capture_output=True,
+            check=True,
+            timeout=60,
+        ).stdout.decode("utf-8", errors="surrogateescape")
+    except (OSError, subprocess.SubprocessError):
+        shutil.copytree(repo, to, symlinks=True, ignore=_ignored)
+        return
+    for name in filter(None, listed.split("\0")):
+        source = repo / name
+        if not source.is_file() and not source.is_symlink():
+            continue  # deleted in the working tree
+        target = to / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source, target, follow_symlinks=False)
 
 
 def _ignored(folder: str, names: list[str]) -> set[str]:
