@@ -43,7 +43,8 @@ EXIT_MEANINGS = {
     EXIT_INTERNAL: "internal error (a bug: please report it with -v output)",
     EXIT_USAGE: "usage error, unknown session, or an optional dependency the options need is not installed",
     EXIT_REJECTED: "output written but some sessions were rejected (see the rejects report)",
-    EXIT_BAD_INPUT: "a log file is unreadable or has the wrong schema, or no log was found (nothing written)",
+    EXIT_BAD_INPUT: "a log file or import source is unreadable or has the wrong schema, or no log was found "
+    "(nothing written)",
     EXIT_OUTPUT: "the output cannot be written (exists without --overwrite, or the OS refused)",
     EXIT_CHECK_FAILED: "tito check found a changed, missing or stale golden dump",
 }
@@ -132,7 +133,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def report_error(error: TitoError) -> None:
-    # Escaped: a path, reason or install hint may hold brackets ('tito-cli[ray]') that are not markup.
+    # Escaped: messages and tips hold brackets of their own ("pip install 'tito-cli[slime]'").
     err_console.print(f"[bold red]ERROR[/] {escape(str(error))}", markup=True, highlight=False, soft_wrap=True)
     if isinstance(error, UnknownSessionError) and error.candidates:
         err_console.print("did you mean:" if error.suggestions else "candidates:", soft_wrap=True)

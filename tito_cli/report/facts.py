@@ -19,6 +19,7 @@ import numpy as np
 
 from ..algorithm.linearize import ForkCause
 from ..algorithm.session import SessionReport, SessionResult
+from ..export.groups import GroupCounts
 from ..run.corpus import UNFINISHED_REASON, Reject
 
 __all__ = [
@@ -283,6 +284,8 @@ class CorpusStats:
     prompt_lengths: list[int] = field(default_factory=list)
     output_lengths: list[int] = field(default_factory=list)
     turns_per_session: list[int] = field(default_factory=list)
+    #: Sessions and samples per ``group_index`` (GRPO group integrity).
+    groups: GroupCounts = field(default_factory=GroupCounts)
 
     def to_dict(self) -> dict[str, Any]:
         t = self.totals
@@ -327,6 +330,7 @@ class CorpusStats:
             "turns_per_session": percentiles(self.turns_per_session),
             "prompt_tokens": percentiles(self.prompt_lengths),
             "output_tokens": percentiles(self.output_lengths),
+            "groups": self.groups.to_dict(),
         }
 
 
@@ -356,6 +360,7 @@ def corpus_stats(items: Iterable[SessionResult | Reject]) -> CorpusStats:
         if r.missing_sessions_row and len(stats.without_row_examples) < 3:
             stats.without_row_examples.append(item.session_id)
         stats.turns_per_session.append(r.turns)
+        stats.groups.add(item.session_id, item.info.group_index, len(item.samples))
         if not item.samples:
             _note(stats.zero_samples, zero_sample_reason(item), item.session_id)
         for turn in item.tree.turns:
