@@ -8,6 +8,8 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from .visible import one_line
+
 __all__ = ["render_listing"]
 
 _NUMBERS = ("turns", "leaves", "samples", "trained", "context", "forks", "realigns", "merges", "reward")
@@ -43,7 +45,7 @@ def render_listing(rows: list[dict[str, Any]], width: int = 100) -> RenderableTy
     full, with its file and row, under the table.
     """
     widths = {name: max([len(name), *(len(_format(r, name)) for r in rows)]) for name in _NUMBERS}
-    widths["session"] = max([7, *(len(r["session"]) for r in rows)])
+    widths["session"] = max([7, *(len(one_line(r["session"])) for r in rows)])
     numbers = list(_NUMBERS)
 
     def line(names: list[str]) -> int:
@@ -66,7 +68,7 @@ def render_listing(rows: list[dict[str, Any]], width: int = 100) -> RenderableTy
     if reason_column:
         table.add_column("rejected", no_wrap=True, overflow="ellipsis", max_width=reason_width)
     for row in rows:
-        session = Text(row["session"], style="red" if row["rejected"] is not None else "")
+        session = Text(one_line(row["session"]), style="red" if row["rejected"] is not None else "")
         cells: list[Text | str] = [session, *(_cell(row, n) for n in numbers)]
         if reason_column:
             reason = row["rejected"] or ""
@@ -74,16 +76,16 @@ def render_listing(rows: list[dict[str, Any]], width: int = 100) -> RenderableTy
                 reason = "yes"  # too narrow to say why; the full reason follows the table
             elif len(reason) > reason_width:
                 reason = reason[: reason_width - 1] + "…"
-            cells.append(Text(reason, style="red"))
+            cells.append(Text(one_line(reason), style="red"))
         table.add_row(*cells)
     notes: list[Text] = []
     unfinished = [r["session"] for r in rows if r["unfinished"] and r["rejected"] is None]
     if unfinished:
         notes += [Text(""), Text("no sessions row (rebuilt with reward 0.0; --unfinished reject leaves them out):")]
-        notes += [Text(f"  {session}") for session in unfinished]
+        notes += [Text(f"  {one_line(session)}") for session in unfinished]
     if rejected:
         notes += [Text(""), Text("rejected:", style="bold red")]
         for row in rejected:
             where = f" [{row['file']}, row {row['row']}]" if row["file"] is not None else ""
-            notes.append(Text(f"  {row['session']}: {row['rejected']}{where}"))
+            notes.append(Text(one_line(f"  {row['session']}: {row['rejected']}{where}")))
     return Group(table, *notes) if notes else table
