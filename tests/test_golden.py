@@ -22,7 +22,7 @@ from tito_cli.errors import EXIT_CHECK_FAILED, EXIT_OK, EXIT_USAGE
 from tito_cli.golden.compare import Status
 from tito_cli.golden.serialize import token_label
 from tito_cli.pytest_plugin import TitoGolden
-from tito_cli.render.tokens import TokenText
+from tito_cli.tokenizer import TokenText
 
 from .helpers import CONFORMANCE, REPO, conformance_folders, read_jsonl, write_log
 
@@ -367,10 +367,13 @@ def test_recorded_tokenizer_must_be_found(tmp_path: Path) -> None:
     write_log(logs, read_jsonl(CASES / "turns.jsonl")[:2], tokenizer="no/such/tokenizer")
     result = run("dump", logs, "--out", tmp_path / "g")
     assert result.exit_code == EXIT_USAGE
-    assert result.stderr.splitlines() == [
-        "ERROR the log records tokenizer 'no/such/tokenizer', which is not found here",
-        "TIP pass --tokenizer PATH to point at it, or --no-decode to dump token ids",
-    ]
+    error, tip = result.stderr.splitlines()
+    assert error == (
+        "ERROR the log's tokenizer 'no/such/tokenizer' is not found here (tried the folder no/such/tokenizer "
+        f"from {logs} (and above) and the working directory)"
+    )
+    assert tip.startswith("TIP pass --tokenizer PATH (a folder with tokenizer.json), or --tokenizer NAME=PATH")
+    assert tip.endswith("; or pass --no-decode to dump token ids")
     assert not (tmp_path / "g").exists()
     result = run("dump", logs, "--out", "-", "--no-decode")
     assert result.exit_code == EXIT_OK
@@ -433,7 +436,7 @@ TOKENIZER = REPO / "fixtures" / "tokenizer"
 
 
 def test_decoded_dump_shows_text_lines_per_span(tmp_path: Path) -> None:
-    tok = TokenText.load(str(TOKENIZER)).tokenizer
+    tok = TokenText.open(str(TOKENIZER)).tokenizer
 
     def enc(text: str) -> list[int]:
         return list(tok.encode(text, add_special_tokens=False))

@@ -21,8 +21,8 @@ from tito_cli.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_REJECTED, EXIT_USAGE
 from tito_cli.render.plain import to_plain
 from tito_cli.render.sample_text import render_samples, samples_data, seq_ranges
 from tito_cli.render.session_view import render_tree, render_turns, tree_nodes, turn_rows
-from tito_cli.render.tokens import TokenText, visible
 from tito_cli.run.corpus import Corpus, Reject
+from tito_cli.tokenizer import TokenText, visible
 
 from .helpers import conformance_folders, read_jsonl, write_log
 from .scenario_logs import TOKENIZER, scenario_log
@@ -233,7 +233,7 @@ def test_samples_view_decoded_brackets_hold_the_trained_text(agent_logs: Path) -
     text = body.replace("↵\n", "↵")
     bracketed = re.findall(r"\[([^\]]*)\]", "\n".join(x for x in text.splitlines() if not x.startswith("──")))
 
-    decoder = TokenText.load(str(TOKENIZER))
+    decoder = TokenText.open(str(TOKENIZER))
     expected = []
     for sample in main_result(agent_logs).samples:
         mask = sample.loss_mask
@@ -413,14 +413,16 @@ def test_bad_view_and_bad_tokenizer_are_usage_errors(agent_logs: Path, tmp_path:
     assert "unknown view bogus" in err
     code, _, err = run("inspect", MAIN, "--logs", str(agent_logs), "--tokenizer", str(tmp_path / "none"))
     assert code == EXIT_USAGE
-    assert "not a tokenizer folder" in err
+    assert f"to be found at '{tmp_path / 'none'}', is not found here" in " ".join(err.split())
 
 
 def test_recorded_tokenizer_not_found_falls_back_to_ids(tmp_path: Path) -> None:
     logs = scenario_log("agent", tmp_path / "logs", tokenizer="no/such/tokenizer")
     code, lines, err = run("inspect", "s-7f9c", "--logs", str(logs), "--view", "samples")
     assert code == EXIT_OK
-    assert "tokenizer 'no/such/tokenizer' recorded in the log was not found: showing token ids" in err
+    note = " ".join(err.split())
+    assert note.startswith("the log's tokenizer 'no/such/tokenizer' is not found here (tried the folder no/such/")
+    assert note.endswith("and the working directory): showing token ids (pass --tokenizer PATH)")
     assert lines[-1].startswith("[") and all(w.strip("[]").isdigit() for w in lines[-1].split())
 
 

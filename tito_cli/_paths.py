@@ -1,14 +1,16 @@
-"""File names derived from session ids (which come from logs, so are untrusted)."""
+"""Names of things: file names derived from session ids (untrusted, from logs), and shipped tokenizers."""
 
 from __future__ import annotations
 
 import hashlib
 import re
 
-__all__ = ["FIXTURE_TOKENIZER", "safe_filename"]
+__all__ = ["FIXTURE_TOKENIZER", "QWEN3_TOKENIZER", "safe_filename"]
 
-#: The tokenizer shipped in the repository (relative to its root), used by the simulator.
+#: The simulator's tokenizers, by the names its logs record (folders relative to the repository's root;
+#: the package ships a copy of each, see ``tito_cli.tokenizer.SHIPPED``).
 FIXTURE_TOKENIZER = "fixtures/tokenizer"
+QWEN3_TOKENIZER = "fixtures/tokenizers/qwen3"
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 

@@ -17,11 +17,11 @@ from .dump import (
     REWARD_MODE,
     SESSIONS,
     STYLE,
-    TOKENIZER,
     WORKERS,
     golden_options,
     option_args,
 )
+from .options import TOKENIZER
 
 
 @app.command(
@@ -45,7 +45,7 @@ def check(
     fork_threshold: int = FORK_THRESHOLD,
     reward_mode: str = REWARD_MODE,
     style: str = STYLE,
-    tokenizer: Path | None = TOKENIZER,
+    tokenizer: list[str] | None = TOKENIZER,
     no_decode: bool = NO_DECODE,
     workers: int = WORKERS,
 ) -> None:

@@ -10,6 +10,7 @@ import typer
 
 from ..algorithm.policy import DEFAULT_FORK_THRESHOLD, Policy
 from .app import EXIT_CODES_HELP, app, err_console, guarded
+from .options import TOKENIZER
 
 if TYPE_CHECKING:  # the golden package is imported when a command runs, not at start-up
     from ..golden.compare import GoldenOptions
@@ -37,12 +38,6 @@ STYLE = typer.Option(
     help="'full': header, turns, routing tree, packing decisions and one line per span of each sample; "
     "'compact': one line per sample in bracket notation (1000 1025 [9101] [9009]), for small synthetic cases.",
 )
-TOKENIZER = typer.Option(
-    None,
-    "--tokenizer",
-    help="Tokenizer folder to decode with (default: the one the log records, found offline; "
-    "an error if it is recorded but missing).",
-)
 NO_DECODE = typer.Option(False, "--no-decode", help="Write token ids even when a tokenizer is available.")
 WORKERS = typer.Option(
     1,
@@ -54,26 +49,27 @@ WORKERS = typer.Option(
 
 
 def golden_options(
-    fork_threshold: int, reward_mode: str, style: str, tokenizer: Path | None, no_decode: bool, workers: int = 1
+    fork_threshold: int, reward_mode: str, style: str, tokenizer: list[str] | None, no_decode: bool, workers: int = 1
 ) -> GoldenOptions:
     if reward_mode not in ("split", "full"):
         raise typer.BadParameter("must be 'split' or 'full'", param_hint="--reward-mode")
     if style not in ("full", "compact"):
         raise typer.BadParameter("must be 'full' or 'compact'", param_hint="--style")
     from ..golden.compare import GoldenOptions
+    from ..tokenizer import parse_tokenizer_options
 
     policy = Policy(fork_threshold=fork_threshold, reward_mode=reward_mode)  # type: ignore[arg-type]
     return GoldenOptions(
         policy=policy,
         style=style,  # type: ignore[arg-type]
-        tokenizer=tokenizer,
+        tokenizer=parse_tokenizer_options(tokenizer),
         decode=not no_decode,
         workers=workers,
     )
 
 
 def option_args(
-    fork_threshold: int, reward_mode: str, style: str, tokenizer: Path | None, no_decode: bool, sessions: Any
+    fork_threshold: int, reward_mode: str, style: str, tokenizer: list[str] | None, no_decode: bool, sessions: Any
 ) -> list[str]:
     """The non-default options again, as command-line words (for the command that accepts a change)."""
     words: list[str] = []
@@ -83,8 +79,8 @@ def option_args(
         words += ["--reward-mode", reward_mode]
     if style != "full":
         words += ["--style", style]
-    if tokenizer is not None:
-        words += ["--tokenizer", str(tokenizer)]
+    for value in tokenizer or ():
+        words += ["--tokenizer", value]
     if no_decode:
         words.append("--no-decode")
     for session in sessions or ():
@@ -106,7 +102,7 @@ def dump(
     fork_threshold: int = FORK_THRESHOLD,
     reward_mode: str = REWARD_MODE,
     style: str = STYLE,
-    tokenizer: Path | None = TOKENIZER,
+    tokenizer: list[str] | None = TOKENIZER,
     no_decode: bool = NO_DECODE,
     workers: int = WORKERS,
 ) -> None:

@@ -10,7 +10,7 @@ from rich.console import Group, RenderableType
 from rich.text import Text
 
 from ..algorithm.policy import DEFAULT_FORK_THRESHOLD, Policy
-from ..errors import InvalidSessionError, TitoError
+from ..errors import InvalidSessionError, TokenizerError
 from ..render.jsonout import dumps
 from ..render.sample_text import render_samples, samples_data
 from ..render.session_view import (
@@ -21,9 +21,10 @@ from ..render.session_view import (
     tree_nodes,
     turn_rows,
 )
-from ..render.tokens import TokenText, resolve_tokenizer
 from ..run.corpus import Reject
+from ..tokenizer import TokenText, parse_tokenizer_options
 from .app import EXIT_CODES_HELP, app, err_console, guarded
+from .options import TOKENIZER
 from .viewing import LOGS_ENV, is_plain, open_logs, show
 
 VIEWS = ("turns", "tree", "samples")
@@ -40,28 +41,22 @@ def parse_views(value: str) -> list[str]:
     return [v for v in VIEWS if v in views]  # always in the same order
 
 
-def choose_tokenizer(explicit: Path | None, recorded: str | None, logs: Path) -> tuple[TokenText, str | None]:
+def choose_tokenizer(values: list[str] | None, recorded: str | None, logs: Path) -> tuple[TokenText, str | None]:
     """The decoder for the samples view, and a note for the user when showing ids instead.
 
-    ``--tokenizer`` must load; a tokenizer recorded in the log is looked up
-    next to the log and from the working folder, and falls back to ids.
+    What ``--tokenizer`` names must load (as in every command); a tokenizer
+    only recorded in the log falls back to ids, with a note, when it is not
+    found here: a viewer should still show what it can.
     """
-    if explicit is not None:
-        if not explicit.is_dir():
-            raise typer.BadParameter(f"{explicit} is not a tokenizer folder", param_hint="--tokenizer")
-        try:
-            return TokenText.load(str(explicit)), None
-        except TitoError as exc:
-            raise typer.BadParameter(exc.message, param_hint="--tokenizer") from None
-    if not recorded:
+    choice = parse_tokenizer_options(values)
+    if choice.name_for(recorded) is None:
         return TokenText(), "no tokenizer recorded in the log: showing token ids (pass --tokenizer PATH)"
-    path = resolve_tokenizer(recorded, search_from=[logs, Path.cwd()])
-    if path is None:
-        return TokenText(), f"tokenizer {recorded!r} recorded in the log was not found: showing token ids"
+    if values:
+        return TokenText.open(recorded, [logs], choice), None
     try:
-        return TokenText.load(str(path)), None
-    except TitoError as exc:
-        return TokenText(), f"tokenizer {recorded!r} could not be loaded ({exc.message}): showing token ids"
+        return TokenText.open(recorded, [logs], choice), None
+    except TokenizerError as exc:
+        return TokenText(), f"{exc.message}: showing token ids (pass --tokenizer PATH)"
 
 
 @app.command(
@@ -75,12 +70,7 @@ def inspect(
         Path("logs"), "--logs", "-l", envvar=LOGS_ENV, help=f"The turn-log folder (or ${LOGS_ENV})."
     ),
     view: str = typer.Option(",".join(VIEWS), "--view", help="Comma-separated views to show: turns, tree, samples."),
-    tokenizer: Path | None = typer.Option(
-        None,
-        "--tokenizer",
-        help="Tokenizer folder for decoding (default: the one recorded in the log; token ids without one). "
-        "Loaded offline.",
-    ),
+    tokenizer: list[str] | None = TOKENIZER,
     ids: bool = typer.Option(False, "--ids", help="Show token ids instead of decoded text."),
     full: bool = typer.Option(False, "--full", help="Show first prompts and long context runs in full."),
     as_json: bool = typer.Option(False, "--json", help="Print the selected views as JSON (stable keys)."),

@@ -21,8 +21,8 @@ from pathlib import Path
 from .._atomic import atomic_path
 from ..algorithm.policy import Policy
 from ..errors import OutputError
-from ..render.tokens import TokenText
 from ..run.corpus import Corpus, find_session_id
+from ..tokenizer import TokenizerChoice, TokenText
 from .serialize import DumpStyle, TokenWords, dump_file_name, dump_session, escape_invisible, golden_token_text
 
 __all__ = [
@@ -48,8 +48,8 @@ class GoldenOptions:
 
     policy: Policy = field(default_factory=Policy)
     style: DumpStyle = "full"
-    #: A tokenizer folder overriding the one the log records.
-    tokenizer: str | os.PathLike[str] | None = None
+    #: Where to find the log's tokenizer: a folder, or a :class:`~tito_cli.tokenizer.TokenizerChoice`.
+    tokenizer: TokenizerChoice | str | os.PathLike[str] | None = None
     #: False: dump token ids even when a tokenizer is available.
     decode: bool = True
     #: Processes making dumps in parallel (1: in this process).  The dumps are

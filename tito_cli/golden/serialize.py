@@ -45,10 +45,10 @@ from ..algorithm.linearize import LinearizedSample
 from ..algorithm.policy import Policy
 from ..algorithm.router import Node
 from ..algorithm.session import SessionResult
-from ..errors import TitoError, TokenizerError
+from ..errors import TokenizerError
 from ..render.describe import message_preview
-from ..render.tokens import TokenText, load_tokenizer, resolve_tokenizer, visible
 from ..run.corpus import Reject
+from ..tokenizer import TokenizerChoice, TokenText, as_choice, visible
 from ..turns import canonical_json
 
 __all__ = [
@@ -151,9 +151,9 @@ def tokenizer_identity(tokens: TokenText) -> str:
 
 def golden_token_text(
     recorded: str | None,
-    search_from: Iterable[Path] = (),
+    log_dirs: Iterable[Path] = (),
     *,
-    override: str | os.PathLike[str] | None = None,
+    override: TokenizerChoice | str | os.PathLike[str] | None = None,
     decode: bool = True,
 ) -> TokenText:
     """The decoder for dumps: strict, because a dump must not depend on what a machine has.
@@ -161,27 +161,15 @@ def golden_token_text(
     ``inspect`` may fall back to ids when the log's tokenizer is missing; a
     golden dump may not, or the same log would dump differently on a machine
     without the tokenizer and every check there would fail with a useless diff.
+    The header names the tokenizer the log records, wherever it was found.
     """
     if not decode:
         return TokenText(None, None)
-    spec = str(override) if override is not None else recorded
-    if spec is None:
-        return TokenText(None, None)
-    path = resolve_tokenizer(spec, search_from)
-    if path is None:
-        if override is not None:
-            raise TokenizerError("tokenizer folder not found", file=str(override))
-        raise TokenizerError(
-            f"the log records tokenizer {recorded!r}, which is not found here",
-            tip="pass --tokenizer PATH to point at it, or --no-decode to dump token ids",
-        )
     try:
-        tokenizer = load_tokenizer(path)
-    except TitoError as exc:
-        raise TokenizerError(exc.message, file=exc.file, tip="pass --no-decode to dump token ids") from None
-    # The header names the recorded spec (portable) rather than where it was found.
-    name = recorded if recorded is not None and override is None else Path(spec).name
-    return TokenText(tokenizer, name)
+        return TokenText.open(recorded, log_dirs, as_choice(override))
+    except TokenizerError as exc:
+        exc.tip = f"{exc.tip}; or pass --no-decode to dump token ids" if exc.tip else "pass --no-decode"
+        raise
 
 
 # -- dump ---------------------------------------------------------------------

@@ -28,6 +28,7 @@ from pathlib import Path
 from .._paths import FIXTURE_TOKENIZER
 from ..capture.writer import TurnLogWriter
 from ..errors import OutputError
+from ..tokenizer import resolve
 from .chat import Chat
 from .environment import Workspace
 from .profiles import FEATURES, PROFILES, Features, Profile, assign_features
@@ -40,14 +41,12 @@ __all__ = [
     "Features",
     "SessionStats",
     "SimulationSummary",
-    "resolve_tokenizer",
     "simulate",
     "simulate_session",
 ]
 
-#: The tokenizer shipped with tito, as recorded in the logs (a repo-relative path).
+#: The tokenizer of the ``demo`` and ``swe`` profiles, as recorded in their logs (shipped with tito).
 DEFAULT_TOKENIZER = FIXTURE_TOKENIZER
-_REPO_ROOT = Path(__file__).resolve().parents[2]
 _EPOCH = datetime(2026, 6, 1, 9, 0, tzinfo=timezone.utc)
 
 
@@ -84,28 +83,22 @@ class SimulationSummary:
         return total
 
 
-def resolve_tokenizer(name: str) -> str:
-    """Where to load ``name`` from: the path itself, or the shipped copy for the default name."""
-    if Path(name).exists():
-        return name
-    if name == DEFAULT_TOKENIZER and (_REPO_ROOT / DEFAULT_TOKENIZER).is_dir():
-        return str(_REPO_ROOT / DEFAULT_TOKENIZER)
-    return name
-
-
 def simulate(
     out_dir: str | os.PathLike[str],
     sessions: int,
     seed: int,
     profile: str = "demo",
     *,
-    tokenizer: str = DEFAULT_TOKENIZER,
+    tokenizer: str | None = None,
+    tokenizer_dir: str | os.PathLike[str] | None = None,
     overwrite: bool = False,
     progress: Callable[[int, int], None] | None = None,
 ) -> SimulationSummary:
     """Simulate ``sessions`` sessions into a turn log in ``out_dir``.
 
-    ``tokenizer`` is recorded in the files as ``tito.tokenizer``.  A folder
+    ``tokenizer`` (default: the profile's) is recorded in the files as
+    ``tito.tokenizer`` and found by :func:`tito_cli.tokenizer.resolve`, or
+    loaded from ``tokenizer_dir`` when that is given.  A folder
     that already holds Parquet files is refused unless ``overwrite``, which
     deletes those files first.  ``progress(done, total)`` is called after
     each session.
@@ -126,7 +119,9 @@ def simulate(
     for path in existing:
         path.unlink()
 
-    chat = Chat(resolve_tokenizer(tokenizer))
+    tokenizer = tokenizer or spec.tokenizer
+    folder = Path(tokenizer_dir) if tokenizer_dir is not None else resolve(tokenizer)
+    chat = Chat(folder)
     summary = SimulationSummary(out, profile, seed, tokenizer)
     features = assign_features(spec, sessions, random.Random(f"tito-simulate:{profile}:{seed}:features"))
     with TurnLogWriter(out, tokenizer=tokenizer, max_age=None, name=f"{profile}-{seed}") as writer:

@@ -25,6 +25,9 @@ from typing import Any, cast
 import numpy as np
 import numpy.typing as npt
 
+from ..errors import TokenizerError
+from ..tokenizer import load
+
 __all__ = ["IM_END", "IM_START", "Chat"]
 
 IM_START = "<|im_start|>"
@@ -40,15 +43,14 @@ class Chat:
     """One tokenizer with its chat template, plus a cache of tokenized message blocks."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
-        from transformers import AutoTokenizer  # slow import: only when simulating
-
-        local = Path(path).is_dir()
-        self.tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=local)
+        self.tokenizer = load(Path(path))  # transformers is imported here, only when simulating
         self._backend = self.tokenizer.backend_tokenizer
         self.im_start = self._backend.token_to_id(IM_START)
         self.im_end = self._backend.token_to_id(IM_END)
-        if self.im_start is None or self.im_end is None:
-            raise ValueError(f"{path}: the tokenizer has no {IM_START} / {IM_END} tokens")
+        if self.im_start is None or self.im_end is None or not self.tokenizer.chat_template:
+            raise TokenizerError(
+                f"the simulator needs a ChatML chat template with {IM_START} / {IM_END} tokens", file=str(path)
+            )
         self._blocks: dict[str, Ids] = {}
         self._splits = self._merge_parents()
 
