@@ -284,12 +284,13 @@ def test_workspace_tests_follow_the_edits() -> None:
     assert "+" + first.right.strip() in ws.call("bash", {"command": "git diff"}, rng).replace("+    ", "+")
 
 
-def test_features_are_assigned_in_proportion() -> None:
-    profile = PROFILES["demo"]
+@pytest.mark.parametrize("name", ["demo", "qwen3"])
+def test_features_are_assigned_in_proportion(name: str) -> None:
+    profile = PROFILES[name]
     assigned = assign_features(profile, 100, random.Random(1))
     counts = Counter(name for f in assigned for name in f.names)
     for name in FEATURES:
-        rate = profile.rates[name]
+        rate = profile.rates.get(name, 0.0)
         # Dependent features add their base (truncation implies long_write, give_up wrong_fix).
         assert int(rate * 100) <= counts[name] <= int(rate * 100) + 1 + counts["truncation"] + counts["give_up"], name
     for f in assigned:
