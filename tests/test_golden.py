@@ -67,7 +67,7 @@ def test_conformance_compact_goldens(folder: Path, tmp_path: Path, tito_golden: 
 # -- the dump format --------------------------------------------------------------
 
 CASE_1_2 = """\
-tito golden dump (format 1, style full)
+tito golden dump (format 2, style full)
 session: case-1.2
 policy: fork threshold 1024, reward split
 tokenizer: none (token ids)
@@ -87,6 +87,8 @@ assistant [turn 2, seq 1] done
 == packing ==
 leaf 0, seq 0: start, lcp 0, drift 0, trained
 leaf 0, seq 1: clean, lcp 9, drift 0, trained
+
+== drift (0) ==
 
 == samples (1; segments dropped: 0) ==
 
@@ -155,7 +157,7 @@ def test_dump_is_identical_across_runs_file_layouts_and_row_order(tmp_path: Path
     other = run("dump", tmp_path / "many", "--out", "-")
     assert first.exit_code == EXIT_OK, first.output
     assert first.stdout_bytes == again.stdout_bytes == other.stdout_bytes
-    assert first.stdout.count("tito golden dump (format 1") == len(sessions)
+    assert first.stdout.count("tito golden dump (format 2") == len(sessions)
 
 
 def test_dump_does_not_depend_on_the_hash_seed(cases_log: Path) -> None:
@@ -218,16 +220,21 @@ def test_drift_fails_check_with_a_span_diff_and_update_accepts_it(cases_log: Pat
     assert changed == [
         "-leaf 0, seq 1: clean, lcp 9, drift 0, trained",
         "+leaf 0, seq 1: realign, lcp 7, drift 2, trained",
+        "-== drift (0) ==",
+        "+== drift (1) ==",
+        "+leaf 0, seq 1: realign at 7, drift 2, unclassified",
+        "+  held:   1000 1012 1009 2000 2012 2009 9000 ▸ 9101 9009",
+        "+  prompt: 1000 1012 1009 2000 2012 2009 9000 ▸ 7001 9009 3000 3011 3009 9000",
         "-sample 0: leaf 0, segment 0, 15 tokens (prompt 7, response 8), 4 trained, reward 1.0",
         "+sample 0: leaf 0, segment 0, 15 tokens (prompt 7, response 8), 2 trained, reward 1.0",
         "-  digest e4d1fa3db831e198",
-        changed[5],
+        changed[10],
         "-  out seq 0            TRAIN | 9101 9009",
         "-  tail seq 1                 | 3000 3011 3009 9000",
         "+  out seq 0            TRAIN |",
         "+  tail seq 1                 | 7001 9009 3000 3011 3009 9000",
     ]
-    assert changed[5].startswith("+  digest ") and changed[5] != "+  digest e4d1fa3db831e198"
+    assert changed[10].startswith("+  digest ") and changed[10] != "+  digest e4d1fa3db831e198"
     # Unchanged lines around the change are context only; the rest is collapsed.
     assert "   out seq 1            TRAIN | 9102 9009" in out
     assert any(line.startswith("⋯ ") and line.endswith(" unchanged lines ⋯") for line in out)
@@ -317,7 +324,7 @@ def test_json_result(cases_log: Path, tmp_path: Path) -> None:
     assert changed[0]["diff"][:3] == [
         f"--- golden  {golden / 'case-1.1.txt'}",
         "+++ rebuilt case-1.1",
-        "@@ -1,1 +1,24 @@",
+        "@@ -1,1 +1,26 @@",
     ]
     assert changed[0]["diff"][3] == "-edited"
     assert data["accept_command"] == f"tito check {cases_log} --golden {golden} --update"
@@ -332,10 +339,10 @@ def test_diff_lines_cap(cases_log: Path, tmp_path: Path) -> None:
     assert out[1:7] == [
         f"--- golden  {golden / 'case-1.1.txt'}",
         "+++ rebuilt case-1.1",
-        "@@ -1,1 +1,24 @@",
+        "@@ -1,1 +1,26 @@",
         "-edited",
-        "+tito golden dump (format 1, style full)",
-        "⋯ 23 more diff lines (--diff-lines 0 shows them all) ⋯",
+        "+tito golden dump (format 2, style full)",
+        "⋯ 25 more diff lines (--diff-lines 0 shows them all) ⋯",
     ]
     result = run("check", cases_log, "--golden", golden, "--diff-lines", "0")
     assert "+  out seq 0            TRAIN | 9100 9009" in result.stdout.splitlines()
@@ -524,7 +531,7 @@ DEMO_LOGS = REPO / "fixtures" / "logs"
 
 @pytest.mark.skipif(not DEMO_LOGS.is_dir(), reason="fixtures/logs (demo logs, issue #3) is not merged yet")
 def test_demo_log_goldens(tito_golden: TitoGolden) -> None:
-    """Full-style goldens of the demo logs, decoded through fixtures/tokenizer.
+    """Full-style goldens of the demo logs, decoded through fixtures/tokenizers/qwen3.
 
     After merging new demo logs: ``python -m pytest tests/test_golden.py -k demo_log --tito-update``.
     """

@@ -11,6 +11,7 @@ from rich.text import Text
 
 from ..algorithm.policy import DEFAULT_FORK_THRESHOLD, Policy
 from ..errors import InvalidSessionError, TokenizerError
+from ..render.drift_view import render_drift
 from ..render.jsonout import dumps
 from ..render.sample_text import render_samples, samples_data
 from ..render.session_view import (
@@ -21,13 +22,14 @@ from ..render.session_view import (
     tree_nodes,
     turn_rows,
 )
+from ..report.drift import divergences
 from ..run.corpus import Reject
 from ..tokenizer import TokenText, parse_tokenizer_options
 from .app import EXIT_CODES_HELP, app, err_console, guarded
 from .options import TOKENIZER
 from .viewing import LOGS_ENV, is_plain, open_logs, show
 
-VIEWS = ("turns", "tree", "samples")
+VIEWS = ("turns", "tree", "drift", "samples")
 
 
 def parse_views(value: str) -> list[str]:
@@ -69,7 +71,12 @@ def inspect(
     logs: Path = typer.Option(
         Path("logs"), "--logs", "-l", envvar=LOGS_ENV, help=f"The turn-log folder (or ${LOGS_ENV})."
     ),
-    view: str = typer.Option(",".join(VIEWS), "--view", help="Comma-separated views to show: turns, tree, samples."),
+    view: str = typer.Option(
+        ",".join(VIEWS),
+        "--view",
+        help="Comma-separated views to show: turns, tree, drift (where each fork and realign diverged, "
+        "decoded, with its likely class), samples.",
+    ),
     tokenizer: list[str] | None = TOKENIZER,
     ids: bool = typer.Option(False, "--ids", help="Show token ids instead of decoded text."),
     full: bool = typer.Option(False, "--full", help="Show first prompts and long context runs in full."),
@@ -93,17 +100,20 @@ def inspect(
         )
 
     text, note = TokenText(), None
-    if "samples" in views and not ids:
+    if ("samples" in views or "drift" in views) and not ids:
         text, note = choose_tokenizer(tokenizer, corpus.tokenizer, logs)
+    drift = divergences(result, text) if "drift" in views else []
 
     if as_json:
         data: dict[str, Any] = {"session": session_header(result)}
-        if "samples" in views:
+        if "samples" in views or "drift" in views:
             data["tokenizer"] = text.name
         if "turns" in views:
             data["turns"] = turn_rows(result)
         if "tree" in views:
             data["tree"] = tree_nodes(result)
+        if "drift" in views:
+            data["drift"] = [d.as_dict() for d in drift]
         if "samples" in views:
             data["samples"] = samples_data(result, text)
         typer.echo(dumps(data))
@@ -121,6 +131,8 @@ def inspect(
             Text("\nrouting tree", style="bold underline"),
             render_tree(result.session_id, tree_nodes(result)),
         ]
+    if "drift" in views:
+        parts += [Text("\ndrift", style="bold underline"), render_drift(drift)]
     if "samples" in views:
         # Colour marks trained tokens on a terminal; plain text (a pipe, NO_COLOR) uses [brackets].
         samples = render_samples(samples_data(result, text), text, full=full, brackets=is_plain())

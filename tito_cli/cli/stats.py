@@ -5,19 +5,23 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from rich.text import Text
 
 from ..algorithm.policy import DEFAULT_FORK_THRESHOLD, Policy
 from ..render.corpus_stats import render_corpus_stats
 from ..render.jsonout import dumps
 from ..report.facts import corpus_stats
-from .app import EXIT_CODES_HELP, app, guarded
+from .app import EXIT_CODES_HELP, app, err_console, guarded
+from .inspect import choose_tokenizer
+from .options import TOKENIZER
 from .viewing import LOGS_ENV, open_logs, show
 
 
 @app.command(
     "stats",
     help="Corpus totals and distributions: samples per session, trained vs context tokens, forks by cause, "
-    "realigns, rewrite merges, sessions with no samples and why, prompt/output length percentiles. "
+    "realigns, both by drift class (decoded with the log's tokenizer), rewrite merges, sessions with no "
+    "samples and why, prompt/output length percentiles. "
     "Compare the --json output of two harness versions to spot a drift regression.\n\n" + EXIT_CODES_HELP,
 )
 @guarded
@@ -27,9 +31,14 @@ def stats(
     fork_threshold: int = typer.Option(
         DEFAULT_FORK_THRESHOLD, "--fork-threshold", min=0, help="The fork threshold to rebuild with."
     ),
+    tokenizer: list[str] | None = TOKENIZER,
 ) -> None:
     corpus = open_logs(logs, Policy(fork_threshold=fork_threshold))
-    data = corpus_stats(corpus.results()).to_dict()
+    # Drift classes need the decoded text; without the tokenizer they are counted as unclassified.
+    text, note = choose_tokenizer(tokenizer, corpus.tokenizer, logs)
+    if note:
+        err_console.print(Text(note, style="dim"))
+    data = corpus_stats(corpus.results(), text).to_dict()
     if as_json:
         typer.echo(dumps(data))
         return

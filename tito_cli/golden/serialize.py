@@ -4,10 +4,12 @@ A dump is what CI compares, so it holds everything that decides the training
 samples and nothing that varies between runs (no times, no absolute paths, no
 dict-order or hash-seed effects).  Layout of the ``full`` style::
 
-    tito golden dump (format 1)              header: session, policy, tokenizer
+    tito golden dump (format 2)              header: session, policy, tokenizer
     == turns ==                              one line per turn, in seq order
     == tree ==                               the routing tree, indented at branch points
     == packing ==                            one line per linearization decision
+    == drift ==                              per fork and realign: where, its class, and
+                                             both sides around the first differing token
     == samples ==                            per sample: a header, a digest, then
                                              one line per span of tokens
 
@@ -47,6 +49,7 @@ from ..algorithm.router import Node
 from ..algorithm.session import SessionResult
 from ..errors import TokenizerError
 from ..render.describe import message_preview
+from ..report.drift import divergences
 from ..run.corpus import Reject
 from ..tokenizer import TokenizerChoice, TokenText, as_choice, visible
 from ..turns import canonical_json
@@ -63,7 +66,8 @@ __all__ = [
 ]
 
 #: Bumped when the layout changes, so old goldens fail on their first line, not mid-file.
-DUMP_FORMAT = 1
+#: 2: the drift section (each fork and realign, decoded, classified).
+DUMP_FORMAT = 2
 
 DumpStyle = Literal["full", "compact"]
 
@@ -206,6 +210,7 @@ def dump_session(
         lines.extend(_turns(result))
         lines.extend(_tree(result))
         lines.extend(_packing(result))
+        lines.extend(_drift(result, words.tokens))
         lines.extend(_samples(result, words))
     return _finish(lines)
 
@@ -317,6 +322,25 @@ def _packing(result: SessionResult) -> list[str]:
         kind = d.kind if d.cause is None else f"fork ({d.cause.value})"
         trained = "trained" if d.trained else "context (trained earlier)"
         lines.append(f"leaf {d.leaf}, seq {d.seq}: {kind}, lcp {d.lcp}, drift {d.drift}, {trained}")
+    return lines
+
+
+def _drift(result: SessionResult, tokens: TokenText) -> list[str]:
+    """Each fork and realign: where, its class, and both sides around the first differing token."""
+    items = divergences(result, tokens)
+    lines = ["", f"== drift ({len(items)}) =="]
+    for d in items:
+        kind = d.kind if d.cause is None else f"fork ({d.cause})"
+        lines.append(f"leaf {d.leaf}, seq {d.seq}: {kind} at {d.index}, drift {d.drift}, {d.drift_class}")
+        common = d.index - d.window_start
+        if d.shared_text is not None and d.held_text is not None and d.prompt_text is not None:
+            shared, held, prompt = (escape_invisible(t) for t in (d.shared_text, d.held_text, d.prompt_text))
+        else:
+            shared = " ".join(map(str, d.held_ids[:common]))
+            held = " ".join(map(str, d.held_ids[common:]))
+            prompt = " ".join(map(str, d.prompt_ids[common:]))
+        lines.append(f"  held:   {shared} ▸ {held}")
+        lines.append(f"  prompt: {shared} ▸ {prompt}")
     return lines
 
 

@@ -20,6 +20,8 @@ import numpy as np
 from ..algorithm.linearize import ForkCause
 from ..algorithm.session import SessionReport, SessionResult
 from ..run.corpus import Reject
+from ..tokenizer import TokenText
+from .drift import DRIFT_CLASSES, divergences
 
 __all__ = [
     "FIELDS",
@@ -278,6 +280,11 @@ class CorpusStats:
     prompt_lengths: list[int] = field(default_factory=list)
     output_lengths: list[int] = field(default_factory=list)
     turns_per_session: list[int] = field(default_factory=list)
+    #: Forks and realigns by drift class (``report/drift.py``), and whether they were decoded.
+    drift_classes: dict[str, Counter[str]] = field(
+        default_factory=lambda: {"fork": Counter(), "realign": Counter()}
+    )
+    decoded: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         t = self.totals
@@ -311,6 +318,13 @@ class CorpusStats:
                 "per_100_turns": round(100 * t.realigns / turns, 2),
                 "sessions": self.sessions_with_realigns,
             },
+            "drift_classes": {
+                "decoded": self.decoded,
+                **{
+                    f"{kind}s": {c: counter[c] for c in DRIFT_CLASSES}
+                    for kind, counter in self.drift_classes.items()
+                },
+            },
             "rewrite_merges": t.rewrite_merges,
             "ambiguous_rewrites": t.ambiguous_rewrites,
             "sessions_without_sessions_row": self.sessions_without_row,
@@ -331,9 +345,13 @@ def _note(table: dict[str, list[Any]], reason: str, session_id: str) -> None:
         entry[1].append(session_id)
 
 
-def corpus_stats(items: Iterable[SessionResult | Reject]) -> CorpusStats:
-    """Accumulate statistics over :meth:`Corpus.results`, one session at a time."""
-    stats = CorpusStats()
+def corpus_stats(items: Iterable[SessionResult | Reject], text: TokenText | None = None) -> CorpusStats:
+    """Accumulate statistics over :meth:`Corpus.results`, one session at a time.
+
+    With a decoding ``text``, forks and realigns are counted by drift class;
+    without one they are all ``unclassified``.
+    """
+    stats = CorpusStats(decoded=text is not None and text.decodes)
     for item in items:
         stats.sessions += 1
         if isinstance(item, Reject):
@@ -350,6 +368,9 @@ def corpus_stats(items: Iterable[SessionResult | Reject]) -> CorpusStats:
         stats.turns_per_session.append(r.turns)
         if not item.samples:
             _note(stats.zero_samples, zero_sample_reason(item), item.session_id)
+        if r.fork_total or r.realigns:
+            for d in divergences(item, text):
+                stats.drift_classes[d.kind][d.drift_class] += 1
         for turn in item.tree.turns:
             stats.prompt_lengths.append(len(turn.prompt_ids))
             stats.output_lengths.append(len(turn.output_ids))

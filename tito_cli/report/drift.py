@@ -1,0 +1,212 @@
+"""Where each fork and realign diverged, what text that is, and the likely reason.
+
+For every turn the linearizer forked or realigned (SPEC §4), the tokens held
+before it (the previous turn's prompt and output) and the turn's prompt
+share a common prefix of ``index`` tokens; :func:`divergences` reports that
+index, the ids of both sides around it and, when a tokenizer is at hand,
+both decoded with whitespace made visible, plus a class:
+
+* ``re-tokenized``: the same text, different ids (a non-canonical output
+  spelled canonically in the replay, a cut reply re-encoded);
+* ``reasoning dropped``: the held side has a ``<think>…</think>`` block
+  that the prompt lacks (a template that strips earlier reasoning);
+* ``tool-call args re-rendered``: the divergence lies inside a
+  ``<tool_call>`` whose JSON parses to the same value on both sides;
+* ``other``: anything else (a changed system prompt, an edited message).
+
+Without a tokenizer the class cannot be told: it is ``unclassified`` and
+the texts are ``None``.  A turn shared by several leaves is reported once,
+for the first leaf that packs it, as the session's counts are.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ..algorithm.linearize import Decision
+from ..algorithm.session import SessionResult
+from ..tokenizer import TokenText, visible
+
+__all__ = [
+    "DRIFT_CLASSES",
+    "OTHER",
+    "REASONING_DROPPED",
+    "RETOKENIZED",
+    "TOOL_ARGS_RERENDERED",
+    "UNCLASSIFIED",
+    "Divergence",
+    "class_counts",
+    "classify",
+    "divergences",
+]
+
+REASONING_DROPPED = "reasoning dropped"
+RETOKENIZED = "re-tokenized"
+TOOL_ARGS_RERENDERED = "tool-call args re-rendered"
+OTHER = "other"
+#: No tokenizer: the texts, and so the class, are unknown.
+UNCLASSIFIED = "unclassified"
+#: The classes, in the order summaries list them.
+DRIFT_CLASSES = (REASONING_DROPPED, RETOKENIZED, TOOL_ARGS_RERENDERED, OTHER, UNCLASSIFIED)
+
+#: Tokens decoded on each side of a divergence to classify it (more than any window shows).
+_CONTEXT = 512
+_THINK = re.compile(r"\s*<think>(.*?)</think>", re.DOTALL)
+_TOOL_OPEN, _TOOL_CLOSE = "<tool_call>", "</tool_call>"
+
+Ids = npt.NDArray[np.int32]
+
+
+@dataclass(frozen=True, slots=True)
+class Divergence:
+    """One fork or realign: where the held tokens and the next prompt part."""
+
+    leaf: int
+    seq: int
+    #: ``fork`` or ``realign``.
+    kind: str
+    #: The :class:`~tito_cli.algorithm.linearize.ForkCause` value for forks, ``None`` for realigns.
+    cause: str | None
+    #: Token index of the first divergence in the held tokens (the common prefix length).
+    index: int
+    #: First token index of the windows below.
+    window_start: int
+    #: Held tokens ``[window_start, index + window)``.
+    held_ids: list[int]
+    #: The turn's prompt ids over the same range.
+    prompt_ids: list[int]
+    #: One of :data:`DRIFT_CLASSES`.
+    drift_class: str
+    #: Held tokens the turn drops (``len(held) - index``).
+    drift: int = 0
+    #: Decoded, whitespace visible (``None`` without a tokenizer): ``[window_start, index)``,
+    #: the same on both sides; then each side from ``index`` to the window's end.
+    shared_text: str | None = None
+    held_text: str | None = None
+    prompt_text: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-able, with stable keys (``--json``)."""
+        return {
+            "leaf": self.leaf,
+            "seq": self.seq,
+            "kind": self.kind,
+            "cause": self.cause,
+            "index": self.index,
+            "drift": self.drift,
+            "class": self.drift_class,
+            "window_start": self.window_start,
+            "held_ids": self.held_ids,
+            "prompt_ids": self.prompt_ids,
+            "shared_text": self.shared_text,
+            "held_text": self.held_text,
+            "prompt_text": self.prompt_text,
+        }
+
+
+def divergences(result: SessionResult, text: TokenText | None = None, window: int = 16) -> list[Divergence]:
+    """Every fork and realign of ``result``, in the order the linearizer decided them."""
+    decoder = text if text is not None and text.decodes else None
+    chains = [[n.turn for n in leaf.chain() if n.turn is not None] for leaf in result.tree.leaves()]
+    seen: set[int] = set()
+    found: list[Divergence] = []
+    for decision in result.linearization.decisions:
+        if decision.kind not in ("fork", "realign") or decision.seq in seen:
+            continue
+        seen.add(decision.seq)
+        chain = chains[decision.leaf]
+        position = next(i for i, t in enumerate(chain) if t.seq == decision.seq)
+        before = chain[position - 1]  # a fork or realign always follows a held turn
+        held = np.concatenate((before.prompt_ids, before.output_ids))
+        found.append(_divergence(decision, held, chain[position].prompt_ids, decoder, window))
+    return found
+
+
+def class_counts(items: Iterable[Divergence]) -> dict[str, dict[str, int]]:
+    """``{"fork": {class: n}, "realign": {class: n}}`` over ``items``, classes in :data:`DRIFT_CLASSES` order."""
+    counts: dict[str, Counter[str]] = {"fork": Counter(), "realign": Counter()}
+    for item in items:
+        counts[item.kind][item.drift_class] += 1
+    return {kind: {c: counter[c] for c in DRIFT_CLASSES if counter[c]} for kind, counter in counts.items()}
+
+
+def _divergence(decision: Decision, held: Ids, prompt: Ids, decoder: TokenText | None, window: int) -> Divergence:
+    index = decision.lcp
+    start = max(0, index - window)
+    end = index + window
+    item = Divergence(
+        leaf=decision.leaf,
+        seq=decision.seq,
+        kind=decision.kind,
+        cause=decision.cause.value if decision.cause is not None else None,
+        index=index,
+        window_start=start,
+        held_ids=[int(i) for i in held[start:end]],
+        prompt_ids=[int(i) for i in prompt[start:end]],
+        drift_class=UNCLASSIFIED,
+        drift=decision.drift,
+    )
+    if decoder is None:
+        return item
+    return replace(
+        item,
+        drift_class=classify(held, prompt, index, decoder),
+        shared_text=visible(decoder.decode(held[start:index].tolist())),
+        held_text=visible(decoder.decode(held[index:end].tolist())),
+        prompt_text=visible(decoder.decode(prompt[index:end].tolist())),
+    )
+
+
+def classify(held: Ids, prompt: Ids, index: int, decoder: TokenText) -> str:
+    """The class of a divergence at ``index`` (the common prefix of ``held`` and ``prompt``)."""
+    held_tail = decoder.decode(held[index:].tolist())
+    # The prompt's version of the held tail is at most a few times as many tokens (finer splits).
+    prompt_tail = decoder.decode(prompt[index : index + 4 * (len(held) - index) + 16].tolist())
+    if prompt_tail.startswith(held_tail):
+        return RETOKENIZED
+    before = decoder.decode(held[max(0, index - _CONTEXT) : index].tolist())
+    if _reasoning_dropped(before, held_tail, prompt_tail):
+        return REASONING_DROPPED
+    if _same_tool_call(before, held_tail, prompt_tail):
+        return TOOL_ARGS_RERENDERED
+    return OTHER
+
+
+def _reasoning_dropped(before: str, held_tail: str, prompt_tail: str) -> bool:
+    # The divergence may fall at the block's start or inside it (when both sides open one).
+    opened = before.rfind("<think>")
+    inside = opened > before.rfind("</think>")
+    held_side = before[opened:] + held_tail if inside else held_tail
+    match = _THINK.match(held_side)
+    if match is None:
+        return False
+    block = held_side[: match.end()]
+    prompt_side = before[opened:] + prompt_tail if inside else prompt_tail
+    return not prompt_side.startswith(block)
+
+
+def _same_tool_call(before: str, held_tail: str, prompt_tail: str) -> bool:
+    opened = before.rfind(_TOOL_OPEN)
+    if opened < 0 or opened < before.rfind(_TOOL_CLOSE):
+        return False
+    start = before[opened + len(_TOOL_OPEN) :]
+    held_call = _parse(start + held_tail)
+    return held_call is not None and held_call == _parse(start + prompt_tail)
+
+
+def _parse(text: str) -> Any:
+    body, closed, _ = text.partition(_TOOL_CLOSE)
+    if not closed:
+        return None
+    try:
+        return json.loads(body)
+    except ValueError:
+        return None
