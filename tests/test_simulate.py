@@ -36,7 +36,7 @@ from .helpers import REPO
 LOGS = REPO / "fixtures" / "logs"
 TOKENIZER = REPO / "fixtures" / "tokenizer"
 #: The command that made fixtures/logs (also in fixtures/logs/README.md).
-DEMO_ARGS = ["--sessions", "32", "--seed", "0", "--profile", "demo"]
+DEMO_ARGS = ["--sessions", "32", "--seed", "0", "--profile", "qwen3"]
 THRESHOLD = 1024
 PLAIN = Features(frozenset())
 
@@ -105,7 +105,7 @@ def test_demo_logs_record_the_tokenizer_and_stay_small() -> None:
     turns = [p for p in LOGS.glob("*.parquet") if pq.read_schema(p).metadata[b"tito.table"] == b"turns"]
     assert turns
     for path in turns:
-        assert pq.read_schema(path).metadata[b"tito.tokenizer"] == b"fixtures/tokenizer"
+        assert pq.read_schema(path).metadata[b"tito.tokenizer"] == b"fixtures/tokenizers/qwen3"
     assert sum(p.stat().st_size for p in LOGS.glob("*.parquet")) < 4 << 20
 
 
@@ -182,14 +182,15 @@ def test_rebuild_cli_reports_the_events(tmp_path: Path) -> None:
     assert int(lines["sessions without a sessions row"]) > 0
 
 
-def test_recorded_prompts_are_the_canonical_tokenization(chat: Chat) -> None:
+def test_recorded_prompts_are_the_canonical_tokenization(offline: None) -> None:
     """Incremental (per message block) tokenization gives exactly the ids of the whole text."""
+    chat = Chat(REPO / "fixtures" / "tokenizers" / "qwen3")
     table = pq.read_table(next(LOGS.glob("turns-*.parquet")), columns=["session_id", "prompt_ids"])
     sessions = table.column("session_id").to_pylist()
     prompts = table.column("prompt_ids").to_pylist()
     checked = 0
     for sid, ids in zip(sessions, prompts, strict=True):
-        if sid in ("demo-0-0000", "demo-0-0004", "demo-0-0015"):
+        if sid in ("qwen3-0-0000", "qwen3-0-0004", "qwen3-0-0015"):
             assert chat.encode(chat.decode(ids)) == ids
             checked += 1
     assert checked > 20
