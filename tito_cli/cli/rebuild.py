@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -11,9 +12,12 @@ import typer
 from ..algorithm.policy import DEFAULT_FORK_THRESHOLD, Policy
 from ..errors import EXIT_OK, EXIT_REJECTED
 from ..render.summary import render_rebuild_summary
+from ..report.drift import drift_class_counter
 from ..run.local import BATCHES_PER_WORKER
 from ..run.rebuild import rebuild as rebuild_logs
+from ..tokenizer import parse_tokenizer_options
 from .app import EXIT_CODES_HELP, app, err_console, guarded, progress_bar
+from .options import TOKENIZER
 
 
 class RewardChoice(Enum):
@@ -68,16 +72,26 @@ def rebuild(
         help="'local': this machine's processes, one samples file. 'ray': a Ray Data pipeline "
         "(pip install 'tito[ray]'); --out is then a folder of Parquet files, see docs/performance.md.",
     ),
+    tokenizer: list[str] | None = TOKENIZER,
 ) -> None:
     policy = Policy(fork_threshold=fork_threshold, reward_mode=reward_mode.value)
+    # Forks and realigns are counted by drift class when the log's tokenizer is found (decode-only, per worker).
+    choice = parse_tokenizer_options(tokenizer)
+    log_dirs = [p if p.is_dir() else p.parent for p in logs]
+    counter = functools.partial(drift_class_counter, log_dirs=log_dirs, choice=choice, strict=bool(tokenizer))
     batch_bytes = None if batch_mb is None else batch_mb * (1 << 20)
     if engine is EngineChoice.ray:
         from ..run.ray_data import rebuild_ray
 
-        summary = rebuild_ray(logs, out, policy, overwrite=overwrite)
+        summary = rebuild_ray(logs, out, policy, overwrite=overwrite, drift_counter=counter)
         err_console.print(render_rebuild_summary(summary))
         raise typer.Exit(EXIT_REJECTED if summary.rejected else EXIT_OK)
-    options: dict[str, Any] = {"overwrite": overwrite, "workers": workers, "batch_bytes": batch_bytes}
+    options: dict[str, Any] = {
+        "overwrite": overwrite,
+        "workers": workers,
+        "batch_bytes": batch_bytes,
+        "drift_counter": counter,
+    }
 
     with progress_bar("rebuilding", "sessions") as progress:
         summary = rebuild_logs(logs, out, policy, progress=progress, **options)

@@ -7,6 +7,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..algorithm.linearize import ForkCause
+from ..report.drift import DRIFT_CLASSES
 from ..run.rebuild import RebuildSummary
 
 __all__ = ["render_rebuild_summary"]
@@ -16,6 +17,12 @@ _FORK_LABELS = {
     ForkCause.BEFORE_LATEST_RESPONSE.value: "before the latest response",
     ForkCause.DRIFT_TOO_LONG.value: "drift too long",
 }
+
+
+def _class_order(name: str) -> tuple[int, int]:
+    kind, _, drift_class = name.partition(": ")
+    rank = DRIFT_CLASSES.index(drift_class) if drift_class in DRIFT_CLASSES else len(DRIFT_CLASSES)
+    return (0 if kind == "fork" else 1, rank)
 
 
 def render_rebuild_summary(summary: RebuildSummary) -> RenderableType:
@@ -38,6 +45,10 @@ def render_rebuild_summary(summary: RebuildSummary) -> RenderableType:
     for cause, label in _FORK_LABELS.items():
         row(f"  {label}", t.forks.get(cause, 0))
     row("realigns", t.realigns)
+    if t.drift_classes:
+        row("forks and realigns by drift class", sum(t.drift_classes.values()))
+        for name, count in sorted(t.drift_classes.items(), key=lambda item: _class_order(item[0])):
+            row(f"  {name}", count)
     row("rewrite merges", t.rewrite_merges)
     if t.ambiguous_rewrites:
         row("ambiguous rewrites (not merged)", t.ambiguous_rewrites)

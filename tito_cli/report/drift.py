@@ -22,18 +22,19 @@ for the first leaf that packs it, as the session's counts are.
 from __future__ import annotations
 
 import json
-import re
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from typing import Any
+from pathlib import Path
+from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
 
 from ..algorithm.linearize import Decision
 from ..algorithm.session import SessionResult
-from ..tokenizer import TokenText, visible
+from ..errors import TokenizerError
+from ..tokenizer import TokenizerChoice, TokenText, load_decoder, resolve, visible
 
 __all__ = [
     "DRIFT_CLASSES",
@@ -43,9 +44,11 @@ __all__ = [
     "TOOL_ARGS_RERENDERED",
     "UNCLASSIFIED",
     "Divergence",
+    "DriftClassCounter",
     "class_counts",
     "classify",
     "divergences",
+    "drift_class_counter",
 ]
 
 REASONING_DROPPED = "reasoning dropped"
@@ -59,7 +62,7 @@ DRIFT_CLASSES = (REASONING_DROPPED, RETOKENIZED, TOOL_ARGS_RERENDERED, OTHER, UN
 
 #: Tokens decoded on each side of a divergence to classify it (more than any window shows).
 _CONTEXT = 512
-_THINK = re.compile(r"\s*<think>(.*?)</think>", re.DOTALL)
+_THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
 _TOOL_OPEN, _TOOL_CLOSE = "<tool_call>", "</tool_call>"
 
 Ids = npt.NDArray[np.int32]
@@ -138,6 +141,48 @@ def class_counts(items: Iterable[Divergence]) -> dict[str, dict[str, int]]:
     return {kind: {c: counter[c] for c in DRIFT_CLASSES if counter[c]} for kind, counter in counts.items()}
 
 
+class DriftClassCounter:
+    """A session's forks and realigns counted by class (``"fork: re-tokenized"``), for the rebuild summary.
+
+    Picklable (it is sent to rebuild workers); the decoder is loaded once per
+    process, decode-only (:func:`~tito_cli.tokenizer.load_decoder`), and only
+    when a session has something to classify.
+    """
+
+    _decoders: ClassVar[dict[str, TokenText]] = {}
+
+    def __init__(self, folder: str | Path) -> None:
+        self.folder = str(folder)
+
+    def __call__(self, result: SessionResult) -> dict[str, int]:
+        if not (result.report.fork_total or result.report.realigns):
+            return {}
+        text = self._decoders.get(self.folder)
+        if text is None:
+            text = self._decoders[self.folder] = TokenText(load_decoder(Path(self.folder)))
+        counts = Counter(f"{d.kind}: {d.drift_class}" for d in divergences(result, text))
+        return dict(sorted(counts.items()))
+
+
+def drift_class_counter(
+    recorded: str | None, log_dirs: Iterable[Path] = (), choice: TokenizerChoice | None = None, *, strict: bool = False
+) -> DriftClassCounter | None:
+    """A counter for a log that records tokenizer ``recorded``; ``None`` when it cannot be found here.
+
+    ``strict`` (the user named a tokenizer): a tokenizer that is not found is an error.
+    """
+    choice = choice or TokenizerChoice()
+    name = choice.name_for(recorded)
+    if name is None:
+        return None
+    try:
+        return DriftClassCounter(resolve(name, log_dirs, choice))
+    except TokenizerError:
+        if strict:
+            raise
+        return None
+
+
 def _divergence(decision: Decision, held: Ids, prompt: Ids, decoder: TokenText | None, window: int) -> Divergence:
     index = decision.lcp
     start = max(0, index - window)
@@ -166,40 +211,51 @@ def _divergence(decision: Decision, held: Ids, prompt: Ids, decoder: TokenText |
 
 
 def classify(held: Ids, prompt: Ids, index: int, decoder: TokenText) -> str:
-    """The class of a divergence at ``index`` (the common prefix of ``held`` and ``prompt``)."""
-    held_tail = decoder.decode(held[index:].tolist())
+    """The class of a divergence at ``index`` (the common prefix of ``held`` and ``prompt``).
+
+    Compared as text from a little before ``index``: a special marker such as
+    ``<think>`` may be several tokens in one vocabulary and one in another, so
+    the point where the texts part can lie before the first differing token.
+    """
+    start = max(0, index - _CONTEXT)
+    held_text = decoder.decode(held[start:].tolist())
     # The prompt's version of the held tail is at most a few times as many tokens (finer splits).
-    prompt_tail = decoder.decode(prompt[index : index + 4 * (len(held) - index) + 16].tolist())
-    if prompt_tail.startswith(held_tail):
+    prompt_text = decoder.decode(prompt[start : index + 4 * (len(held) - index) + 16].tolist())
+    if prompt_text.startswith(held_text):
         return RETOKENIZED
-    before = decoder.decode(held[max(0, index - _CONTEXT) : index].tolist())
-    if _reasoning_dropped(before, held_tail, prompt_tail):
+    parted = _common_prefix(held_text, prompt_text)
+    if _reasoning_dropped(held_text, prompt_text, parted):
         return REASONING_DROPPED
-    if _same_tool_call(before, held_tail, prompt_tail):
+    if _same_tool_call(held_text, prompt_text, parted):
         return TOOL_ARGS_RERENDERED
     return OTHER
 
 
-def _reasoning_dropped(before: str, held_tail: str, prompt_tail: str) -> bool:
-    # The divergence may fall at the block's start or inside it (when both sides open one).
-    opened = before.rfind("<think>")
-    inside = opened > before.rfind("</think>")
-    held_side = before[opened:] + held_tail if inside else held_tail
-    match = _THINK.match(held_side)
-    if match is None:
-        return False
-    block = held_side[: match.end()]
-    prompt_side = before[opened:] + prompt_tail if inside else prompt_tail
-    return not prompt_side.startswith(block)
+def _common_prefix(a: str, b: str) -> int:
+    n = min(len(a), len(b))
+    return next((i for i in range(n) if a[i] != b[i]), n)
 
 
-def _same_tool_call(before: str, held_tail: str, prompt_tail: str) -> bool:
-    opened = before.rfind(_TOOL_OPEN)
-    if opened < 0 or opened < before.rfind(_TOOL_CLOSE):
+def _reasoning_dropped(held: str, prompt: str, parted: int) -> bool:
+    """The texts part at, or inside, a ``<think>`` block of the held side that the prompt does not repeat."""
+    opened = held.rfind(_THINK_OPEN, 0, parted + len(_THINK_OPEN))
+    if opened < 0 or held.rfind(_THINK_CLOSE, 0, parted) > opened:
         return False
-    start = before[opened + len(_TOOL_OPEN) :]
-    held_call = _parse(start + held_tail)
-    return held_call is not None and held_call == _parse(start + prompt_tail)
+    closed = held.find(_THINK_CLOSE, opened)
+    if closed < 0:
+        return False
+    block = held[opened : closed + len(_THINK_CLOSE)]
+    return prompt[opened : opened + len(block)] != block
+
+
+def _same_tool_call(held: str, prompt: str, parted: int) -> bool:
+    """The texts part inside a ``<tool_call>`` whose JSON is the same value on both sides."""
+    opened = held.rfind(_TOOL_OPEN, 0, parted)
+    if opened < 0 or held.rfind(_TOOL_CLOSE, 0, parted) > opened:
+        return False
+    body = opened + len(_TOOL_OPEN)
+    held_call = _parse(held[body:])
+    return held_call is not None and held_call == _parse(prompt[body:])
 
 
 def _parse(text: str) -> Any:

@@ -8,7 +8,7 @@ exactly the samples ``rebuild`` writes.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,7 +20,11 @@ from ..read.turnlog import SessionsTable, TurnLog
 from ..read.validate import parse_session
 from ..turns import RowRef, SessionInfo
 
-__all__ = ["Corpus", "Reject", "find_session_id", "rebuild_rows"]
+__all__ = ["Corpus", "Reject", "SessionFacts", "find_session_id", "rebuild_rows"]
+
+#: A function a runner calls on each rebuilt session for counts the summary adds up (drift
+#: classes: ``tito_cli.report.drift.DriftClassCounter``); picklable, as it goes to workers.
+SessionFacts = Callable[[SessionResult], dict[str, int]]
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,7 +38,7 @@ from ..read.files import LogFile
 from ..read.rows import FileMap, LogIndex, ReadBatch, read_batch
 from ..schema import SAMPLES_SCHEMA
 from ..turns import RowRef, SessionInfo
-from .corpus import Corpus, Reject, rebuild_rows
+from .corpus import Corpus, Reject, SessionFacts, rebuild_rows
 
 __all__ = [
     "SessionOutput",
@@ -147,13 +147,19 @@ def iter_batch(
     infos: dict[str, SessionInfo],
     invalid: dict[str, tuple[str, RowRef]],
     policy: Policy,
+    count_drift: SessionFacts | None = None,
 ) -> Iterator[SessionOutput | Reject]:
-    """Read, validate, route and linearize one batch, session by session, in batch order."""
+    """Read, validate, route and linearize one batch, session by session, in batch order.
+
+    ``count_drift`` fills each report's ``drift_classes`` (see :func:`~tito_cli.run.rebuild.rebuild`).
+    """
     for rows in read_batch(files, batch):
         result = rebuild_rows(rows, infos, invalid, policy)
         if isinstance(result, Reject):
             yield result
             continue
+        if count_drift is not None:
+            result.report.drift_classes = count_drift(result)
         output = SessionOutput(result.session_id, session_table(result), result.report)
         _drop(result)
         del rows, result
@@ -166,6 +172,7 @@ def rebuild_batch(
     infos: dict[str, SessionInfo],
     invalid: dict[str, tuple[str, RowRef]],
     policy: Policy,
+    count_drift: SessionFacts | None = None,
     *,
     handoff_dir: str | None = None,
 ) -> list[SessionOutput | Reject]:
@@ -174,7 +181,7 @@ def rebuild_batch(
     With ``handoff_dir``, the sample rows travel in a file there (see
     :class:`_Handoff`) and each output's ``table`` is left ``None``.
     """
-    outputs = list(iter_batch(files, batch, infos, invalid, policy))
+    outputs = list(iter_batch(files, batch, infos, invalid, policy, count_drift))
     if handoff_dir is not None:
         _Handoff.write(outputs, handoff_dir)
     return outputs
@@ -244,6 +251,7 @@ def rebuild_outputs(
     batch_bytes: float | None = None,
     spill_dir: str | os.PathLike[str] | None = None,
     pool: ProcessPoolExecutor | None = None,
+    count_drift: SessionFacts | None = None,
 ) -> Iterator[SessionOutput | Reject]:
     """Rebuild every session of ``corpus``; yield its output or rejection in session-id order.
 
@@ -259,7 +267,7 @@ def rebuild_outputs(
         sids = [p.session_id for p in batch.sessions]
         infos = {sid: table.infos[sid] for sid in sids if sid in table.infos}
         invalid = {sid: table.invalid[sid] for sid in sids if sid in table.invalid}
-        return (corpus.log.turn_files, batch, infos, invalid, corpus.policy)
+        return (corpus.log.turn_files, batch, infos, invalid, corpus.policy, count_drift)
 
     try:
         for outputs in _run(batches, task, min(workers, len(batches)), pool):

@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -45,7 +45,7 @@ from ..read.turnlog import TurnLog
 from ..read.validate import parse_session
 from ..schema import SAMPLES_SCHEMA
 from ..turns import RowRef, SessionInfo
-from .corpus import Reject
+from .corpus import Reject, SessionFacts
 from .rebuild import RebuildSummary, rejects_path
 
 __all__ = ["read_samples", "rebuild_ray"]
@@ -66,8 +66,12 @@ def rebuild_ray(
     policy: Policy | None = None,
     *,
     overwrite: bool = False,
+    drift_counter: Callable[[str | None], SessionFacts | None] | None = None,
 ) -> RebuildSummary:
-    """Rebuild every session under ``inputs`` into the folder ``out`` with Ray Data."""
+    """Rebuild every session under ``inputs`` into the folder ``out`` with Ray Data.
+
+    ``drift_counter``: as for :func:`tito_cli.run.rebuild.rebuild`.
+    """
     try:
         import ray
         import ray.data
@@ -92,6 +96,7 @@ def rebuild_ray(
     sessions = log.read_sessions()
     summary = RebuildSummary(out=out, rejects_file=rejects_file, policy=policy, tokenizer=log.tokenizer)
     session_ids = log.session_ids()
+    count_drift = drift_counter(log.tokenizer) if drift_counter is not None else None
 
     if not ray.is_initialized():
         ray.init(log_to_driver=False, configure_logging=False)
@@ -114,7 +119,12 @@ def rebuild_ray(
             .map_groups(
                 _rebuild_group,  # type: ignore[arg-type, unused-ignore]  # extra arguments come from fn_kwargs
                 batch_format="pyarrow",
-                fn_kwargs={"infos": sessions.infos, "invalid": sessions.invalid, "policy": policy},
+                fn_kwargs={
+                    "infos": sessions.infos,
+                    "invalid": sessions.invalid,
+                    "policy": policy,
+                    "count_drift": count_drift,
+                },
             )
             .materialize()
         )
@@ -168,6 +178,7 @@ def _rebuild_group(
     infos: dict[str, SessionInfo],
     invalid: dict[str, tuple[str, RowRef]],
     policy: Policy,
+    count_drift: SessionFacts | None = None,
 ) -> pa.Table:
     """One session's rows (any order) → its sample rows plus one bookkeeping row."""
     sid = table.column("session_id")[0].as_py()
@@ -193,6 +204,8 @@ def _rebuild_group(
             return _bookkeeping(sid, "rejected", {"reason": exc.message, "file": exc.file, "row": exc.row})
         raise  # pragma: no cover - the same rows fail the same way
     result = rebuild_session(sid, turns, infos.get(sid), policy)
+    if count_drift is not None:
+        result.report.drift_classes = count_drift(result)
     report = asdict(result.report)
     samples = session_table(result)
     return pa.concat_tables([samples, _bookkeeping(sid, "session", report)])

@@ -19,7 +19,7 @@ from ..errors import OutputError
 from ..export.parquet import SamplesWriter
 from ..read.files import discover_files
 from ..read.turnlog import SessionsTable
-from .corpus import Corpus, Reject
+from .corpus import Corpus, Reject, SessionFacts
 from .local import default_workers, early_pool, file_map, rebuild_outputs
 
 __all__ = ["RebuildSummary", "Reject", "rebuild", "rejects_path"]
@@ -92,6 +92,7 @@ def rebuild(
     progress: Progress | None = None,
     workers: int | None = None,
     batch_bytes: float | None = None,
+    drift_counter: Callable[[str | None], SessionFacts | None] | None = None,
 ) -> RebuildSummary:
     """Rebuild every session under ``inputs`` into ``out`` (Parquet, SPEC §5).
 
@@ -104,6 +105,11 @@ def rebuild(
     machine's cores; small logs are rebuilt in-process); the output is the
     same for any number.  ``batch_bytes`` sets the size of the batches of
     sessions handed to workers (see :func:`tito_cli.run.local.plan_batches`).
+
+    ``drift_counter(tokenizer)``, given the tokenizer the log records, returns
+    a function counting each session's forks and realigns by drift class
+    (:func:`tito_cli.report.drift.drift_class_counter`), or ``None`` to skip it;
+    the totals are in ``summary.totals.drift_classes``.
     """
     policy = policy or Policy()
     out = Path(out)
@@ -123,13 +129,19 @@ def rebuild(
         session_ids = corpus.session_ids()
         summary = RebuildSummary(out=out, rejects_file=rejects_file, policy=policy, tokenizer=corpus.tokenizer)
         summary.stale_temporaries_removed = stale
+        count_drift = drift_counter(corpus.tokenizer) if drift_counter is not None else None
         try:
             writer = SamplesWriter(out, policy, tokenizer=corpus.tokenizer)
         except OSError as exc:
             raise OutputError(f"cannot write ({exc})", file=out) from None
         with writer:
             outputs = rebuild_outputs(
-                corpus, workers=workers, batch_bytes=batch_bytes, spill_dir=out.parent, pool=pool
+                corpus,
+                workers=workers,
+                batch_bytes=batch_bytes,
+                spill_dir=out.parent,
+                pool=pool,
+                count_drift=count_drift,
             )
             for done, result in enumerate(outputs, start=1):
                 if isinstance(result, Reject):

@@ -75,7 +75,7 @@ _RATES = {
 
 #: Qwen3 sessions: more reasoning (its template keeps it through a tool loop and drops it at the next user
 #: query), follow-up questions, and tool-call JSON that the server's parser re-renders.
-_QWEN3_RATES = {**_RATES, "reasoning": 0.6, "followup": 0.4, "loose_json": 0.35, "long_write": 0.25}
+_QWEN3_RATES = {**_RATES, "reasoning": 0.6, "followup": 0.4, "loose_json": 0.35}
 
 PROFILES = {
     "demo": Profile(

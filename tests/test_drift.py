@@ -1,0 +1,124 @@
+"""Drift diagnostics (report/drift.py): where a fork or realign diverged, both sides decoded, and its class."""
+
+from __future__ import annotations
+
+import json
+import pickle
+
+import numpy as np
+import pytest
+
+from tito_cli.algorithm.policy import Policy
+from tito_cli.algorithm.session import SessionResult
+from tito_cli.report.drift import (
+    OTHER,
+    REASONING_DROPPED,
+    RETOKENIZED,
+    TOOL_ARGS_RERENDERED,
+    UNCLASSIFIED,
+    DriftClassCounter,
+    class_counts,
+    classify,
+    divergences,
+)
+from tito_cli.run.corpus import Corpus
+from tito_cli.tokenizer import TokenText
+
+from .helpers import REPO
+from .scenario_logs import TOKENIZER as SCENARIO_TOKENIZER
+from .scenario_logs import scenario_log
+
+SMALL = REPO / "fixtures" / "tokenizer"
+QWEN3 = REPO / "fixtures" / "tokenizers" / "qwen3"
+
+
+@pytest.fixture(scope="module", params=[SMALL, QWEN3], ids=["small", "qwen3"])
+def text(request: pytest.FixtureRequest) -> TokenText:
+    return TokenText.open(str(request.param))
+
+
+def encode(text: TokenText, s: str) -> list[int]:
+    return list(text.tokenizer(s, add_special_tokens=False)["input_ids"])
+
+
+def diverge(text: TokenText, held: str, prompt: str) -> str:
+    """Classify the first divergence between the canonical ids of two texts."""
+    a, b = np.asarray(encode(text, held)), np.asarray(encode(text, prompt))
+    n = min(len(a), len(b))
+    index = next(i for i in range(n) if a[i] != b[i])
+    return classify(a, b, index, text)
+
+
+PREFIX = "<|im_start|>user\nFix it.<|im_end|>\n<|im_start|>assistant\n"
+CALL = '<tool_call>\n{"name": "read_file", "arguments": {"path": "src/a.py", "limit": 20}}\n</tool_call>'
+
+
+def test_reasoning_the_prompt_lacks(text: TokenText) -> None:
+    held = PREFIX + "<think>\nRead the file first.\n</think>\n\n" + CALL + "<|im_end|>"
+    prompt = PREFIX + CALL + "<|im_end|>\n<|im_start|>user\nMore."
+    assert diverge(text, held, prompt) == REASONING_DROPPED
+
+
+def test_tool_call_json_re_rendered_with_other_spacing_or_key_order(text: TokenText) -> None:
+    loose = CALL.replace('": ', '":').replace(", ", ",")
+    reordered = '<tool_call>\n{"name": "read_file", "arguments": {"limit": 20, "path": "src/a.py"}}\n</tool_call>'
+    for held in (loose, reordered):
+        assert diverge(text, PREFIX + held + "<|im_end|>", PREFIX + CALL + "<|im_end|>\n") == TOOL_ARGS_RERENDERED
+    changed = CALL.replace("src/a.py", "src/b.py")
+    assert diverge(text, PREFIX + changed + "<|im_end|>", PREFIX + CALL + "<|im_end|>") == OTHER
+
+
+def test_same_text_other_ids_is_re_tokenized(text: TokenText) -> None:
+    ids = encode(text, PREFIX + "Let me look at the repository layout.<|im_end|>")
+    # The first token that is a merge of two others, spelled as those two (as sampling can).
+    backend = json.loads(text.tokenizer.backend_tokenizer.to_str())["model"]
+    vocab, merges = backend["vocab"], backend["merges"]
+    parents = {}
+    for merge in merges:
+        left, right = merge.split(" ", 1) if isinstance(merge, str) else merge
+        if left + right in vocab:
+            parents.setdefault(vocab[left + right], (vocab[left], vocab[right]))
+    at = next(i for i in range(len(encode(text, PREFIX)), len(ids)) if ids[i] in parents)
+    held = np.asarray([*ids[:at], *parents[ids[at]], *ids[at + 1 :]])
+    prompt = np.asarray([*ids, *encode(text, "\n<|im_start|>user\nok")])
+    assert classify(held, prompt, at, text) == RETOKENIZED
+    assert diverge(text, PREFIX + "Let me look.", PREFIX + "Let me see.") == OTHER
+
+
+@pytest.fixture(scope="module")
+def agent(tmp_path_factory: pytest.TempPathFactory) -> SessionResult:
+    logs = scenario_log("agent", tmp_path_factory.mktemp("drift") / "logs")
+    result = Corpus.open([logs], Policy()).session("s-7f3a")
+    assert isinstance(result, SessionResult)
+    return result
+
+
+def test_every_fork_and_realign_once_with_windows_around_the_divergence(agent: SessionResult) -> None:
+    text = TokenText.open(str(SCENARIO_TOKENIZER))
+    found = divergences(agent, text, window=8)
+    decided = {d.seq: d for d in reversed(agent.linearization.decisions) if d.kind in ("fork", "realign")}
+    assert [(d.seq, d.kind, d.index, d.drift) for d in found] == [
+        (s, d.kind, d.lcp, d.drift) for s, d in sorted(decided.items())
+    ]
+    assert [(d.seq, d.drift_class) for d in found] == [(1, RETOKENIZED), (4, REASONING_DROPPED), (5, REASONING_DROPPED)]
+    chains = {t.seq: t for t in agent.tree.turns}
+    for d in found:
+        assert d.window_start == max(0, d.index - 8)
+        assert d.prompt_ids == chains[d.seq].prompt_ids[d.window_start : d.index + 8].tolist()
+        common = d.index - d.window_start
+        assert d.held_ids[:common] == d.prompt_ids[:common] and d.held_ids[common] != d.prompt_ids[common]
+        assert d.shared_text is not None and "\n" not in d.shared_text + str(d.held_text) + str(d.prompt_text)
+    assert "think>↵Run␣the␣failing␣test" in str(found[1].held_text)
+    assert class_counts(found) == {"fork": {REASONING_DROPPED: 2}, "realign": {RETOKENIZED: 1}}
+
+
+def test_without_a_tokenizer_ids_only_and_unclassified(agent: SessionResult) -> None:
+    found = divergences(agent, None)
+    assert {d.drift_class for d in found} == {UNCLASSIFIED}
+    assert all(d.shared_text is d.held_text is d.prompt_text is None for d in found)
+    assert divergences(agent, TokenText())[0].as_dict()["class"] == UNCLASSIFIED
+
+
+def test_the_rebuild_counter_travels_to_workers_and_counts_by_class(agent: SessionResult) -> None:
+    counter = pickle.loads(pickle.dumps(DriftClassCounter(SCENARIO_TOKENIZER)))
+    assert counter(agent) == {"fork: reasoning dropped": 2, "realign: re-tokenized": 1}
