@@ -11,7 +11,10 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import os
 import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -190,7 +193,7 @@ def test_the_same_unusable_folder_is_the_same_error_in_every_command(tmp_path: P
     bad.mkdir()
     (bad / "tokenizer.json").write_text("{not json")
     logs = REPO / "fixtures" / "logs"
-    session = "demo-0-0000"
+    session = "qwen3-0-0000"
     outputs = {
         "simulate": run("simulate", "--out", tmp_path / "sim", "-n", "1", "--tokenizer", bad),
         "inspect": run("inspect", session, "--logs", logs, "--tokenizer", bad),
@@ -216,3 +219,18 @@ def test_loading_never_runs_code_from_the_folder(tmp_path: Path) -> None:
     with contextlib.suppress(TokenizerError):
         TokenText.open(str(folder))
     assert not (tmp_path / "ran").exists()
+
+
+def test_no_pytorch_advice_on_stderr(tmp_path: Path) -> None:
+    """transformers' "PyTorch was not found" line is silenced in every command that loads a tokenizer."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRANSFORMERS_NO_ADVISORY")}
+    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    commands = [
+        ["simulate", "--out", str(tmp_path / "sim"), "-n", "1"],
+        ["inspect", "qwen3-0-0000", "--logs", str(REPO / "fixtures" / "logs"), "--view", "samples"],
+        ["dump", str(REPO / "fixtures" / "logs"), "--out", "-", "--session", "qwen3-0-0000"],
+    ]
+    for args in commands:
+        done = subprocess.run([sys.executable, "-m", "tito_cli", *args], env=env, capture_output=True, text=True)
+        assert done.returncode == EXIT_OK, done.stderr
+        assert "PyTorch" not in done.stderr, args
