@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import pickle
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -122,3 +123,32 @@ def test_without_a_tokenizer_ids_only_and_unclassified(agent: SessionResult) -> 
 def test_the_rebuild_counter_travels_to_workers_and_counts_by_class(agent: SessionResult) -> None:
     counter = pickle.loads(pickle.dumps(DriftClassCounter(SCENARIO_TOKENIZER)))
     assert counter(agent) == {"fork: reasoning dropped": 2, "realign: re-tokenized": 1}
+
+
+def test_rebuild_summary_counts_drift_classes_the_same_for_any_number_of_workers(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from tito_cli.cli import app
+
+    logs = REPO / "fixtures" / "logs"
+    summaries = []
+    for workers in ("1", "2"):
+        out = tmp_path / f"samples-{workers}.parquet"
+        # --batch-mb: small batches, so that two workers really run (the demo log is small).
+        args = ["rebuild", str(logs), "--out", str(out), "-j", workers, "--batch-mb", "0.05"]
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 0, result.stderr
+        summaries.append(result.stderr.replace(str(out), "OUT"))
+    assert summaries[0] == summaries[1]
+    lines = {" ".join(line.split()[:-1]): line.split()[-1] for line in summaries[0].splitlines() if line.strip()}
+    classes = {k: int(v) for k, v in lines.items() if k.startswith(("fork: ", "realign: "))}
+    forks, realigns = int(lines["forks"]), int(lines["realigns"])
+    assert sum(n for k, n in classes.items() if k.startswith("fork: ")) == forks
+    assert sum(n for k, n in classes.items() if k.startswith("realign: ")) == realigns
+    assert classes["fork: reasoning dropped"] and classes["realign: re-tokenized"]
+    assert classes["realign: tool-call args re-rendered"]
+
+    # Named on the command line, the tokenizer must be found; only recorded, it is skipped quietly.
+    bad = CliRunner().invoke(app, ["rebuild", str(logs), "--out", str(tmp_path / "x.parquet"), "--tokenizer", "nope"])
+    assert bad.exit_code == 2 and "is not found here" in bad.stderr
+    assert not (tmp_path / "x.parquet").exists()
