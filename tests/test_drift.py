@@ -135,7 +135,7 @@ def test_rebuild_summary_counts_drift_classes_the_same_for_any_number_of_workers
     for workers in ("1", "2"):
         out = tmp_path / f"samples-{workers}.parquet"
         # --batch-mb: small batches, so that two workers really run (the demo log is small).
-        args = ["rebuild", str(logs), "--out", str(out), "-j", workers, "--batch-mb", "0.05"]
+        args = ["rebuild", str(logs), "--out", str(out), "-j", workers, "--batch-mb", "0.05", "--drift-classes"]
         result = CliRunner().invoke(app, args)
         assert result.exit_code == 0, result.stderr
         summaries.append(result.stderr.replace(str(out), "OUT"))
@@ -149,6 +149,10 @@ def test_rebuild_summary_counts_drift_classes_the_same_for_any_number_of_workers
     assert classes["realign: tool-call args re-rendered"]
 
     # Named on the command line, the tokenizer must be found; only recorded, it is skipped quietly.
-    bad = CliRunner().invoke(app, ["rebuild", str(logs), "--out", str(tmp_path / "x.parquet"), "--tokenizer", "nope"])
+    args = ["rebuild", str(logs), "--out", str(tmp_path / "x.parquet"), "--drift-classes", "--tokenizer", "nope"]
+    bad = CliRunner().invoke(app, args)
     assert bad.exit_code == 2 and "is not found here" in bad.stderr
     assert not (tmp_path / "x.parquet").exists()
+    # Without --drift-classes no tokenizer is looked for, and the summary has no classes.
+    plain = CliRunner().invoke(app, ["rebuild", str(logs), "--out", str(tmp_path / "y.parquet")])
+    assert plain.exit_code == 0 and "fork: " not in plain.stderr and "drift class" not in plain.stderr

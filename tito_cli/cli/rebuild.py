@@ -73,12 +73,22 @@ def rebuild(
         "(pip install 'tito[ray]'); --out is then a folder of Parquet files, see docs/performance.md.",
     ),
     tokenizer: list[str] | None = TOKENIZER,
+    drift_classes: bool = typer.Option(
+        False,
+        "--drift-classes",
+        help="Also count forks and realigns by drift class in the summary (reasoning dropped, re-tokenized, "
+        "tool-call args re-rendered, other): each worker loads the log's tokenizer (found as --tokenizer "
+        "says, offline) and decodes around each fork and realign. Skipped when the tokenizer is not found.",
+    ),
 ) -> None:
     policy = Policy(fork_threshold=fork_threshold, reward_mode=reward_mode.value)
-    # Forks and realigns are counted by drift class when the log's tokenizer is found (decode-only, per worker).
-    choice = parse_tokenizer_options(tokenizer)
-    log_dirs = [p if p.is_dir() else p.parent for p in logs]
-    counter = functools.partial(drift_class_counter, log_dirs=log_dirs, choice=choice, strict=bool(tokenizer))
+    # Opt-in: loading a tokenizer in every worker and decoding around each divergence costs more
+    # than the rebuild's speed target allows (docs/performance.md).
+    counter = None
+    if drift_classes:
+        choice = parse_tokenizer_options(tokenizer)
+        log_dirs = [p if p.is_dir() else p.parent for p in logs]
+        counter = functools.partial(drift_class_counter, log_dirs=log_dirs, choice=choice, strict=bool(tokenizer))
     batch_bytes = None if batch_mb is None else batch_mb * (1 << 20)
     if engine is EngineChoice.ray:
         from ..run.ray_data import rebuild_ray

@@ -7,7 +7,8 @@ index, the ids of both sides around it and, when a tokenizer is at hand,
 both decoded with whitespace made visible, plus a class:
 
 * ``re-tokenized``: the same text, different ids (a non-canonical output
-  spelled canonically in the replay, a cut reply re-encoded);
+  spelled canonically in the replay, a cut reply re-encoded), judged over
+  at most the next 1,024 held tokens;
 * ``reasoning dropped``: the held side has a ``<think>…</think>`` block
   that the prompt lacks (a template that strips earlier reasoning);
 * ``tool-call args re-rendered``: the divergence lies inside a
@@ -60,8 +61,11 @@ UNCLASSIFIED = "unclassified"
 #: The classes, in the order summaries list them.
 DRIFT_CLASSES = (REASONING_DROPPED, RETOKENIZED, TOOL_ARGS_RERENDERED, OTHER, UNCLASSIFIED)
 
-#: Tokens decoded on each side of a divergence to classify it (more than any window shows).
-_CONTEXT = 512
+#: Tokens decoded before a divergence to classify it, and at most after it on the held side
+#: (a fork in the prompt region can drop a whole long prompt; the default threshold's worth
+#: of text tells the classes apart).
+_BEFORE = 512
+_AFTER = 1024
 _THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
 _TOOL_OPEN, _TOOL_CLOSE = "<tool_call>", "</tool_call>"
 
@@ -217,10 +221,13 @@ def classify(held: Ids, prompt: Ids, index: int, decoder: TokenText) -> str:
     ``<think>`` may be several tokens in one vocabulary and one in another, so
     the point where the texts part can lie before the first differing token.
     """
-    start = max(0, index - _CONTEXT)
-    held_text = decoder.decode(held[start:].tolist())
-    # The prompt's version of the held tail is at most a few times as many tokens (finer splits).
-    prompt_text = decoder.decode(prompt[start : index + 4 * (len(held) - index) + 16].tolist())
+    start = max(0, index - _BEFORE)
+    end = min(len(held), index + _AFTER)
+    # A cut inside a multi-byte character decodes to U+FFFD: compare the whole characters only.
+    held_text = decoder.decode(held[start:end].tolist()).rstrip("\ufffd")
+    # The prompt's version of the held tail: about as many tokens (canonical splits are fewer;
+    # a re-rendering adds a few), so twice as many, and some, cover it.
+    prompt_text = decoder.decode(prompt[start : index + 2 * (end - index) + 64].tolist())
     if prompt_text.startswith(held_text):
         return RETOKENIZED
     parted = _common_prefix(held_text, prompt_text)
@@ -232,8 +239,15 @@ def classify(held: Ids, prompt: Ids, index: int, decoder: TokenText) -> str:
 
 
 def _common_prefix(a: str, b: str) -> int:
-    n = min(len(a), len(b))
-    return next((i for i in range(n) if a[i] != b[i]), n)
+    # Bisection on slice equality: a few comparisons in C instead of one Python step a character.
+    lo, hi = 0, min(len(a), len(b))
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 def _reasoning_dropped(held: str, prompt: str, parted: int) -> bool:
