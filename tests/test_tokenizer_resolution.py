@@ -234,3 +234,18 @@ def test_no_pytorch_advice_on_stderr(tmp_path: Path) -> None:
         done = subprocess.run([sys.executable, "-m", "tito_cli", *args], env=env, capture_output=True, text=True)
         assert done.returncode == EXIT_OK, done.stderr
         assert "PyTorch" not in done.stderr, args
+
+
+def test_simulate_records_the_name_and_loads_the_mapped_folder(tmp_path: Path, no_hub_cache: Path) -> None:
+    copy = tmp_path / "local-copy"
+    shutil.copytree(REPO / "fixtures" / "tokenizer", copy)
+    out = tmp_path / "logs"
+    result = run("simulate", "--out", out, "-n", "1", "--tokenizer", f"acme/tiny-coder={copy}")
+    assert result.exit_code == EXIT_OK, result.output
+    turns = next(out.glob("turns-*.parquet"))
+    assert pq.read_schema(turns).metadata[b"tito.tokenizer"] == b"acme/tiny-coder"
+    # Elsewhere the name alone is not found (not a folder, not in the cache) ...
+    assert run("dump", out, "--out", "-").exit_code == EXIT_USAGE
+    # ... and the same mapping finds it.
+    dumped = run("dump", out, "--out", "-", "--tokenizer", f"acme/tiny-coder={copy}")
+    assert dumped.exit_code == EXIT_OK and "tokenizer: acme/tiny-coder (vocabulary " in dumped.stdout
