@@ -10,7 +10,7 @@ from rich.console import Group, RenderableType
 from rich.text import Text
 
 from ..algorithm.policy import DEFAULT_FORK_THRESHOLD, Policy
-from ..errors import InvalidSessionError, TokenizerError
+from ..errors import InvalidSessionError
 from ..render.drift_view import render_drift
 from ..render.jsonout import dumps
 from ..render.sample_text import render_samples, samples_data
@@ -24,10 +24,10 @@ from ..render.session_view import (
 )
 from ..report.drift import divergences
 from ..run.corpus import Reject
-from ..tokenizer import TokenText, parse_tokenizer_options
+from ..tokenizer import TokenText
 from .app import EXIT_CODES_HELP, app, err_console, guarded
 from .options import TOKENIZER
-from .viewing import LOGS_ENV, is_plain, open_logs, show
+from .viewing import LOGS_ENV, choose_tokenizer, is_plain, open_logs, show
 
 VIEWS = ("turns", "tree", "drift", "samples")
 
@@ -41,24 +41,6 @@ def parse_views(value: str) -> list[str]:
             param_hint="--view",
         )
     return [v for v in VIEWS if v in views]  # always in the same order
-
-
-def choose_tokenizer(values: list[str] | None, recorded: str | None, logs: Path) -> tuple[TokenText, str | None]:
-    """The decoder for the samples view, and a note for the user when showing ids instead.
-
-    What ``--tokenizer`` names must load (as in every command); a tokenizer
-    only recorded in the log falls back to ids, with a note, when it is not
-    found here: a viewer should still show what it can.
-    """
-    choice = parse_tokenizer_options(values)
-    if choice.name_for(recorded) is None:
-        return TokenText(), "no tokenizer recorded in the log: showing token ids (pass --tokenizer PATH)"
-    if values:
-        return TokenText.open(recorded, [logs], choice), None
-    try:
-        return TokenText.open(recorded, [logs], choice), None
-    except TokenizerError as exc:
-        return TokenText(), f"{exc.message}: showing token ids (pass --tokenizer PATH)"
 
 
 @app.command(

@@ -12,9 +12,8 @@ from ..render.corpus_stats import render_corpus_stats
 from ..render.jsonout import dumps
 from ..report.facts import corpus_stats
 from .app import EXIT_CODES_HELP, app, err_console, guarded
-from .inspect import choose_tokenizer
 from .options import TOKENIZER
-from .viewing import LOGS_ENV, open_logs, show
+from .viewing import LOGS_ENV, choose_tokenizer, open_logs, show
 
 
 @app.command(
