@@ -5,11 +5,13 @@ Every error tito raises on purpose derives from :class:`TitoError`::
     TitoError
      ├── LogError                 a log file cannot be used at all (rebuild aborts)
      │    ├── UnreadableLogError  not Parquet, truncated, unreadable, empty
-     │    └── SchemaError         a required column is missing or has the wrong type
+     │    ├── SchemaError         a required column is missing or has the wrong type
+     │    └── SourceError         an import source (trace file, database) cannot be read at all
      ├── InvalidSessionError      one session's rows are unusable (the session is rejected)
      ├── UnknownSessionError      a session id (or prefix) matches nothing, or too much
      ├── TokenizerError           the tokenizer to decode with is missing or cannot be loaded
-     └── OutputError              the output cannot be written where asked
+     ├── OutputError              the output cannot be written where asked
+     └── ExportError              the samples cannot be written in the asked format as they are
 
 Each carries the file, row and session it is about when those are known, so
 that the message can name them.  Exceptions become exit codes in one place:
@@ -28,10 +30,12 @@ __all__ = [
     "EXIT_OUTPUT",
     "EXIT_REJECTED",
     "EXIT_USAGE",
+    "ExportError",
     "InvalidSessionError",
     "LogError",
     "OutputError",
     "SchemaError",
+    "SourceError",
     "TitoError",
     "TokenizerError",
     "UnknownSessionError",
@@ -111,6 +115,10 @@ class SchemaError(LogError):
     """The file is Parquet but not a turns or sessions table tito understands."""
 
 
+class SourceError(LogError):
+    """An import source is missing, unreadable, or not the format named (``tito import``)."""
+
+
 class InvalidSessionError(TitoError):
     """One session's rows violate the turn-log contract; the session is rejected whole."""
 
@@ -137,3 +145,9 @@ class OutputError(TitoError):
     """The output cannot be written (exists without overwrite, or the OS refused)."""
 
     exit_code = EXIT_OUTPUT
+
+
+class ExportError(TitoError):
+    """The samples cannot be written in the asked trainer format as they are (an option decides how)."""
+
+    exit_code = EXIT_USAGE

@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from ..errors import EXIT_INTERNAL, TitoError, UnknownSessionError
 
@@ -19,7 +20,7 @@ __all__ = ["EXIT_CODES_HELP", "app", "err_console", "guarded", "out_console", "p
 EXIT_CODES_HELP = (
     "Exit status: 0 ok; 1 internal error (a bug: please report it with -v output); "
     "2 usage error or unknown session; 3 output written but some sessions were rejected "
-    "(see the rejects report); 4 a log file is unreadable or has the wrong schema (nothing written); "
+    "(see the rejects report); 4 a log file or import source is unreadable or has the wrong schema (nothing written); "
     "5 the output cannot be written (exists without --overwrite, or the OS refused); "
     "6 tito check found a changed, missing or stale golden dump."
 )
@@ -60,13 +61,14 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def report_error(error: TitoError) -> None:
-    err_console.print(f"[bold red]ERROR[/] {error}", markup=True, highlight=False, soft_wrap=True)
+    # Escaped: messages and tips hold brackets of their own ("pip install 'tito[slime]'").
+    err_console.print(f"[bold red]ERROR[/] {escape(str(error))}", markup=True, highlight=False, soft_wrap=True)
     if isinstance(error, UnknownSessionError) and error.candidates:
         err_console.print("candidates:", soft_wrap=True)
         for candidate in error.candidates:
             err_console.print(f"  {candidate}", markup=False, soft_wrap=True)
     if error.tip:
-        err_console.print(f"[bold]TIP[/] {error.tip}", soft_wrap=True)
+        err_console.print(f"[bold]TIP[/] {escape(error.tip)}", soft_wrap=True)
 
 
 def guarded(command: F) -> F:

@@ -11,13 +11,14 @@ import typer
 
 from ..algorithm.policy import DEFAULT_FORK_THRESHOLD, Policy
 from ..errors import EXIT_OK, EXIT_REJECTED
+from ..export.base import format_names
 from ..render.summary import render_rebuild_summary
 from ..report.drift import drift_class_counter
 from ..run.local import BATCHES_PER_WORKER
 from ..run.rebuild import rebuild as rebuild_logs
-from ..tokenizer import parse_tokenizer_options
 from .app import EXIT_CODES_HELP, app, err_console, guarded, progress_bar
-from .options import TOKENIZER
+from .export import FORKED, LABELS, LOGPROBS, SPLIT_BY, ForkedChoice, LogprobsChoice, check_format, export_options
+from .import_traces import REWARDS_HELP, SESSION_HEADER_HELP, TOKENIZER_HELP, VERBATIM_HELP, ImportFormat
 
 
 class RewardChoice(Enum):
@@ -34,9 +35,23 @@ class EngineChoice(Enum):
 @guarded
 def rebuild(
     logs: list[Path] = typer.Argument(
-        ..., help="Turn-log folders or Parquet files; folders are searched recursively for *.parquet."
+        ...,
+        help="Turn-log folders or Parquet files; folders are searched recursively for *.parquet. "
+        "With --from: the trace sources of that format.",
     ),
-    out: Path = typer.Option(..., "--out", "-o", help="The samples Parquet file to write (docs/spec.md §5)."),
+    out: Path = typer.Option(
+        ...,
+        "--out",
+        "-o",
+        help="The samples Parquet file to write (docs/spec.md §5), or the --format file "
+        "(for slime with --split-by, a pattern holding {rollout_id}).",
+    ),
+    format: str = typer.Option(
+        "parquet",
+        "--format",
+        help=f"What to write: {', '.join(format_names())}. 'parquet' is the samples file; the others are "
+        "trainer formats, written from the rebuilt sessions directly (docs/export.md).",
+    ),
     fork_threshold: int = typer.Option(
         DEFAULT_FORK_THRESHOLD,
         "--fork-threshold",
@@ -66,35 +81,53 @@ def rebuild(
         show_default=f"the log split in {BATCHES_PER_WORKER} batches per worker",
         help="Size (MiB of decoded turn columns) of the batches of sessions handed to workers.",
     ),
+    from_format: ImportFormat | None = typer.Option(
+        None,
+        "--from",
+        help="Read LOGS as traces of this capture format (see 'tito import --help'), imported on the fly "
+        "into a temporary turn log.",
+    ),
+    rewards: Path = typer.Option(None, "--rewards", help="With --from: " + REWARDS_HELP),
+    tokenizer: str = typer.Option(None, "--tokenizer", help="With --from: " + TOKENIZER_HELP),
+    session_header: str = typer.Option(None, "--session-header", help="With --from: " + SESSION_HEADER_HELP),
+    verbatim_responses: bool = typer.Option(False, "--verbatim-responses", help="With --from: " + VERBATIM_HELP),
     engine: EngineChoice = typer.Option(
         EngineChoice.local,
         "--engine",
-        help="'local': this machine's processes, one samples file. 'ray': a Ray Data pipeline "
-        "(pip install 'tito[ray]'); --out is then a folder of Parquet files, see docs/performance.md.",
+        help="'local': this machine's processes. 'ray': a Ray Data pipeline (pip install 'tito[ray]') that "
+        "rebuilds sessions across a cluster; the files written are the same, see docs/performance.md.",
     ),
-    tokenizer: list[str] | None = TOKENIZER,
+    split_by: int = SPLIT_BY,
+    forked: ForkedChoice = FORKED,
+    logprobs: LogprobsChoice = LOGPROBS,
+    labels: bool = LABELS,
     drift_classes: bool = typer.Option(
         False,
         "--drift-classes",
         help="Also count forks and realigns by drift class in the summary (reasoning dropped, re-tokenized, "
-        "tool-call args re-rendered, other): each worker loads the log's tokenizer (found as --tokenizer "
-        "says, offline) and decodes around each fork and realign. Skipped when the tokenizer is not found.",
+        "tool-call args re-rendered, other): each worker loads the tokenizer the log records (found offline, "
+        "as every command finds it) and decodes around each fork and realign. Skipped when it is not found.",
     ),
 ) -> None:
+    check_format(format, format_names(), "--format")
     policy = Policy(fork_threshold=fork_threshold, reward_mode=reward_mode.value)
+    if from_format is not None and engine is EngineChoice.ray:
+        raise typer.BadParameter("--from works with the local engine only", param_hint="--from")
+    batch_bytes = None if batch_mb is None else batch_mb * (1 << 20)
     # Opt-in: loading a tokenizer in every worker and decoding around each divergence costs more
     # than the rebuild's speed target allows (docs/performance.md).
     counter = None
     if drift_classes:
-        choice = parse_tokenizer_options(tokenizer)
         log_dirs = [p if p.is_dir() else p.parent for p in logs]
-        counter = functools.partial(drift_class_counter, log_dirs=log_dirs, choice=choice, strict=bool(tokenizer))
-    batch_bytes = None if batch_mb is None else batch_mb * (1 << 20)
+        counter = functools.partial(drift_class_counter, log_dirs=log_dirs)
+    sink_options = export_options(format, split_by, forked, logprobs, labels)
     if engine is EngineChoice.ray:
         from ..run.ray_data import rebuild_ray
 
-        summary = rebuild_ray(logs, out, policy, overwrite=overwrite, drift_counter=counter)
-        err_console.print(render_rebuild_summary(summary))
+        summary = rebuild_ray(
+            logs, out, policy, overwrite=overwrite, output_format=format, options=sink_options, drift_counter=counter
+        )
+        err_console.print(render_rebuild_summary(summary), soft_wrap=True)
         raise typer.Exit(EXIT_REJECTED if summary.rejected else EXIT_OK)
     options: dict[str, Any] = {
         "overwrite": overwrite,
@@ -102,6 +135,29 @@ def rebuild(
         "batch_bytes": batch_bytes,
         "drift_counter": counter,
     }
+    options.update(output_format=format, options=sink_options)
+    if from_format is not None:
+        from ..render.import_summary import render_import_summary
+        from ..run.rebuild_from import rebuild_from
+
+        with progress_bar("rebuilding", "sessions") as progress:
+            imported, summary = rebuild_from(
+                from_format.value,
+                logs,
+                out,
+                policy,
+                rewards=rewards,
+                tokenizer=tokenizer,
+                session_header=session_header,
+                align_responses=not verbatim_responses,
+                progress=progress,
+                **options,
+            )
+        # The imported log was temporary: its rejects are in the rebuild's rejects report.
+        err_console.print(render_import_summary(imported, show_out=False), soft_wrap=True)
+        err_console.print("", soft_wrap=True)
+        err_console.print(render_rebuild_summary(summary), soft_wrap=True)
+        raise typer.Exit(EXIT_REJECTED if summary.rejected else EXIT_OK)
 
     with progress_bar("rebuilding", "sessions") as progress:
         summary = rebuild_logs(logs, out, policy, progress=progress, **options)

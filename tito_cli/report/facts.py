@@ -19,6 +19,7 @@ import numpy as np
 
 from ..algorithm.linearize import ForkCause
 from ..algorithm.session import SessionReport, SessionResult
+from ..export.groups import GroupCounts
 from ..run.corpus import Reject
 from ..tokenizer import TokenText
 from .drift import DRIFT_CLASSES, divergences
@@ -280,6 +281,8 @@ class CorpusStats:
     prompt_lengths: list[int] = field(default_factory=list)
     output_lengths: list[int] = field(default_factory=list)
     turns_per_session: list[int] = field(default_factory=list)
+    #: Sessions and samples per ``group_index`` (GRPO group integrity).
+    groups: GroupCounts = field(default_factory=GroupCounts)
     #: Forks and realigns by drift class (``report/drift.py``), and whether they were decoded.
     drift_classes: dict[str, Counter[str]] = field(
         default_factory=lambda: {"fork": Counter(), "realign": Counter()}
@@ -335,6 +338,7 @@ class CorpusStats:
             "turns_per_session": percentiles(self.turns_per_session),
             "prompt_tokens": percentiles(self.prompt_lengths),
             "output_tokens": percentiles(self.output_lengths),
+            "groups": self.groups.to_dict(),
         }
 
 
@@ -366,6 +370,7 @@ def corpus_stats(items: Iterable[SessionResult | Reject], text: TokenText | None
         stats.sessions_with_realigns += r.realigns > 0
         stats.sessions_without_row += r.missing_sessions_row
         stats.turns_per_session.append(r.turns)
+        stats.groups.add(item.session_id, item.info.group_index, len(item.samples))
         if not item.samples:
             _note(stats.zero_samples, zero_sample_reason(item), item.session_id)
         if r.fork_total or r.realigns:
