@@ -222,9 +222,20 @@ def test_loading_never_runs_code_from_the_folder(tmp_path: Path) -> None:
 
 
 def test_no_pytorch_advice_on_stderr(tmp_path: Path) -> None:
-    """transformers' "PyTorch was not found" line is silenced in every command that loads a tokenizer."""
+    """transformers' "PyTorch was not found" line is silenced in every command that loads a tokenizer.
+
+    tito's users mostly have no torch on the machine that rebuilds; CI has it (for the slime
+    export), so the commands run with torch hidden (``sys.modules["torch"] = None`` makes
+    ``find_spec`` say it is not installed, as transformers asks).
+    """
+    hide = tmp_path / "no-torch"
+    hide.mkdir()
+    (hide / "sitecustomize.py").write_text('import sys\nsys.modules["torch"] = None\n')
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRANSFORMERS_NO_ADVISORY")}
     env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    env["PYTHONPATH"] = os.pathsep.join([str(hide), str(REPO), env.get("PYTHONPATH", "")])
+    probe = [sys.executable, "-c", "import transformers"]
+    assert "PyTorch was not found" in subprocess.run(probe, env=env, capture_output=True, text=True).stderr
     commands = [
         ["simulate", "--out", str(tmp_path / "sim"), "-n", "1"],
         ["inspect", "qwen3-0-0000", "--logs", str(REPO / "fixtures" / "logs"), "--view", "samples"],
