@@ -29,7 +29,6 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -146,6 +145,8 @@ def resolve(
 
 def shipped_folder(name: str) -> Path | None:
     """The package's own copy of a shipped tokenizer, if the package holds it."""
+    from importlib import resources  # not at import: every command's start-up would pay for it
+
     folder = resources.files("tito_cli") / "_data" / "tokenizers" / SHIPPED[name]
     path = Path(str(folder))
     return path if (path / "tokenizer.json").is_file() else None
