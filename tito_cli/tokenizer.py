@@ -237,8 +237,17 @@ def load(folder: Path) -> Any:
     try:
         from transformers import AutoTokenizer  # slow import: only when a tokenizer is needed
 
+        # A tokenizer folder travels with untrusted logs: its auto_map Python never runs
+        # (transformers would otherwise ask on stdin, and run it on "y").
         return AutoTokenizer.from_pretrained(str(folder), local_files_only=True, trust_remote_code=False)
     except Exception as exc:  # transformers raises many types for a bad folder
+        if "custom code" in str(exc):
+            raise TokenizerError(
+                "the tokenizer folder needs its own Python code (auto_map), and tito never runs code from a "
+                "tokenizer folder",
+                file=folder,
+                tip="point the log at a tokenizer that transformers' built-in classes load (tokenizer.json)",
+            ) from None
         raise TokenizerError(
             f"cannot load tokenizer ({type(exc).__name__}: {exc})",
             file=folder,

@@ -45,7 +45,11 @@ def simulate(
         "folder or a hub id in the local Hugging Face cache; NAME=PATH records NAME and loads PATH. "
         "Default: the profile's, shipped with tito.",
     ),
-    overwrite: bool = typer.Option(False, "--overwrite", help="Delete Parquet files already in --out first."),
+    overwrite: bool = typer.Option(
+        False,
+        "--overwrite",
+        help="Replace the Parquet files already in --out (once the new log is complete: a failed run keeps them).",
+    ),
 ) -> None:
     # The simulator (and transformers, through it) is imported only when simulating.
     from ..render.simulation import render_simulation_summary

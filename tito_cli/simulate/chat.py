@@ -43,7 +43,9 @@ class Chat:
     """One tokenizer with its chat template, plus a cache of tokenized message blocks."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.tokenizer = load(Path(path))  # transformers is imported here, only when simulating
+        self.path = Path(path)
+        # transformers is imported here, only when simulating; never the folder's own Python (auto_map).
+        self.tokenizer = load(self.path)
         self._backend = self.tokenizer.backend_tokenizer
         self.im_start = self._backend.token_to_id(IM_START)
         self.im_end = self._backend.token_to_id(IM_END)
@@ -58,9 +60,14 @@ class Chat:
 
     def render(self, messages: list[Message], tools: list[dict[Any, Any]] | None) -> str:
         """The prompt text for ``messages``, ending with the assistant generation prompt."""
-        text = self.tokenizer.apply_chat_template(
-            messages, tools=cast(Any, tools), tokenize=False, add_generation_prompt=True
-        )
+        import jinja2  # (its exceptions only: templates run in transformers' sandboxed environment)
+
+        try:
+            text = self.tokenizer.apply_chat_template(
+                messages, tools=cast(Any, tools), tokenize=False, add_generation_prompt=True
+            )
+        except jinja2.TemplateError as exc:
+            raise TokenizerError(f"the chat template failed ({exc})", file=self.path) from None
         assert isinstance(text, str)
         return text
 
