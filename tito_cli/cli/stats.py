@@ -7,12 +7,11 @@ from pathlib import Path
 import typer
 from rich.text import Text
 
-from ..algorithm.policy import DEFAULT_FORK_THRESHOLD, Policy
 from ..render.corpus_stats import render_corpus_stats
 from ..render.jsonout import dumps
 from ..report.facts import corpus_stats
 from .app import EXIT_CODES_HELP, app, err_console, guarded
-from .options import TOKENIZER
+from .options import FORK_THRESHOLD, MAX_SAMPLE_TOKENS, POLICY, REWARD_MODE, TOKENIZER, RewardChoice, policy_from
 from .viewing import LOGS_ENV, choose_tokenizer, open_logs, show
 
 
@@ -27,17 +26,19 @@ from .viewing import LOGS_ENV, choose_tokenizer, open_logs, show
 def stats(
     logs: Path = typer.Argument(Path("logs"), envvar=LOGS_ENV, help=f"The turn-log folder (or ${LOGS_ENV})."),
     as_json: bool = typer.Option(False, "--json", help="Print the statistics as JSON (stable keys)."),
-    fork_threshold: int = typer.Option(
-        DEFAULT_FORK_THRESHOLD, "--fork-threshold", min=0, help="The fork threshold to rebuild with."
-    ),
+    policy: str = POLICY,
+    fork_threshold: int = FORK_THRESHOLD,
+    reward_mode: RewardChoice | None = REWARD_MODE,
+    max_sample_tokens: int | None = MAX_SAMPLE_TOKENS,
     tokenizer: list[str] | None = TOKENIZER,
 ) -> None:
-    corpus = open_logs(logs, Policy(fork_threshold=fork_threshold))
+    chosen = policy_from(policy, fork_threshold, reward_mode, max_sample_tokens)
+    corpus = open_logs(logs)
     # Drift classes need the decoded text; without the tokenizer they are counted as unclassified.
     text, note = choose_tokenizer(tokenizer, corpus.tokenizer, logs)
     if note:
         err_console.print(Text(note, style="dim"))
-    data = corpus_stats(corpus.results(), text).to_dict()
+    data = corpus_stats(corpus.results(chosen), chosen, text).to_dict()
     if as_json:
         typer.echo(dumps(data))
         return

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from .._atomic import StagedFile, publish, remove_stale_temporaries
 from .._paths import check_output_target, leave_out_previous_output
-from ..algorithm.policy import Policy
+from ..algorithm.policy import Policy, default_policy
 from ..algorithm.session import SessionReport
 from ..errors import OutputError
 from ..export.base import ExportOptions, Sink, SinkContext, open_sink
@@ -37,6 +37,7 @@ class RebuildSummary:
     rejects_file: Path
     policy: Policy
     sessions: int = 0
+    #: Totals; callers start them with ``SessionReport.for_policy(policy)`` so forks list the policy's causes.
     totals: SessionReport = field(default_factory=SessionReport)
     #: Sessions rebuilt that yielded no sample at all.
     sessions_without_samples: int = 0
@@ -149,7 +150,7 @@ def rebuild(
     (:func:`tito_cli.report.drift.drift_class_counter`), or ``None`` to skip it;
     the totals are in ``summary.totals.drift_classes``.
     """
-    policy = policy or Policy()
+    policy = policy or default_policy()
     out = Path(out)
     rejects_file = rejects_path(out)
     check_output_target(out, overwrite=overwrite)
@@ -159,12 +160,17 @@ def rebuild(
     workers = default_workers() if workers is None else workers
     rejected: list[Reject] = list(extra_rejects)
     with early_pool(len(files), workers) as pool:
-        corpus = Corpus.open(files, policy, map_files=file_map(pool, len(files), workers))
+        corpus = Corpus.open(files, map_files=file_map(pool, len(files), workers))
         # Temporaries of a rebuild that was killed (SIGKILL, OOM) before it could clean up.
         stale = remove_stale_temporaries(out) + remove_stale_temporaries(rejects_file)
         session_ids = corpus.session_ids()
         summary = RebuildSummary(
-            out=out, rejects_file=rejects_file, policy=policy, tokenizer=corpus.tokenizer, format=output_format
+            out=out,
+            rejects_file=rejects_file,
+            policy=policy,
+            totals=SessionReport.for_policy(policy),
+            tokenizer=corpus.tokenizer,
+            format=output_format,
         )
         summary.stale_temporaries_removed = stale
         count_drift = drift_counter(corpus.tokenizer) if drift_counter is not None else None
@@ -176,6 +182,7 @@ def rebuild(
         try:
             outputs = rebuild_outputs(
                 corpus,
+                policy,
                 workers=workers,
                 batch_bytes=batch_bytes,
                 spill_dir=out.parent,
