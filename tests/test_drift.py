@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from tito_cli.algorithm.policy import Policy
+from tito_cli.algorithm.policies import SlimeV4
 from tito_cli.algorithm.session import SessionResult
 from tito_cli.report.drift import (
     OTHER,
@@ -90,7 +90,7 @@ def test_same_text_other_ids_is_re_tokenized(text: TokenText) -> None:
 @pytest.fixture(scope="module")
 def agent(tmp_path_factory: pytest.TempPathFactory) -> SessionResult:
     logs = scenario_log("agent", tmp_path_factory.mktemp("drift") / "logs")
-    result = Corpus.open([logs], Policy()).session("s-7f3a")
+    result = Corpus.open([logs]).session("s-7f3a", SlimeV4())
     assert isinstance(result, SessionResult)
     return result
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tito_cli.algorithm.policy import Policy
+from tito_cli.algorithm.policies import SlimeV4
 from tito_cli.algorithm.session import rebuild_session
 from tito_cli.read.turnlog import TurnLog
 from tito_cli.read.validate import parse_session
@@ -55,7 +55,7 @@ def test_engine_equals_the_literal_spec_model_on_qwen3_sessions(
     folder = DEMO_LOGS if logs == "demo" else fresh_logs
     seen: Counter[str] = Counter()
     for sid, turns, info in sessions(folder):
-        result = rebuild_session(sid, turns, info, Policy(fork_threshold=threshold))
+        result = rebuild_session(sid, turns, info, SlimeV4(fork_threshold=threshold))
         model = model_rebuild(turns, threshold, info.reward, "split")
         assert len(result.samples) == len(model), sid
         for sample, reward, want in zip(result.samples, result.rewards, model, strict=True):
