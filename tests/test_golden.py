@@ -22,7 +22,7 @@ from tito_cli.errors import EXIT_CHECK_FAILED, EXIT_OK, EXIT_USAGE
 from tito_cli.golden.compare import Status
 from tito_cli.golden.serialize import token_label
 from tito_cli.pytest_plugin import TitoGolden
-from tito_cli.render.tokens import TokenText
+from tito_cli.tokenizer import TokenText
 
 from .helpers import CONFORMANCE, CONFORMANCE_SLIME03, REPO, conformance_folders, read_jsonl, write_log
 
@@ -88,7 +88,7 @@ def test_slime03_compact_goldens(folder: Path, tmp_path: Path, tito_golden: Tito
 # -- the dump format --------------------------------------------------------------
 
 CASE_1_2 = """\
-tito golden dump (format 1, style full)
+tito golden dump (format 2, style full)
 session: case-1.2
 policy: slime-v4, fork threshold 1024, reward split
 tokenizer: none (token ids)
@@ -108,6 +108,8 @@ assistant [turn 2, seq 1] done
 == packing ==
 leaf 0, seq 0: start, lcp 0, drift 0, trained
 leaf 0, seq 1: clean, lcp 9, drift 0, trained
+
+== drift (0) ==
 
 == samples (1; segments dropped: 0) ==
 
@@ -176,7 +178,7 @@ def test_dump_is_identical_across_runs_file_layouts_and_row_order(tmp_path: Path
     other = run("dump", tmp_path / "many", "--out", "-")
     assert first.exit_code == EXIT_OK, first.output
     assert first.stdout_bytes == again.stdout_bytes == other.stdout_bytes
-    assert first.stdout.count("tito golden dump (format 1") == len(sessions)
+    assert first.stdout.count("tito golden dump (format 2") == len(sessions)
 
 
 def test_dump_does_not_depend_on_the_hash_seed(cases_log: Path) -> None:
@@ -239,16 +241,21 @@ def test_drift_fails_check_with_a_span_diff_and_update_accepts_it(cases_log: Pat
     assert changed == [
         "-leaf 0, seq 1: clean, lcp 9, drift 0, trained",
         "+leaf 0, seq 1: realign, lcp 7, drift 2, trained",
+        "-== drift (0) ==",
+        "+== drift (1) ==",
+        "+leaf 0, seq 1: realign at 7, drift 2, unclassified",
+        "+  held:   1000 1012 1009 2000 2012 2009 9000 ▸ 9101 9009",
+        "+  prompt: 1000 1012 1009 2000 2012 2009 9000 ▸ 7001 9009 3000 3011 3009 9000",
         "-sample 0: leaf 0, segment 0, 15 tokens (prompt 7, response 8), 4 trained, reward 1.0",
         "+sample 0: leaf 0, segment 0, 15 tokens (prompt 7, response 8), 2 trained, reward 1.0",
         "-  digest e4d1fa3db831e198",
-        changed[5],
+        changed[10],
         "-  out seq 0            TRAIN | 9101 9009",
         "-  tail seq 1                 | 3000 3011 3009 9000",
         "+  out seq 0            TRAIN |",
         "+  tail seq 1                 | 7001 9009 3000 3011 3009 9000",
     ]
-    assert changed[5].startswith("+  digest ") and changed[5] != "+  digest e4d1fa3db831e198"
+    assert changed[10].startswith("+  digest ") and changed[10] != "+  digest e4d1fa3db831e198"
     # Unchanged lines around the change are context only; the rest is collapsed.
     assert "   out seq 1            TRAIN | 9102 9009" in out
     assert any(line.startswith("⋯ ") and line.endswith(" unchanged lines ⋯") for line in out)
@@ -338,7 +345,7 @@ def test_json_result(cases_log: Path, tmp_path: Path) -> None:
     assert changed[0]["diff"][:3] == [
         f"--- golden  {golden / 'case-1.1.txt'}",
         "+++ rebuilt case-1.1",
-        "@@ -1,1 +1,24 @@",
+        "@@ -1,1 +1,26 @@",
     ]
     assert changed[0]["diff"][3] == "-edited"
     assert data["accept_command"] == f"tito check {cases_log} --golden {golden} --update"
@@ -353,10 +360,10 @@ def test_diff_lines_cap(cases_log: Path, tmp_path: Path) -> None:
     assert out[1:7] == [
         f"--- golden  {golden / 'case-1.1.txt'}",
         "+++ rebuilt case-1.1",
-        "@@ -1,1 +1,24 @@",
+        "@@ -1,1 +1,26 @@",
         "-edited",
-        "+tito golden dump (format 1, style full)",
-        "⋯ 23 more diff lines (--diff-lines 0 shows them all) ⋯",
+        "+tito golden dump (format 2, style full)",
+        "⋯ 25 more diff lines (--diff-lines 0 shows them all) ⋯",
     ]
     result = run("check", cases_log, "--golden", golden, "--diff-lines", "0")
     assert "+  out seq 0            TRAIN | 9100 9009" in result.stdout.splitlines()
@@ -388,10 +395,13 @@ def test_recorded_tokenizer_must_be_found(tmp_path: Path) -> None:
     write_log(logs, read_jsonl(CASES / "turns.jsonl")[:2], tokenizer="no/such/tokenizer")
     result = run("dump", logs, "--out", tmp_path / "g")
     assert result.exit_code == EXIT_USAGE
-    assert result.stderr.splitlines() == [
-        "ERROR the log records tokenizer 'no/such/tokenizer', which is not found here",
-        "TIP pass --tokenizer PATH to point at it, or --no-decode to dump token ids",
-    ]
+    error, tip = result.stderr.splitlines()
+    assert error == (
+        "ERROR the log's tokenizer 'no/such/tokenizer' is not found here (tried the folder no/such/tokenizer "
+        f"from {logs} (and above) and the working directory)"
+    )
+    assert tip.startswith("TIP pass --tokenizer PATH (a folder with tokenizer.json), or --tokenizer NAME=PATH")
+    assert tip.endswith("; or pass --no-decode to dump token ids")
     assert not (tmp_path / "g").exists()
     result = run("dump", logs, "--out", "-", "--no-decode")
     assert result.exit_code == EXIT_OK
@@ -454,7 +464,7 @@ TOKENIZER = REPO / "fixtures" / "tokenizer"
 
 
 def test_decoded_dump_shows_text_lines_per_span(tmp_path: Path) -> None:
-    tok = TokenText.load(str(TOKENIZER)).tokenizer
+    tok = TokenText.open(str(TOKENIZER)).tokenizer
 
     def enc(text: str) -> list[int]:
         return list(tok.encode(text, add_special_tokens=False))
@@ -541,7 +551,7 @@ DEMO_LOGS = REPO / "fixtures" / "logs"
 
 
 def test_demo_log_goldens(tito_golden: TitoGolden) -> None:
-    """Full-style goldens of the demo logs, decoded through fixtures/tokenizer.
+    """Full-style goldens of the demo logs, decoded through fixtures/tokenizers/qwen3.
 
     After merging new demo logs: ``python -m pytest tests/test_golden.py -k demo_log --tito-update``.
     """

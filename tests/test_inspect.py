@@ -21,8 +21,8 @@ from tito_cli.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_REJECTED, EXIT_USAGE
 from tito_cli.render.plain import to_plain
 from tito_cli.render.sample_text import render_samples, samples_data, seq_ranges
 from tito_cli.render.session_view import render_tree, render_turns, tree_nodes, turn_rows
-from tito_cli.render.tokens import TokenText, visible
 from tito_cli.run.corpus import Corpus, Reject
+from tito_cli.tokenizer import TokenText, visible
 
 from .helpers import conformance_folders, read_jsonl, write_log
 from .scenario_logs import TOKENIZER, scenario_log
@@ -235,7 +235,7 @@ def test_samples_view_decoded_brackets_hold_the_trained_text(agent_logs: Path) -
     text = body.replace("↵\n", "↵")
     bracketed = re.findall(r"\[([^\]]*)\]", "\n".join(x for x in text.splitlines() if not x.startswith("──")))
 
-    decoder = TokenText.load(str(TOKENIZER))
+    decoder = TokenText.open(str(TOKENIZER))
     expected = []
     for sample in main_result(agent_logs).samples:
         mask = sample.loss_mask
@@ -415,14 +415,16 @@ def test_bad_view_and_bad_tokenizer_are_usage_errors(agent_logs: Path, tmp_path:
     assert "unknown view bogus" in err
     code, _, err = run("inspect", MAIN, "--logs", str(agent_logs), "--tokenizer", str(tmp_path / "none"))
     assert code == EXIT_USAGE
-    assert "not a tokenizer folder" in err
+    assert f"to be found at '{tmp_path / 'none'}', is not found here" in " ".join(err.split())
 
 
 def test_recorded_tokenizer_not_found_falls_back_to_ids(tmp_path: Path) -> None:
     logs = scenario_log("agent", tmp_path / "logs", tokenizer="no/such/tokenizer")
     code, lines, err = run("inspect", "s-7f9c", "--logs", str(logs), "--view", "samples")
     assert code == EXIT_OK
-    assert "tokenizer 'no/such/tokenizer' recorded in the log was not found: showing token ids" in err
+    note = " ".join(err.split())
+    assert note.startswith("the log's tokenizer 'no/such/tokenizer' is not found here (tried the folder no/such/")
+    assert note.endswith("and the working directory): showing token ids (pass --tokenizer PATH)")
     assert lines[-1].startswith("[") and all(w.strip("[]").isdigit() for w in lines[-1].split())
 
 
@@ -438,8 +440,8 @@ def test_explicit_tokenizer_overrides_the_log(agent_logs_no_tokenizer: Path) -> 
 # -- acceptance on the demo logs (fixtures/logs, from the simulator) ------------------------------
 
 DEMO_LOGS = Path(__file__).resolve().parent.parent / "fixtures" / "logs"
-#: A demo session with a sub-agent, a realign and a fork (and a compaction restart and a retry).
-DEMO = "demo-0-0006"
+#: A demo session with a sub-agent, realigns and forks, and drift of every class.
+DEMO = "qwen3-0-0028"
 
 
 def test_demo_session_shows_sub_agent_realign_and_fork() -> None:
@@ -483,11 +485,45 @@ def test_demo_samples_view_marks_exactly_the_trained_tokens(tmp_path: Path) -> N
 
 
 def test_demo_tokenizer_is_found_from_the_log() -> None:
-    """The demo log records ``fixtures/tokenizer`` (relative); it is found from the log's folder."""
+    """The demo log records ``fixtures/tokenizers/qwen3`` (relative); it is found from the log's folder."""
     code, lines, err = run("inspect", DEMO, "--logs", str(DEMO_LOGS), "--view", "samples")
     assert code == EXIT_OK
     assert err == ""
     assert any("<|im_end|>" in line for line in lines)
+
+
+def test_demo_drift_view_shows_each_class_decoded() -> None:
+    """Acceptance (#17): a fork with reasoning dropped, realigns re-tokenized and with tool-call args re-rendered."""
+    code, lines, err = run("inspect", DEMO, "--logs", str(DEMO_LOGS), "--view", "drift")
+    assert code == EXIT_OK and err == ""
+    body = lines[lines.index("drift") + 1 :]
+    headings = [i for i, line in enumerate(body) if line.startswith("seq ")]
+    shown = {}
+    for i in headings:
+        kind = "fork" if " fork: " in body[i] else "realign"
+        cls = body[i].rsplit("  ", 1)[1]
+        held, prompt = body[i + 1].strip(), body[i + 2].strip()
+        assert held.startswith("held ") and prompt.startswith("prompt ")
+        assert held.split(" ▸ ", 1)[0].split(None, 1)[1] == prompt.split(" ▸ ", 1)[0].split(None, 1)[1]
+        shown.setdefault((kind, cls), (held, prompt))
+    fork_reasoning = shown[("fork", "reasoning dropped")]
+    assert "▸ <think>↵" in fork_reasoning[0] and "<think>" not in fork_reasoning[1].split(" ▸ ", 1)[1]
+    retokenized = shown[("realign", "re-tokenized")]
+    assert retokenized[0] != retokenized[1]
+    args = shown[("realign", "tool-call args re-rendered")]
+    assert '":"' in args[0].split(" ▸ ", 1)[1] and '":␣"' in args[1].split(" ▸ ", 1)[1]
+
+    code, lines, _ = run("inspect", DEMO, "--logs", str(DEMO_LOGS), "--view", "drift", "--json")
+    data = json.loads("\n".join(lines))
+    assert data["tokenizer"] == "fixtures/tokenizers/qwen3"
+    result = Corpus.open([DEMO_LOGS]).session(DEMO)
+    assert isinstance(result, SessionResult)
+    decided = {(d.seq, d.kind) for d in result.linearization.decisions if d.kind in ("fork", "realign")}
+    assert {(d["seq"], d["kind"]) for d in data["drift"]} == decided
+    for d in data["drift"]:
+        assert d["held_ids"][: d["index"] - d["window_start"]] == d["prompt_ids"][: d["index"] - d["window_start"]]
+        assert d["held_ids"][d["index"] - d["window_start"]] != d["prompt_ids"][d["index"] - d["window_start"]]
+        assert d["class"] in ("reasoning dropped", "re-tokenized", "tool-call args re-rendered", "other")
 
 
 def test_seq_ranges() -> None:

@@ -1,5 +1,4 @@
-"""Paths tito knows and writes: the fixture tokenizer's, file names derived from session ids
-(untrusted), and output targets checked.
+"""Paths: file names derived from session ids (untrusted), output targets checked, shipped tokenizers' names.
 
 An output target must be absent or a regular file (never a folder, FIFO or
 device, which a rename would replace or a write would block on), and never
@@ -23,17 +22,16 @@ from .schema import META_TABLE
 
 __all__ = [
     "FIXTURE_TOKENIZER",
-    "PACKAGED_TOKENIZER",
-    "check_output_target", "leave_out_previous_output",
+    "QWEN3_TOKENIZER",
+    "check_output_target",
+    "leave_out_previous_output",
     "safe_filename",
 ]
 
-#: The tokenizer shipped in the repository (relative to its root), used by the simulator; the
-#: name its logs record.
+#: The simulator's tokenizers, by the names its logs record (folders relative to the repository's root;
+#: the package ships a copy of each, see ``tito_cli.tokenizer.SHIPPED``).
 FIXTURE_TOKENIZER = "fixtures/tokenizer"
-#: The same files inside the package, so the simulator (and decoding its logs) works after a
-#: non-editable install, from any folder (fixtures/tokenizer/build.py writes both).
-PACKAGED_TOKENIZER = Path(__file__).resolve().parent / "simulate" / "tokenizer"
+QWEN3_TOKENIZER = "fixtures/tokenizers/qwen3"
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 

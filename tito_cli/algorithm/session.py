@@ -52,6 +52,9 @@ class SessionReport:
     missing_seqs: int = 0
     #: The missing seqs as inclusive ranges ``(first, last)``; per session only.
     seq_gaps: tuple[tuple[int, int], ...] = ()
+    #: Forks and realigns by drift class (``"fork: reasoning dropped"``), when a rebuild
+    #: was given a tokenizer to classify them with (``tito_cli.report.drift``); else empty.
+    drift_classes: dict[str, int] = field(default_factory=dict)
     #: Samples left out because their first prompt is longer than ``max_sample_tokens`` (SPEC §8.7).
     left_out_samples: int = 0
     #: The cap they exceeded; per session only.
@@ -109,6 +112,8 @@ class SessionReport:
             setattr(self, name, getattr(self, name) + getattr(other, name))
         for cause, count in other.forks.items():
             self.forks[cause] = self.forks.get(cause, 0) + count
+        for name, count in other.drift_classes.items():
+            self.drift_classes[name] = self.drift_classes.get(name, 0) + count
 
 
 @dataclass(slots=True)

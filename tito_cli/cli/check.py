@@ -10,8 +10,8 @@ import typer
 
 from ..errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_OK, EXIT_OUTPUT
 from .app import app, exit_codes_help, guarded, out_console
-from .dump import LOGS, NO_DECODE, SESSIONS, STYLE, TOKENIZER, WORKERS, golden_options, option_args
-from .options import FORK_THRESHOLD, MAX_SAMPLE_TOKENS, POLICY, REWARD_MODE, RewardChoice
+from .dump import LOGS, NO_DECODE, SESSIONS, STYLE, WORKERS, golden_options, option_args
+from .options import FORK_THRESHOLD, MAX_SAMPLE_TOKENS, POLICY, REWARD_MODE, TOKENIZER, RewardChoice
 from .unfinished import UNFINISHED, UnfinishedChoice
 
 
@@ -38,7 +38,7 @@ def check(
     reward_mode: RewardChoice | None = REWARD_MODE,
     max_sample_tokens: int | None = MAX_SAMPLE_TOKENS,
     style: str = STYLE,
-    tokenizer: Path | None = TOKENIZER,
+    tokenizer: list[str] | None = TOKENIZER,
     no_decode: bool = NO_DECODE,
     workers: int = WORKERS,
     unfinished: UnfinishedChoice = UNFINISHED,

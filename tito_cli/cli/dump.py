@@ -15,6 +15,7 @@ from .options import (
     MAX_SAMPLE_TOKENS,
     POLICY,
     REWARD_MODE,
+    TOKENIZER,
     RewardChoice,
     policy_args,
     policy_from,
@@ -35,12 +36,6 @@ STYLE = typer.Option(
     help="'full': header, turns, routing tree, packing decisions and one line per span of each sample; "
     "'compact': one line per sample in bracket notation (1000 1025 [9101] [9009]), for small synthetic cases.",
 )
-TOKENIZER = typer.Option(
-    None,
-    "--tokenizer",
-    help="Tokenizer folder to decode with (default: the one the log records, found offline; "
-    "an error if it is recorded but missing).",
-)
 NO_DECODE = typer.Option(False, "--no-decode", help="Write token ids even when a tokenizer is available.")
 WORKERS = typer.Option(
     1,
@@ -57,7 +52,7 @@ def golden_options(
     reward_mode: RewardChoice | str | None,
     max_sample_tokens: int | None,
     style: str,
-    tokenizer: Path | None,
+    tokenizer: list[str] | None,
     no_decode: bool,
     workers: int = 1,
     unfinished: UnfinishedChoice = UnfinishedChoice.keep,
@@ -65,24 +60,25 @@ def golden_options(
     if style not in ("full", "compact"):
         raise typer.BadParameter("must be 'full' or 'compact'", param_hint="--style")
     from ..golden.compare import GoldenOptions
+    from ..tokenizer import parse_tokenizer_options
 
     return GoldenOptions(
         policy=policy_from(policy, fork_threshold, reward_mode, max_sample_tokens),
         style=style,  # type: ignore[arg-type]
-        tokenizer=tokenizer,
+        tokenizer=parse_tokenizer_options(tokenizer),
         decode=not no_decode,
         workers=workers,
         unfinished=unfinished.value,
     )
 
 
-def option_args(options: GoldenOptions, tokenizer: Path | None, sessions: Any) -> list[str]:
+def option_args(options: GoldenOptions, tokenizer: list[str] | None, sessions: Any) -> list[str]:
     """The non-default options again, as command-line words (for the command that accepts a change)."""
     words = policy_args(options.policy)
     if options.style != "full":
         words += ["--style", options.style]
-    if tokenizer is not None:
-        words += ["--tokenizer", str(tokenizer)]
+    for value in tokenizer or ():
+        words += ["--tokenizer", value]
     if not options.decode:
         words.append("--no-decode")
     if options.unfinished != "keep":
@@ -110,7 +106,7 @@ def dump(
     reward_mode: RewardChoice | None = REWARD_MODE,
     max_sample_tokens: int | None = MAX_SAMPLE_TOKENS,
     style: str = STYLE,
-    tokenizer: Path | None = TOKENIZER,
+    tokenizer: list[str] | None = TOKENIZER,
     no_decode: bool = NO_DECODE,
     workers: int = WORKERS,
     unfinished: UnfinishedChoice = UNFINISHED,

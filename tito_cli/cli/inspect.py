@@ -9,7 +9,8 @@ import typer
 from rich.console import Group, RenderableType
 from rich.text import Text
 
-from ..errors import EXIT_BAD_INPUT, EXIT_REJECTED, InvalidSessionError, TitoError
+from ..errors import EXIT_BAD_INPUT, EXIT_REJECTED, InvalidSessionError
+from ..render.drift_view import render_drift
 from ..render.jsonout import dumps
 from ..render.sample_text import render_samples, samples_data
 from ..render.session_view import (
@@ -20,14 +21,15 @@ from ..render.session_view import (
     tree_nodes,
     turn_rows,
 )
-from ..render.tokens import TokenText, resolve_tokenizer
+from ..report.drift import divergences
 from ..run.corpus import Reject
+from ..tokenizer import TokenText
 from .app import app, err_console, exit_codes_help, guarded
-from .options import FORK_THRESHOLD, MAX_SAMPLE_TOKENS, POLICY, REWARD_MODE, RewardChoice, policy_from
+from .options import FORK_THRESHOLD, MAX_SAMPLE_TOKENS, POLICY, REWARD_MODE, TOKENIZER, RewardChoice, policy_from
 from .unfinished import UNFINISHED, UnfinishedChoice
-from .viewing import LOGS_ENV, is_plain, open_logs, show
+from .viewing import LOGS_ENV, choose_tokenizer, is_plain, open_logs, show
 
-VIEWS = ("turns", "tree", "samples")
+VIEWS = ("turns", "tree", "drift", "samples")
 
 
 def parse_views(value: str) -> list[str]:
@@ -41,30 +43,6 @@ def parse_views(value: str) -> list[str]:
     return [v for v in VIEWS if v in views]  # always in the same order
 
 
-def choose_tokenizer(explicit: Path | None, recorded: str | None, logs: Path) -> tuple[TokenText, str | None]:
-    """The decoder for the samples view, and a note for the user when showing ids instead.
-
-    ``--tokenizer`` must load; a tokenizer recorded in the log is looked up
-    next to the log and from the working folder, and falls back to ids.
-    """
-    if explicit is not None:
-        if not explicit.is_dir():
-            raise typer.BadParameter(f"{explicit} is not a tokenizer folder", param_hint="--tokenizer")
-        try:
-            return TokenText.load(str(explicit)), None
-        except TitoError as exc:
-            raise typer.BadParameter(exc.message, param_hint="--tokenizer") from None
-    if not recorded:
-        return TokenText(), "no tokenizer recorded in the log: showing token ids (pass --tokenizer PATH)"
-    path = resolve_tokenizer(recorded, search_from=[logs, Path.cwd()])
-    if path is None:
-        return TokenText(), f"tokenizer {recorded!r} recorded in the log was not found: showing token ids"
-    try:
-        return TokenText.load(str(path)), None
-    except TitoError as exc:
-        return TokenText(), f"tokenizer {recorded!r} could not be loaded ({exc.message}): showing token ids"
-
-
 @app.command(
     help="Show one session as the trainer will see it: its turns and the linearizer's decision for each, "
     "its routing tree, and its samples with trained tokens marked.\n\n" + exit_codes_help(EXIT_REJECTED, EXIT_BAD_INPUT)
@@ -75,13 +53,13 @@ def inspect(
     logs: Path = typer.Option(
         Path("logs"), "--logs", "-l", envvar=LOGS_ENV, help=f"The turn-log folder (or ${LOGS_ENV})."
     ),
-    view: str = typer.Option(",".join(VIEWS), "--view", help="Comma-separated views to show: turns, tree, samples."),
-    tokenizer: Path | None = typer.Option(
-        None,
-        "--tokenizer",
-        help="Tokenizer folder for decoding (default: the one recorded in the log; token ids without one). "
-        "Loaded offline.",
+    view: str = typer.Option(
+        ",".join(VIEWS),
+        "--view",
+        help="Comma-separated views to show: turns, tree, drift (where each fork and realign diverged, "
+        "decoded, with its likely class), samples.",
     ),
+    tokenizer: list[str] | None = TOKENIZER,
     ids: bool = typer.Option(False, "--ids", help="Show token ids instead of decoded text."),
     full: bool = typer.Option(False, "--full", help="Show first prompts and long context runs in full."),
     as_json: bool = typer.Option(False, "--json", help="Print the selected views as JSON (stable keys)."),
@@ -104,17 +82,20 @@ def inspect(
         )
 
     text, note = TokenText(), None
-    if "samples" in views and not ids:
+    if ("samples" in views or "drift" in views) and not ids:
         text, note = choose_tokenizer(tokenizer, corpus.tokenizer, logs)
+    drift = divergences(result, text) if "drift" in views else []
 
     if as_json:
         data: dict[str, Any] = {"session": session_header(result)}
-        if "samples" in views:
+        if "samples" in views or "drift" in views:
             data["tokenizer"] = text.name
         if "turns" in views:
             data["turns"] = turn_rows(result)
         if "tree" in views:
             data["tree"] = tree_nodes(result)
+        if "drift" in views:
+            data["drift"] = [d.as_dict() for d in drift]
         if "samples" in views:
             data["samples"] = samples_data(result, text)
         typer.echo(dumps(data))
@@ -133,6 +114,8 @@ def inspect(
             Text("\nrouting tree", style="bold underline"),
             render_tree(result.session_id, tree_nodes(result)),
         ]
+    if "drift" in views:
+        parts += [Text("\ndrift", style="bold underline"), render_drift(drift)]
     if "samples" in views:
         # Colour marks trained tokens on a terminal; plain text (a pipe, NO_COLOR) uses [brackets].
         samples = render_samples(samples_data(result, text), text, full=full, brackets=is_plain())

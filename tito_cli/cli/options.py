@@ -1,4 +1,4 @@
-"""The options of every command that rebuilds, declared once: ``--policy`` and the policy's knobs.
+"""The options of every command that rebuilds, declared once: ``--policy`` and the policy's knobs, ``--tokenizer``.
 
 rebuild, inspect, ls, stats, dump and check all take them, so that each can
 be run the way the samples were (or will be) rebuilt; :func:`policy_from`
@@ -18,6 +18,7 @@ __all__ = [
     "MAX_SAMPLE_TOKENS",
     "POLICY",
     "REWARD_MODE",
+    "TOKENIZER",
     "RewardChoice",
     "policy_args",
     "policy_from",
@@ -97,3 +98,14 @@ def policy_args(policy: Policy) -> list[str]:
     if policy.max_sample_tokens is not None:
         words += ["--max-sample-tokens", str(policy.max_sample_tokens)]
     return words
+
+
+TOKENIZER = typer.Option(
+    None,
+    "--tokenizer",
+    metavar="PATH|NAME=PATH",
+    help="Where to find the tokenizer: PATH for the one the log records (or to use when it records none), "
+    "NAME=PATH for a log that records NAME (repeatable). Without it the recorded name is looked up as a folder "
+    "(from the log folder and above, then the working directory), then among tito's shipped tokenizers, then in "
+    "the local Hugging Face cache; always offline.",
+)

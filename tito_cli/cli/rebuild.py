@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ import typer
 from ..errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_OUTPUT, EXIT_REJECTED
 from ..export.base import format_names
 from ..render.summary import render_rebuild_summary
+from ..report.drift import drift_class_counter
 from ..run.local import BATCHES_PER_WORKER
 from ..run.rebuild import rebuild as rebuild_logs
 from .app import app, err_console, exit_codes_help, guarded, progress_bar, state
@@ -91,12 +93,25 @@ def rebuild(
     forked: ForkedChoice = FORKED,
     logprobs: LogprobsChoice = LOGPROBS,
     labels: bool = LABELS,
+    drift_classes: bool = typer.Option(
+        False,
+        "--drift-classes",
+        help="Also count forks and realigns by drift class in the summary (reasoning dropped, re-tokenized, "
+        "tool-call args re-rendered, other): each worker loads the tokenizer the log records (found offline, "
+        "as every command finds it) and decodes around each fork and realign. Skipped when it is not found.",
+    ),
 ) -> None:
     check_format(format, format_names(), "--format")
     chosen = policy_from(policy, fork_threshold, reward_mode, max_sample_tokens)
     if from_format is not None and engine is EngineChoice.ray:
         raise typer.BadParameter("--from works with the local engine only", param_hint="--from")
     batch_bytes = None if batch_mb is None else batch_mb * (1 << 20)
+    # Opt-in: loading a tokenizer in every worker and decoding around each divergence costs more
+    # than the rebuild's speed target allows (docs/performance.md).
+    counter = None
+    if drift_classes:
+        log_dirs = [p if p.is_dir() else p.parent for p in logs]
+        counter = functools.partial(drift_class_counter, log_dirs=log_dirs)
     sink_options = export_options(format, split_by, forked, logprobs, labels)
     if engine is EngineChoice.ray:
         from ..run.ray_data import rebuild_ray
@@ -111,10 +126,16 @@ def rebuild(
             options=sink_options,
             unfinished=unfinished.value,
             quiet=quiet,
+            drift_counter=counter,
         )
         err_console.print(render_rebuild_summary(summary), soft_wrap=True)
         raise typer.Exit(EXIT_REJECTED if summary.rejected else EXIT_OK)
-    options: dict[str, Any] = {"overwrite": overwrite, "workers": workers, "batch_bytes": batch_bytes}
+    options: dict[str, Any] = {
+        "overwrite": overwrite,
+        "workers": workers,
+        "batch_bytes": batch_bytes,
+        "drift_counter": counter,
+    }
     options.update(output_format=format, options=sink_options, unfinished=unfinished.value)
     if from_format is not None:
         from ..render.import_summary import render_import_summary

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import typer
 
-from .._paths import FIXTURE_TOKENIZER as DEFAULT_TOKENIZER
-from ..errors import EXIT_OUTPUT, EXIT_USAGE
+from ..errors import EXIT_OUTPUT
 from .app import app, err_console, exit_codes_help, guarded, progress_bar
 
 
@@ -17,6 +16,7 @@ class ProfileChoice(Enum):
 
     demo = "demo"
     swe = "swe"
+    qwen3 = "qwen3"
 
 
 @app.command(
@@ -34,13 +34,17 @@ def simulate(
         ProfileChoice.demo,
         "--profile",
         help="'demo': small sessions of a few thousand tokens; "
-        "'swe': long ones (30-60 turns, prompts past 64k tokens) for benchmarks.",
+        "'swe': long ones (30-60 turns, prompts past 64k tokens) for benchmarks; "
+        "'qwen3': small sessions through the real Qwen3 tokenizer and chat template (reasoning, follow-up "
+        "questions, tool-call JSON re-rendered by the server).",
     ),
-    tokenizer: str = typer.Option(
-        DEFAULT_TOKENIZER,
+    tokenizer: str | None = typer.Option(
+        None,
         "--tokenizer",
-        help="Tokenizer folder (with a chat template) to render and tokenize with; recorded in the log. "
-        "The default is the one shipped in the repository.",
+        metavar="NAME|NAME=PATH",
+        help="Tokenizer (with a chat template) to render and tokenize with, recorded in the log as NAME: a "
+        "folder or a hub id in the local Hugging Face cache; NAME=PATH records NAME and loads PATH. "
+        "Default: the profile's, shipped with tito.",
     ),
     overwrite: bool = typer.Option(
         False,
@@ -50,15 +54,18 @@ def simulate(
 ) -> None:
     # The simulator (and transformers, through it) is imported only when simulating.
     from ..render.simulation import render_simulation_summary
-    from ..simulate import resolve_tokenizer
     from ..simulate import simulate as run_simulation
 
-    if not Path(resolve_tokenizer(tokenizer)).is_dir():
-        err_console.print(f"[bold red]ERROR[/] --tokenizer {tokenizer}: no such folder", soft_wrap=True)
-        raise typer.Exit(EXIT_USAGE)
-
+    name, _, folder = (tokenizer or "").partition("=")
     with progress_bar("simulating", "sessions") as progress:
         summary = run_simulation(
-            out, sessions, seed, profile.value, tokenizer=tokenizer, overwrite=overwrite, progress=progress
+            out,
+            sessions,
+            seed,
+            profile.value,
+            tokenizer=name or None,
+            tokenizer_dir=folder or None,
+            overwrite=overwrite,
+            progress=progress,
         )
     err_console.print(render_simulation_summary(summary))

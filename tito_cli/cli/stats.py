@@ -5,21 +5,23 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from rich.text import Text
 
 from ..errors import EXIT_BAD_INPUT
 from ..render.corpus_stats import render_corpus_stats
 from ..render.jsonout import dumps
 from ..report.facts import corpus_stats
-from .app import app, exit_codes_help, guarded
-from .options import FORK_THRESHOLD, MAX_SAMPLE_TOKENS, POLICY, REWARD_MODE, RewardChoice, policy_from
+from .app import app, err_console, exit_codes_help, guarded
+from .options import FORK_THRESHOLD, MAX_SAMPLE_TOKENS, POLICY, REWARD_MODE, TOKENIZER, RewardChoice, policy_from
 from .unfinished import UNFINISHED, UnfinishedChoice
-from .viewing import LOGS_ENV, open_logs, show
+from .viewing import LOGS_ENV, choose_tokenizer, open_logs, show
 
 
 @app.command(
     "stats",
     help="Corpus totals and distributions: samples per session, trained vs context tokens, forks by cause, "
-    "realigns, rewrite merges, sessions with no samples and why, prompt/output length percentiles. "
+    "realigns, both by drift class (decoded with the log's tokenizer), rewrite merges, sessions with no "
+    "samples and why, prompt/output length percentiles. "
     "Compare the --json output of two harness versions to spot a drift regression.\n\n"
     + exit_codes_help(EXIT_BAD_INPUT),
 )
@@ -32,10 +34,15 @@ def stats(
     reward_mode: RewardChoice | None = REWARD_MODE,
     max_sample_tokens: int | None = MAX_SAMPLE_TOKENS,
     unfinished: UnfinishedChoice = UNFINISHED,
+    tokenizer: list[str] | None = TOKENIZER,
 ) -> None:
     chosen = policy_from(policy, fork_threshold, reward_mode, max_sample_tokens)
     corpus = open_logs(logs, unfinished)
-    data = corpus_stats(corpus.results(chosen), chosen).to_dict()
+    # Drift classes need the decoded text; without the tokenizer they are counted as unclassified.
+    text, note = choose_tokenizer(tokenizer, corpus.tokenizer, logs)
+    if note:
+        err_console.print(Text(note, style="dim"))
+    data = corpus_stats(corpus.results(chosen), chosen, text).to_dict()
     if as_json:
         typer.echo(dumps(data))
         return

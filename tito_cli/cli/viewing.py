@@ -1,4 +1,4 @@
-"""What the read-only commands (inspect, ls, stats) share: where logs are, and how output is shown."""
+"""What the read-only commands (inspect, ls, stats) share: where logs are, their decoder, how output is shown."""
 
 from __future__ import annotations
 
@@ -8,13 +8,14 @@ from pathlib import Path
 import typer
 from rich.console import RenderableType
 
-from ..errors import UnreadableLogError
+from ..errors import TokenizerError, UnreadableLogError
 from ..render.plain import plain_width, to_plain
 from ..run.corpus import Corpus
+from ..tokenizer import TokenText, parse_tokenizer_options
 from .app import out_console
 from .unfinished import UnfinishedChoice
 
-__all__ = ["LOGS_ENV", "is_plain", "open_logs", "show"]
+__all__ = ["LOGS_ENV", "choose_tokenizer", "is_plain", "open_logs", "show"]
 
 #: Where commands that read logs look when no folder is given (default ./logs).
 LOGS_ENV = "TITO_LOGS"
@@ -28,6 +29,24 @@ def open_logs(logs: Path, unfinished: UnfinishedChoice = UnfinishedChoice.keep) 
             tip=f"give the log folder (inspect: --logs DIR) or set {LOGS_ENV}",
         )
     return Corpus.open([logs], unfinished=unfinished.value)
+
+
+def choose_tokenizer(values: list[str] | None, recorded: str | None, logs: Path) -> tuple[TokenText, str | None]:
+    """The decoder for a read-only view, and a note for the user when it shows ids instead.
+
+    What ``--tokenizer`` names must load (as in every command); a tokenizer
+    only recorded in the log falls back to ids, with a note, when it is not
+    found here: a viewer should still show what it can.
+    """
+    choice = parse_tokenizer_options(values)
+    if choice.name_for(recorded) is None:
+        return TokenText(), "no tokenizer recorded in the log: showing token ids (pass --tokenizer PATH)"
+    try:
+        return TokenText.open(recorded, [logs], choice), None
+    except TokenizerError as exc:
+        if values:
+            raise
+        return TokenText(), f"{exc.message}: showing token ids (pass --tokenizer PATH)"
 
 
 def is_plain() -> bool:

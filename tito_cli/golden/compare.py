@@ -22,8 +22,8 @@ from typing import NoReturn
 from .._atomic import atomic_path
 from ..algorithm.policy import Policy, default_policy
 from ..errors import OutputError
-from ..render.tokens import TokenText
 from ..run.corpus import Corpus, Unfinished, find_session_id
+from ..tokenizer import TokenizerChoice, TokenText
 from .serialize import (
     DUMP_HEADER,
     DumpStyle,
@@ -57,8 +57,8 @@ class GoldenOptions:
 
     policy: Policy = field(default_factory=default_policy)
     style: DumpStyle = "full"
-    #: A tokenizer folder overriding the one the log records.
-    tokenizer: str | os.PathLike[str] | None = None
+    #: Where to find the log's tokenizer: a folder, or a :class:`~tito_cli.tokenizer.TokenizerChoice`.
+    tokenizer: TokenizerChoice | str | os.PathLike[str] | None = None
     #: False: dump token ids even when a tokenizer is available.
     decode: bool = True
     #: Processes making dumps in parallel (1: in this process).  The dumps are

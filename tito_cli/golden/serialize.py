@@ -4,10 +4,12 @@ A dump is what CI compares, so it holds everything that decides the training
 samples and nothing that varies between runs (no times, no absolute paths, no
 dict-order or hash-seed effects).  Layout of the ``full`` style::
 
-    tito golden dump (format 1)              header: session, policy, tokenizer
+    tito golden dump (format 2)              header: session, policy, tokenizer
     == turns ==                              one line per turn, in seq order
     == tree ==                               the routing tree, indented at branch points
     == packing ==                            one line per linearization decision
+    == drift ==                              per fork and realign: where, its class, and
+                                             both sides around the first differing token
     == samples ==                            per sample: a header, a digest, then
                                              one line per span of tokens
 
@@ -45,10 +47,11 @@ from ..algorithm.linearize import LinearizedSample
 from ..algorithm.policy import Policy
 from ..algorithm.router import Node
 from ..algorithm.session import SessionResult
-from ..errors import TitoError, TokenizerError
+from ..errors import TokenizerError
 from ..render.describe import message_preview
-from ..render.tokens import TokenText, load_tokenizer, resolve_tokenizer, visible
+from ..report.drift import divergences
 from ..run.corpus import Reject
+from ..tokenizer import TokenizerChoice, TokenText, as_choice, visible
 from ..turns import canonical_json
 
 __all__ = [
@@ -64,7 +67,8 @@ __all__ = [
 ]
 
 #: Bumped when the layout changes, so old goldens fail on their first line, not mid-file.
-DUMP_FORMAT = 1
+#: 2: the drift section (each fork and realign, decoded, classified).
+DUMP_FORMAT = 2
 #: How every dump begins (any format): ``tito check --update`` removes only files that begin so.
 DUMP_HEADER = "tito golden dump ("
 
@@ -154,9 +158,9 @@ def tokenizer_identity(tokens: TokenText) -> str:
 
 def golden_token_text(
     recorded: str | None,
-    search_from: Iterable[Path] = (),
+    log_dirs: Iterable[Path] = (),
     *,
-    override: str | os.PathLike[str] | None = None,
+    override: TokenizerChoice | str | os.PathLike[str] | None = None,
     decode: bool = True,
 ) -> TokenText:
     """The decoder for dumps: strict, because a dump must not depend on what a machine has.
@@ -164,27 +168,15 @@ def golden_token_text(
     ``inspect`` may fall back to ids when the log's tokenizer is missing; a
     golden dump may not, or the same log would dump differently on a machine
     without the tokenizer and every check there would fail with a useless diff.
+    The header names the tokenizer the log records, wherever it was found.
     """
     if not decode:
         return TokenText(None, None)
-    spec = str(override) if override is not None else recorded
-    if spec is None:
-        return TokenText(None, None)
-    path = resolve_tokenizer(spec, search_from)
-    if path is None:
-        if override is not None:
-            raise TokenizerError("tokenizer folder not found", file=str(override))
-        raise TokenizerError(
-            f"the log records tokenizer {recorded!r}, which is not found here",
-            tip="pass --tokenizer PATH to point at it, or --no-decode to dump token ids",
-        )
     try:
-        tokenizer = load_tokenizer(path)
-    except TitoError as exc:
-        raise TokenizerError(exc.message, file=exc.file, tip="pass --no-decode to dump token ids") from None
-    # The header names the recorded spec (portable) rather than where it was found.
-    name = recorded if recorded is not None and override is None else Path(spec).name
-    return TokenText(tokenizer, name)
+        return TokenText.open(recorded, log_dirs, as_choice(override))
+    except TokenizerError as exc:
+        exc.tip = f"{exc.tip}; or pass --no-decode to dump token ids" if exc.tip else "pass --no-decode"
+        raise
 
 
 # -- dump ---------------------------------------------------------------------
@@ -221,6 +213,7 @@ def dump_session(
         lines.extend(_turns(result))
         lines.extend(_tree(result))
         lines.extend(_packing(result))
+        lines.extend(_drift(result, words.tokens))
         lines.extend(_samples(result, words))
     return _finish(lines)
 
@@ -335,6 +328,25 @@ def _packing(result: SessionResult) -> list[str]:
         kind = d.kind if d.cause is None else f"fork ({d.cause.value})"
         trained = "trained" if d.trained else "context (trained earlier)"
         lines.append(f"leaf {d.leaf}, seq {d.seq}: {kind}, lcp {d.lcp}, drift {d.drift}, {trained}")
+    return lines
+
+
+def _drift(result: SessionResult, tokens: TokenText) -> list[str]:
+    """Each fork and realign: where, its class, and both sides around the first differing token."""
+    items = divergences(result, tokens)
+    lines = ["", f"== drift ({len(items)}) =="]
+    for d in items:
+        kind = d.kind if d.cause is None else f"fork ({d.cause})"
+        lines.append(f"leaf {d.leaf}, seq {d.seq}: {kind} at {d.index}, drift {d.drift}, {d.drift_class}")
+        common = d.index - d.window_start
+        if d.shared_text is not None and d.held_text is not None and d.prompt_text is not None:
+            shared, held, prompt = (escape_invisible(t) for t in (d.shared_text, d.held_text, d.prompt_text))
+        else:
+            shared = " ".join(map(str, d.held_ids[:common]))
+            held = " ".join(map(str, d.held_ids[common:]))
+            prompt = " ".join(map(str, d.prompt_ids[common:]))
+        lines.append(f"  held:   {shared} ▸ {held}")
+        lines.append(f"  prompt: {shared} ▸ {prompt}")
     return lines
 
 

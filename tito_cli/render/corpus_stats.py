@@ -70,6 +70,20 @@ def render_corpus_stats(s: dict[str, Any]) -> RenderableType:
     )
     parts.append(totals)
 
+    parts.append(_section("drift classes"))
+    classes = s["drift_classes"]
+    drift = Table(box=None, pad_edge=False, show_edge=False, header_style="bold", padding=(0, 2))
+    drift.add_column("")
+    drift.add_column("forks", justify="right")
+    drift.add_column("realigns", justify="right")
+    for name in classes["forks"]:
+        forks, realigns = classes["forks"][name], classes["realigns"][name]
+        if forks or realigns:
+            drift.add_row(name, _n(forks), _n(realigns))
+    parts.append(drift if drift.row_count else Text("no forks or realigns"))
+    if not classes["decoded"] and drift.row_count:
+        parts.append(Text("no tokenizer: the drift could not be decoded (pass --tokenizer PATH)", style="dim"))
+
     parts.append(_section("distributions"))
     dist = Table(box=None, pad_edge=False, show_edge=False, header_style="bold", padding=(0, 2))
     dist.add_column("")

@@ -22,8 +22,8 @@ from rich.text import Text
 
 from ..algorithm.linearize import LinearizedSample
 from ..algorithm.session import SessionResult
+from ..tokenizer import TokenText
 from .session_view import FORK_LABELS
-from .tokens import TokenText
 
 __all__ = ["Region", "render_samples", "sample_regions", "samples_data"]
 

@@ -27,6 +27,8 @@ _EVENT_LABELS = {
     "noncanonical": "replies with non-canonical ids",
     "noncanonical_long": "  of which drift ≥ 1024 tokens",
     "truncation": "replies cut at max_tokens",
+    "followup": "follow-up questions after the task",
+    "loose_json": "replies with tool-call JSON without spaces",
     "unfinished": "sessions without a sessions row",
 }
 

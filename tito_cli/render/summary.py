@@ -9,6 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..algorithm.policy import ForkCause
+from ..report.drift import DRIFT_CLASSES
 from ..run.export import ExportSummary
 from ..run.rebuild import RebuildSummary
 from .visible import one_line
@@ -21,6 +22,12 @@ _FORK_LABELS = {
     ForkCause.DRIFT_TOO_LONG.value: "drift too long",
     ForkCause.OUTPUT_TOO_LONG.value: "output too long to realign",
 }
+
+
+def _class_order(name: str) -> tuple[int, int]:
+    kind, _, drift_class = name.partition(": ")
+    rank = DRIFT_CLASSES.index(drift_class) if drift_class in DRIFT_CLASSES else len(DRIFT_CLASSES)
+    return (0 if kind == "fork" else 1, rank)
 
 
 def render_rebuild_summary(summary: RebuildSummary) -> RenderableType:
@@ -45,6 +52,10 @@ def render_rebuild_summary(summary: RebuildSummary) -> RenderableType:
     for cause in summary.policy.fork_causes:
         row(f"  {_FORK_LABELS[cause.value]}", t.forks.get(cause.value, 0))
     row("realigns", t.realigns)
+    if t.drift_classes:
+        row("forks and realigns by drift class", sum(t.drift_classes.values()))
+        for name, count in sorted(t.drift_classes.items(), key=lambda item: _class_order(item[0])):
+            row(f"  {name}", count)
     row("rewrite merges", t.rewrite_merges)
     if t.ambiguous_rewrites:
         row("ambiguous rewrites (not merged)", t.ambiguous_rewrites)

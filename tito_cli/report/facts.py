@@ -21,6 +21,8 @@ from ..algorithm.policy import Policy, default_policy
 from ..algorithm.session import SessionReport, SessionResult
 from ..export.groups import GroupCounts
 from ..run.corpus import UNFINISHED_REASON, Reject
+from ..tokenizer import TokenText
+from .drift import DRIFT_CLASSES, divergences
 
 __all__ = [
     "FIELDS",
@@ -288,6 +290,11 @@ class CorpusStats:
     turns_per_session: list[int] = field(default_factory=list)
     #: Sessions and samples per ``group_index`` (GRPO group integrity).
     groups: GroupCounts = field(default_factory=GroupCounts)
+    #: Forks and realigns by drift class (``report/drift.py``), and whether they were decoded.
+    drift_classes: dict[str, Counter[str]] = field(
+        default_factory=lambda: {"fork": Counter(), "realign": Counter()}
+    )
+    decoded: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         t = self.totals
@@ -322,6 +329,13 @@ class CorpusStats:
                 "per_100_turns": round(100 * t.realigns / turns, 2),
                 "sessions": self.sessions_with_realigns,
             },
+            "drift_classes": {
+                "decoded": self.decoded,
+                **{
+                    f"{kind}s": {c: counter[c] for c in DRIFT_CLASSES}
+                    for kind, counter in self.drift_classes.items()
+                },
+            },
             "rewrite_merges": t.rewrite_merges,
             "ambiguous_rewrites": t.ambiguous_rewrites,
             "left_out_samples": t.left_out_samples,
@@ -345,10 +359,17 @@ def _note(table: dict[str, list[Any]], reason: str, session_id: str) -> None:
         entry[1].append(session_id)
 
 
-def corpus_stats(items: Iterable[SessionResult | Reject], policy: Policy | None = None) -> CorpusStats:
-    """Accumulate statistics over :meth:`Corpus.results` (rebuilt under ``policy``), one session at a time."""
+def corpus_stats(
+    items: Iterable[SessionResult | Reject], policy: Policy | None = None, text: TokenText | None = None
+) -> CorpusStats:
+    """Accumulate statistics over :meth:`Corpus.results` (rebuilt under ``policy``), one session at a time.
+
+    With a decoding ``text``, forks and realigns are counted by drift class;
+    without one they are all ``unclassified``.
+    """
     policy = policy or default_policy()
-    stats = CorpusStats(policy=policy, totals=SessionReport.for_policy(policy))
+    decoded = text is not None and text.decodes
+    stats = CorpusStats(policy=policy, totals=SessionReport.for_policy(policy), decoded=decoded)
     for item in items:
         stats.sessions += 1
         if isinstance(item, Reject):
@@ -368,6 +389,9 @@ def corpus_stats(items: Iterable[SessionResult | Reject], policy: Policy | None 
         stats.groups.add(item.session_id, item.info.group_index, len(item.samples))
         if not item.samples:
             _note(stats.zero_samples, zero_sample_reason(item), item.session_id)
+        if r.fork_total or r.realigns:
+            for d in divergences(item, text):
+                stats.drift_classes[d.kind][d.drift_class] += 1
         for turn in item.tree.turns:
             stats.prompt_lengths.append(len(turn.prompt_ids))
             stats.output_lengths.append(len(turn.output_ids))

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import difflib
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -33,6 +33,7 @@ __all__ = [
     "UNFINISHED_REASON",
     "Corpus",
     "Reject",
+    "SessionFacts",
     "SessionOutput",
     "Unfinished",
     "find_session_id",
@@ -47,6 +48,10 @@ __all__ = [
 Unfinished = Literal["keep", "reject"]
 
 UNFINISHED_REASON = "no sessions row: the session was not finished (--unfinished reject)"
+
+#: A function a runner calls on each rebuilt session for counts the summary adds up (drift
+#: classes: ``tito_cli.report.drift.DriftClassCounter``); picklable, as it goes to workers.
+SessionFacts = Callable[[SessionResult], dict[str, int]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,11 +180,17 @@ def session_output(
     infos: dict[str, SessionInfo],
     invalid: dict[str, tuple[str, RowRef]],
     policy: Policy,
+    count_drift: SessionFacts | None = None,
 ) -> SessionOutput | Reject:
-    """One session's raw rows → its samples table and counts (what runners hand on), or a :class:`Reject`."""
+    """One session's raw rows → its samples table and counts (what runners hand on), or a :class:`Reject`.
+
+    ``count_drift`` fills the report's ``drift_classes`` (see :func:`~tito_cli.run.rebuild.rebuild`).
+    """
     result = rebuild_rows(rows, infos, invalid, policy)
     if isinstance(result, Reject):
         return result
+    if count_drift is not None:
+        result.report.drift_classes = count_drift(result)
     output = SessionOutput(result.session_id, session_table(result), result.report)
     _drop(result)
     return output

@@ -36,7 +36,7 @@ from ..read.files import LogFile
 from ..read.rows import FileMap, LogIndex, ReadBatch, read_batch
 from ..schema import SAMPLES_SCHEMA
 from ..turns import RowRef, SessionInfo
-from .corpus import Corpus, Reject, SessionOutput, session_output
+from .corpus import Corpus, Reject, SessionFacts, SessionOutput, session_output
 from .lifetime import handoff_folder, new_pool
 
 __all__ = [
@@ -138,12 +138,14 @@ class BatchTask:
     infos: dict[str, SessionInfo]
     invalid: dict[str, tuple[str, RowRef]]
     policy: Policy
+    #: Fills each report's ``drift_classes`` (see :func:`~tito_cli.run.rebuild.rebuild`).
+    count_drift: SessionFacts | None = None
 
 
 def iter_batch(task: BatchTask) -> Iterator[SessionOutput | Reject]:
     """Read, validate, route and linearize one batch, session by session, in batch order."""
     for rows in read_batch(task.files, task.batch):
-        output = session_output(rows, task.infos, task.invalid, task.policy)
+        output = session_output(rows, task.infos, task.invalid, task.policy, task.count_drift)
         del rows
         yield output
 
@@ -211,6 +213,7 @@ def rebuild_outputs(
     batch_bytes: float | None = None,
     spill_dir: str | os.PathLike[str] | None = None,
     pool: ProcessPoolExecutor | None = None,
+    count_drift: SessionFacts | None = None,
 ) -> Iterator[SessionOutput | Reject]:
     """Rebuild every session of ``corpus`` under ``policy``; yield its output or rejection in session-id order.
 
@@ -226,7 +229,7 @@ def rebuild_outputs(
         sids = [p.session_id for p in batch.sessions]
         infos = {sid: table.infos[sid] for sid in sids if sid in table.infos}
         invalid = {sid: table.invalid[sid] for sid in sids if sid in table.invalid}
-        return BatchTask(corpus.log.turn_files, batch, infos, invalid, policy)
+        return BatchTask(corpus.log.turn_files, batch, infos, invalid, policy, count_drift)
 
     try:
         for outputs in _run(batches, task, min(workers, len(batches)), pool):

@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -44,7 +44,7 @@ from ..read.rows import rows_from_table
 from ..read.turnlog import TurnLog
 from ..schema import SAMPLES_SCHEMA
 from ..turns import RowRef, SessionInfo
-from .corpus import Reject, Unfinished, reject_unfinished, session_output
+from .corpus import Reject, SessionFacts, Unfinished, reject_unfinished, session_output
 from .export import tables_by_session
 from .rebuild import RebuildSummary, deliver, rejects_path
 
@@ -63,11 +63,13 @@ def rebuild_ray(
     options: ExportOptions | None = None,
     unfinished: Unfinished = "keep",
     quiet: bool = True,
+    drift_counter: Callable[[str | None], SessionFacts | None] | None = None,
 ) -> RebuildSummary:
     """Rebuild every session under ``inputs`` into ``out`` with Ray Data (the same files as :func:`rebuild`).
 
     ``quiet``: Ray's own INFO and WARNING log lines (execution plans, timings) are not
     shown; Ray keeps them in its session logs.  Errors still show.
+    ``drift_counter``: as for :func:`tito_cli.run.rebuild.rebuild`.
     """
     try:
         import ray
@@ -103,10 +105,11 @@ def rebuild_ray(
         format=output_format,
     )
     session_ids = log.session_ids()
+    count_drift = drift_counter(log.tokenizer) if drift_counter is not None else None
     sink = open_sink(output_format, out, SinkContext(policy, log.tokenizer, options or ExportOptions(), overwrite))
     rejected: list[Reject] = []
     try:
-        for table in _rebuilt_sessions(ray, log, sessions.infos, sessions.invalid, policy):
+        for table in _rebuilt_sessions(ray, log, sessions.infos, sessions.invalid, policy, count_drift):
             sid = table.column("session_id")[0].as_py()
             status = table.column("status")[0].as_py()
             detail = json.loads(table.column("metadata")[0].as_py())
@@ -131,6 +134,7 @@ def _rebuilt_sessions(
     infos: dict[str, SessionInfo],
     invalid: dict[str, tuple[str, RowRef]],
     policy: Policy,
+    count_drift: SessionFacts | None = None,
 ) -> Iterator[pa.Table]:
     """Each session's bookkeeping row and sample rows, one table a session, in session-id order."""
     if not log.turn_files:
@@ -152,7 +156,7 @@ def _rebuilt_sessions(
         .map_groups(
             _rebuild_group,
             batch_format="pyarrow",
-            fn_kwargs={"infos": infos, "invalid": invalid, "policy": policy},
+            fn_kwargs={"infos": infos, "invalid": invalid, "policy": policy, "count_drift": count_drift},
         )
         .sort(["session_id", "sample_index"])
     )
@@ -196,6 +200,7 @@ def _rebuild_group(
     infos: dict[str, SessionInfo],
     invalid: dict[str, tuple[str, RowRef]],
     policy: Policy,
+    count_drift: SessionFacts | None = None,
 ) -> pa.Table:
     """One session's rows (any order) → its bookkeeping row plus its sample rows."""
     sid = table.column("session_id")[0].as_py()
@@ -205,11 +210,12 @@ def _rebuild_group(
     paths = table.column(_PATH).to_pylist()
     rows = table.drop_columns([_PATH])
     # Ray does not say which row of its file a row was: name rows by position for now,
-    output = session_output(rows_from_table(sid, rows, [RowRef(path, -1) for path in paths]), infos, invalid, policy)
+    first_try = rows_from_table(sid, rows, [RowRef(path, -1) for path in paths])
+    output = session_output(first_try, infos, invalid, policy, count_drift)
     if isinstance(output, Reject) and sid not in invalid:
         # and look the file rows up only for a rejected session (rare), then rebuild again.
         sources = _file_rows(sid, paths, table.column("seq").to_pylist())
-        output = session_output(rows_from_table(sid, rows, sources), infos, invalid, policy)
+        output = session_output(rows_from_table(sid, rows, sources), infos, invalid, policy, count_drift)
     if isinstance(output, Reject):
         return _bookkeeping(sid, "rejected", {"reason": output.reason, "file": output.file, "row": output.row})
     assert output.table is not None

@@ -23,7 +23,7 @@ from ..export.base import ExportOptions, Sink, SinkContext, open_sink
 from ..export.rejects import RejectsReport, rejects_path
 from ..read.files import discover_files, require_logs
 from ..read.turnlog import SessionsTable
-from .corpus import Corpus, Reject, Unfinished
+from .corpus import Corpus, Reject, SessionFacts, Unfinished
 from .local import default_workers, early_pool, file_map, rebuild_outputs
 
 __all__ = ["RebuildSummary", "Reject", "deliver", "rebuild", "rejects_path"]
@@ -127,6 +127,7 @@ def rebuild(
     options: ExportOptions | None = None,
     extra_rejects: Iterable[Reject] = (),
     unfinished: Unfinished = "keep",
+    drift_counter: Callable[[str | None], SessionFacts | None] | None = None,
 ) -> RebuildSummary:
     """Rebuild every session under ``inputs`` into ``out`` (Parquet, docs/spec.md §5, or ``output_format``).
 
@@ -146,6 +147,10 @@ def rebuild(
     sessions handed to workers (see :func:`tito_cli.run.local.plan_batches`).
     ``unfinished``: sessions without a sessions row are rebuilt with reward
     0.0 (``keep``, their samples say ``"finished": false``) or rejected.
+    ``drift_counter(tokenizer)``, given the tokenizer the log records, returns
+    a function counting each session's forks and realigns by drift class
+    (:func:`tito_cli.report.drift.drift_class_counter`), or ``None`` to skip it;
+    the totals are in ``summary.totals.drift_classes``.
     """
     policy = policy or default_policy()
     out = Path(out)
@@ -172,6 +177,7 @@ def rebuild(
             format=output_format,
         )
         summary.stale_temporaries_removed = stale
+        count_drift = drift_counter(corpus.tokenizer) if drift_counter is not None else None
         context = SinkContext(policy, corpus.tokenizer, options or ExportOptions(), overwrite)
         try:
             sink = open_sink(output_format, out, context)
@@ -179,7 +185,13 @@ def rebuild(
             raise OutputError(f"cannot write ({exc})", file=out) from None
         try:
             outputs = rebuild_outputs(
-                corpus, policy, workers=workers, batch_bytes=batch_bytes, spill_dir=out.parent, pool=pool
+                corpus,
+                policy,
+                workers=workers,
+                batch_bytes=batch_bytes,
+                spill_dir=out.parent,
+                pool=pool,
+                count_drift=count_drift,
             )
             for done, result in enumerate(outputs, start=1):
                 if isinstance(result, Reject):

@@ -28,9 +28,10 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from .._atomic import fsync_directory
-from .._paths import FIXTURE_TOKENIZER, PACKAGED_TOKENIZER
+from .._paths import FIXTURE_TOKENIZER
 from ..capture.writer import TurnLogWriter
 from ..errors import OutputError
+from ..tokenizer import resolve
 from .chat import Chat
 from .environment import Workspace
 from .profiles import FEATURES, PROFILES, Features, Profile, assign_features
@@ -43,12 +44,11 @@ __all__ = [
     "Features",
     "SessionStats",
     "SimulationSummary",
-    "resolve_tokenizer",
     "simulate",
     "simulate_session",
 ]
 
-#: The tokenizer shipped with tito, as recorded in the logs (a repo-relative path).
+#: The tokenizer of the ``demo`` and ``swe`` profiles, as recorded in their logs (shipped with tito).
 DEFAULT_TOKENIZER = FIXTURE_TOKENIZER
 _EPOCH = datetime(2026, 6, 1, 9, 0, tzinfo=timezone.utc)
 
@@ -86,28 +86,22 @@ class SimulationSummary:
         return total
 
 
-def resolve_tokenizer(name: str) -> str:
-    """Where to load ``name`` from: the path itself, or the packaged copy for the default name."""
-    if Path(name).exists():
-        return name
-    if name == DEFAULT_TOKENIZER:
-        return str(PACKAGED_TOKENIZER)
-    return name
-
-
 def simulate(
     out_dir: str | os.PathLike[str],
     sessions: int,
     seed: int,
     profile: str = "demo",
     *,
-    tokenizer: str = DEFAULT_TOKENIZER,
+    tokenizer: str | None = None,
+    tokenizer_dir: str | os.PathLike[str] | None = None,
     overwrite: bool = False,
     progress: Callable[[int, int], None] | None = None,
 ) -> SimulationSummary:
     """Simulate ``sessions`` sessions into a turn log in ``out_dir``.
 
-    ``tokenizer`` is recorded in the files as ``tito.tokenizer``.  A folder
+    ``tokenizer`` (default: the profile's) is recorded in the files as
+    ``tito.tokenizer`` and found by :func:`tito_cli.tokenizer.resolve`, or
+    loaded from ``tokenizer_dir`` when that is given.  A folder
     that already holds Parquet files is refused unless ``overwrite``, which
     replaces those files once the new log is complete (a failed run leaves
     them as they were).  ``progress(done, total)`` is called after each
@@ -127,7 +121,9 @@ def simulate(
             tip="choose an empty folder, or pass --overwrite to delete those files first",
         )
 
-    chat = Chat(resolve_tokenizer(tokenizer))
+    tokenizer = tokenizer or spec.tokenizer
+    folder = Path(tokenizer_dir) if tokenizer_dir is not None else resolve(tokenizer)
+    chat = Chat(folder)
     out.parent.mkdir(parents=True, exist_ok=True)
     # The new log is written aside (a hidden folder beside the target, so on the same file
     # system) and moved in only once it is complete: a failed run leaves the old log as it was.

@@ -115,6 +115,16 @@ class MainAgent(_Writer):
             [],
         )
 
+    def answer_followup(self) -> Action:
+        """The reply to the user's follow-up question after the task (no tools needed)."""
+        ws = self.ws
+        causes = "; ".join(f"`{b.function}` used `{b.wrong.strip()}`" for b in ws.bugs) or "nothing was broken"
+        return self.act(
+            f"The root cause: {causes}. {self.text.sentence()}",
+            [],
+            reasoning=f"The user wants the root cause in one sentence. {self.thought()}",
+        )
+
     def summary(self, task: str) -> str:
         """What the agent writes when the harness asks it to compact the conversation."""
         ws = self.ws

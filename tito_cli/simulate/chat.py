@@ -26,6 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import TokenizerError
+from ..tokenizer import load
 
 __all__ = ["IM_END", "IM_START", "Chat"]
 
@@ -42,20 +43,16 @@ class Chat:
     """One tokenizer with its chat template, plus a cache of tokenized message blocks."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
-        from transformers import AutoTokenizer  # slow import: only when simulating
-
         self.path = Path(path)
-        local = self.path.is_dir()
-        try:
-            # Never the folder's own Python (auto_map): only transformers' tokenizer classes.
-            self.tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=local, trust_remote_code=False)
-        except Exception as exc:  # transformers raises many types for a bad folder
-            raise TokenizerError(f"cannot load tokenizer ({type(exc).__name__}: {exc})", file=self.path) from None
+        # transformers is imported here, only when simulating; never the folder's own Python (auto_map).
+        self.tokenizer = load(self.path)
         self._backend = self.tokenizer.backend_tokenizer
         self.im_start = self._backend.token_to_id(IM_START)
         self.im_end = self._backend.token_to_id(IM_END)
-        if self.im_start is None or self.im_end is None:
-            raise ValueError(f"{path}: the tokenizer has no {IM_START} / {IM_END} tokens")
+        if self.im_start is None or self.im_end is None or not self.tokenizer.chat_template:
+            raise TokenizerError(
+                f"the simulator needs a ChatML chat template with {IM_START} / {IM_END} tokens", file=str(path)
+            )
         self._blocks: dict[str, Ids] = {}
         self._splits = self._merge_parents()
 

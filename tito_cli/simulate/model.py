@@ -37,18 +37,28 @@ class Action:
     reasoning: str | None = None
 
 
-def output_text(action: Action) -> str:
-    """The raw text the model emits for ``action`` (the template's format, with the end marker)."""
+#: How a model may write tool-call arguments: as the template would (``json.dumps``), or without spaces.
+_TEMPLATE_JSON = (", ", ": ")
+_LOOSE_JSON = (",", ":")
+
+
+def output_text(action: Action, loose: frozenset[int] = frozenset()) -> str:
+    """The raw text the model emits for ``action`` (the template's format, with the end marker).
+
+    The arguments of the calls numbered in ``loose`` are written without
+    spaces after ``,`` and ``:``, as models sometimes do; a server parses them
+    and the template renders them back with spaces.
+    """
     parts = []
     if action.reasoning:
         parts.append(f"<think>\n{action.reasoning}\n</think>\n\n")
     parts.append(action.content)
     for i, (name, arguments) in enumerate(action.calls):
+        separators = _LOOSE_JSON if i in loose else _TEMPLATE_JSON
         if action.content or i:
             parts.append("\n")
-        parts.append(
-            f'<tool_call>\n{{"name": "{name}", "arguments": {json.dumps(arguments, ensure_ascii=False)}}}\n</tool_call>'
-        )
+        written = json.dumps(arguments, ensure_ascii=False, separators=separators)
+        parts.append(f'<tool_call>\n{{"name": "{name}", "arguments": {written}}}\n</tool_call>')
     parts.append(IM_END)
     return "".join(parts)
 
@@ -62,6 +72,8 @@ class Generation:
     text: str
     #: Position of the first non-canonical token pair in ``ids``, if any was emitted.
     noncanonical_at: int | None = None
+    #: Tool calls whose arguments were written without spaces.
+    loose_calls: int = 0
 
 
 class Model:
@@ -79,6 +91,7 @@ class Model:
         noncanonical: float = 0.0,
         abort: bool = False,
         empty: bool = False,
+        loose_json: float = 0.0,
     ) -> Generation:
         """Write ``action`` out as ids.
 
@@ -87,11 +100,13 @@ class Model:
         tokenizer would not produce (sampling does this).  ``abort`` keeps a
         random prefix and reports ``abort``; ``empty`` returns no ids at all;
         an output longer than ``max_tokens`` is cut there and reports
-        ``length``.
+        ``length``.  Each call's arguments are written without spaces with
+        chance ``loose_json``.
         """
         if empty:
             return Generation(np.zeros(0, np.int32), np.zeros(0, np.float32), "stop", "")
-        ids = self.chat.encode(output_text(action))
+        loose = frozenset(i for i in range(len(action.calls)) if loose_json > 0 and self.rng.random() < loose_json)
+        ids = self.chat.encode(output_text(action, loose))
         finish = "tool_calls" if action.calls else "stop"
         unlikely: list[int] = []
         if noncanonical > 0:
@@ -105,7 +120,8 @@ class Model:
         unlikely = [i for i in unlikely if i < len(ids)]
         array = np.asarray(ids, dtype=np.int32)
         first = unlikely[0] if unlikely else None
-        return Generation(array, self._logprobs(len(array), unlikely), finish, self.chat.decode(array), first)
+        logprobs = self._logprobs(len(array), unlikely)
+        return Generation(array, logprobs, finish, self.chat.decode(array), first, len(loose))
 
     def _respell(self, ids: list[int], rate: float) -> tuple[list[int], list[int]]:
         """Split some merged tokens (never the last, the end marker) into their two parts.

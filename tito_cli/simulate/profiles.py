@@ -13,6 +13,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from .._paths import FIXTURE_TOKENIZER, QWEN3_TOKENIZER
+
 __all__ = ["FEATURES", "PROFILES", "Features", "Profile", "assign_features"]
 
 
@@ -35,6 +37,8 @@ class Profile:
     group_size: int
     #: Rate of each feature, by name (see :data:`FEATURES`).
     rates: dict[str, float]
+    #: The tokenizer (with its chat template) sessions are rendered with, as the logs record it.
+    tokenizer: str = FIXTURE_TOKENIZER
 
 
 #: Feature names, in the order they are assigned (the order fixes the random draws).
@@ -50,6 +54,9 @@ FEATURES = (
     "wrong_fix",  # the first fix is wrong; the tests say so
     "give_up",  # ... and the agent gives up (reward 0)
     "unfinished",  # the harness dies before writing the sessions row
+    # Features of the qwen3 profile only (appended: the draws of the profiles above stay as they were).
+    "followup",  # after the task, the user asks one more question (a new query: earlier reasoning is dropped)
+    "loose_json",  # the model writes some tool-call arguments without spaces; the server re-renders them
 )
 
 _RATES = {
@@ -65,6 +72,10 @@ _RATES = {
     "give_up": 0.07,
     "unfinished": 0.04,
 }
+
+#: Qwen3 sessions: more reasoning (its template keeps it through a tool loop and drops it at the next user
+#: query), follow-up questions, and tool-call JSON that the server's parser re-renders.
+_QWEN3_RATES = {**_RATES, "reasoning": 0.6, "followup": 0.4, "loose_json": 0.35}
 
 PROFILES = {
     "demo": Profile(
@@ -92,6 +103,20 @@ PROFILES = {
         compact_at=66_000,
         group_size=4,
         rates=_RATES,
+    ),
+    "qwen3": Profile(
+        name="qwen3",
+        modules=(3, 4),
+        functions=(2, 3),
+        body_lines=(3, 6),
+        bugs=(1, 2),
+        extra_reads=(0, 1),
+        max_tokens=4096,
+        truncating_max_tokens=(400, 700),
+        compact_at=2500,
+        group_size=4,
+        rates=_QWEN3_RATES,
+        tokenizer=QWEN3_TOKENIZER,
     ),
 }
 

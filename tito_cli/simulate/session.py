@@ -47,6 +47,9 @@ CONTINUATION = (
 )
 #: Chance, per merged output token, that the model spells it as its two parts (sessions with ``noncanonical``).
 NONCANONICAL_RATE = 1 / 400
+FOLLOWUP = "Thanks. Before we close: in one sentence, what was the root cause?"
+#: Chance, per tool call, that a ``loose_json`` session's model writes its arguments without spaces.
+LOOSE_JSON_RATE = 0.5
 CUT_OFF = "Your last reply was cut off because it exceeded the output token limit. Continue with a smaller step."
 
 
@@ -146,6 +149,8 @@ class _Session:
                 self._step(self.rng.choice(running))
             else:
                 self._step(main)
+        if "followup" in self.features and not self.ws.open_bugs():
+            self._followup(main)
         reward = 0.0 if self.ws.open_bugs() else 1.0
         if "unfinished" in self.features:
             self.stats.events["unfinished"] += 1
@@ -224,8 +229,9 @@ class _Session:
         prompt_tools = thread.tools if tools is True else (tools or None)
         prompt_ids = self.chat.encode_prompt(self.chat.render(prompt_messages, prompt_tools))
         rate = NONCANONICAL_RATE if "noncanonical" in self.features else 0.0
+        loose = LOOSE_JSON_RATE if "loose_json" in self.features else 0.0
         generation = self.model.generate(
-            action, max_tokens=self.max_tokens, noncanonical=rate, abort=abort, empty=empty
+            action, max_tokens=self.max_tokens, noncanonical=rate, abort=abort, empty=empty, loose_json=loose
         )
         response: Message | None = None
         if generation.finish_reason != "abort":
@@ -234,6 +240,8 @@ class _Session:
             self.stats.events["noncanonical"] += 1
             if len(generation.ids) - generation.noncanonical_at >= LONG_OUTPUT:
                 self.stats.events["noncanonical_long"] += 1
+        if generation.loose_calls and generation.finish_reason != "abort":
+            self.stats.events["loose_json"] += 1
         if action.reasoning and generation.finish_reason != "abort":
             self.stats.events["reasoning"] += 1
         metadata: dict[str, Any] = {"agent": thread.name}
@@ -279,6 +287,14 @@ class _Session:
         return stored
 
     # -- harness behaviours --------------------------------------------------------
+
+    def _followup(self, thread: _Thread) -> None:
+        """The user asks one more question: a new query, after which the template drops earlier reasoning."""
+        assert isinstance(thread.agent, MainAgent)
+        thread.messages.append({"role": "user", "content": FOLLOWUP})
+        generation, response = self._generate(thread, thread.agent.answer_followup(), event="followup")
+        thread.messages.append(self._store(response, generation))
+        self.stats.events["followup"] += 1
 
     def _maybe_compact(self, thread: _Thread) -> None:
         if self.compacted or "compaction" not in self.features:

@@ -1,0 +1,282 @@
+"""Where each fork and realign diverged, what text that is, and the likely reason.
+
+For every turn the linearizer forked or realigned (SPEC §4), the tokens held
+before it (the previous turn's prompt and output) and the turn's prompt
+share a common prefix of ``index`` tokens; :func:`divergences` reports that
+index, the ids of both sides around it and, when a tokenizer is at hand,
+both decoded with whitespace made visible, plus a class:
+
+* ``re-tokenized``: the same text, different ids (a non-canonical output
+  spelled canonically in the replay, a cut reply re-encoded), judged over
+  at most the next 1,024 held tokens;
+* ``reasoning dropped``: the held side has a ``<think>…</think>`` block
+  that the prompt lacks (a template that strips earlier reasoning);
+* ``tool-call args re-rendered``: the divergence lies inside a
+  ``<tool_call>`` whose JSON parses to the same value on both sides;
+* ``other``: anything else (a changed system prompt, an edited message).
+
+Without a tokenizer the class cannot be told: it is ``unclassified`` and
+the texts are ``None``.  A turn shared by several leaves is reported once,
+for the first leaf that packs it, as the session's counts are.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import numpy.typing as npt
+
+from ..algorithm.linearize import Decision
+from ..algorithm.session import SessionResult
+from ..errors import TokenizerError
+from ..tokenizer import TokenizerChoice, TokenText, load_decoder, resolve, visible
+
+__all__ = [
+    "DRIFT_CLASSES",
+    "OTHER",
+    "REASONING_DROPPED",
+    "RETOKENIZED",
+    "TOOL_ARGS_RERENDERED",
+    "UNCLASSIFIED",
+    "Divergence",
+    "DriftClassCounter",
+    "class_counts",
+    "classify",
+    "divergences",
+    "drift_class_counter",
+]
+
+REASONING_DROPPED = "reasoning dropped"
+RETOKENIZED = "re-tokenized"
+TOOL_ARGS_RERENDERED = "tool-call args re-rendered"
+OTHER = "other"
+#: No tokenizer: the texts, and so the class, are unknown.
+UNCLASSIFIED = "unclassified"
+#: The classes, in the order summaries list them.
+DRIFT_CLASSES = (REASONING_DROPPED, RETOKENIZED, TOOL_ARGS_RERENDERED, OTHER, UNCLASSIFIED)
+
+#: Tokens decoded before a divergence to classify it, and at most after it on the held side
+#: (a fork in the prompt region can drop a whole long prompt; the default threshold's worth
+#: of text tells the classes apart).
+_BEFORE = 512
+_AFTER = 1024
+_THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
+_TOOL_OPEN, _TOOL_CLOSE = "<tool_call>", "</tool_call>"
+
+Ids = npt.NDArray[np.int32]
+
+
+@dataclass(frozen=True, slots=True)
+class Divergence:
+    """One fork or realign: where the held tokens and the next prompt part."""
+
+    leaf: int
+    seq: int
+    #: ``fork`` or ``realign``.
+    kind: str
+    #: The :class:`~tito_cli.algorithm.linearize.ForkCause` value for forks, ``None`` for realigns.
+    cause: str | None
+    #: Token index of the first divergence in the held tokens (the common prefix length).
+    index: int
+    #: First token index of the windows below.
+    window_start: int
+    #: Held tokens ``[window_start, index + window)``.
+    held_ids: list[int]
+    #: The turn's prompt ids over the same range.
+    prompt_ids: list[int]
+    #: One of :data:`DRIFT_CLASSES`.
+    drift_class: str
+    #: Held tokens the turn drops (``len(held) - index``).
+    drift: int = 0
+    #: Decoded, whitespace visible (``None`` without a tokenizer): ``[window_start, index)``,
+    #: the same on both sides; then each side from ``index`` to the window's end.
+    shared_text: str | None = None
+    held_text: str | None = None
+    prompt_text: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-able, with stable keys (``--json``)."""
+        return {
+            "leaf": self.leaf,
+            "seq": self.seq,
+            "kind": self.kind,
+            "cause": self.cause,
+            "index": self.index,
+            "drift": self.drift,
+            "class": self.drift_class,
+            "window_start": self.window_start,
+            "held_ids": self.held_ids,
+            "prompt_ids": self.prompt_ids,
+            "shared_text": self.shared_text,
+            "held_text": self.held_text,
+            "prompt_text": self.prompt_text,
+        }
+
+
+def divergences(result: SessionResult, text: TokenText | None = None, window: int = 16) -> list[Divergence]:
+    """Every fork and realign of ``result``, in the order the linearizer decided them."""
+    decoder = text if text is not None and text.decodes else None
+    chains = [[n.turn for n in leaf.chain() if n.turn is not None] for leaf in result.tree.leaves()]
+    seen: set[int] = set()
+    found: list[Divergence] = []
+    for decision in result.linearization.decisions:
+        if decision.kind not in ("fork", "realign") or decision.seq in seen:
+            continue
+        seen.add(decision.seq)
+        chain = chains[decision.leaf]
+        position = next(i for i, t in enumerate(chain) if t.seq == decision.seq)
+        before = chain[position - 1]  # a fork or realign always follows a held turn
+        held = np.concatenate((before.prompt_ids, before.output_ids))
+        found.append(_divergence(decision, held, chain[position].prompt_ids, decoder, window))
+    return found
+
+
+def class_counts(items: Iterable[Divergence]) -> dict[str, dict[str, int]]:
+    """``{"fork": {class: n}, "realign": {class: n}}`` over ``items``, classes in :data:`DRIFT_CLASSES` order."""
+    counts: dict[str, Counter[str]] = {"fork": Counter(), "realign": Counter()}
+    for item in items:
+        counts[item.kind][item.drift_class] += 1
+    return {kind: {c: counter[c] for c in DRIFT_CLASSES if counter[c]} for kind, counter in counts.items()}
+
+
+class DriftClassCounter:
+    """A session's forks and realigns counted by class (``"fork: re-tokenized"``), for the rebuild summary.
+
+    Picklable (it is sent to rebuild workers); the decoder is loaded once per
+    process, decode-only (:func:`~tito_cli.tokenizer.load_decoder`), and only
+    when a session has something to classify.
+    """
+
+    _decoders: ClassVar[dict[str, TokenText]] = {}
+
+    def __init__(self, folder: str | Path) -> None:
+        self.folder = str(folder)
+
+    def __call__(self, result: SessionResult) -> dict[str, int]:
+        if not (result.report.fork_total or result.report.realigns):
+            return {}
+        text = self._decoders.get(self.folder)
+        if text is None:
+            text = self._decoders[self.folder] = TokenText(load_decoder(Path(self.folder)))
+        counts = Counter(f"{d.kind}: {d.drift_class}" for d in divergences(result, text))
+        return dict(sorted(counts.items()))
+
+
+def drift_class_counter(
+    recorded: str | None, log_dirs: Iterable[Path] = (), choice: TokenizerChoice | None = None, *, strict: bool = False
+) -> DriftClassCounter | None:
+    """A counter for a log that records tokenizer ``recorded``; ``None`` when it cannot be found here.
+
+    ``strict`` (the user named a tokenizer): a tokenizer that is not found is an error.
+    """
+    choice = choice or TokenizerChoice()
+    name = choice.name_for(recorded)
+    if name is None:
+        return None
+    try:
+        return DriftClassCounter(resolve(name, log_dirs, choice))
+    except TokenizerError:
+        if strict:
+            raise
+        return None
+
+
+def _divergence(decision: Decision, held: Ids, prompt: Ids, decoder: TokenText | None, window: int) -> Divergence:
+    index = decision.lcp
+    start = max(0, index - window)
+    end = index + window
+    item = Divergence(
+        leaf=decision.leaf,
+        seq=decision.seq,
+        kind=decision.kind,
+        cause=decision.cause.value if decision.cause is not None else None,
+        index=index,
+        window_start=start,
+        held_ids=[int(i) for i in held[start:end]],
+        prompt_ids=[int(i) for i in prompt[start:end]],
+        drift_class=UNCLASSIFIED,
+        drift=decision.drift,
+    )
+    if decoder is None:
+        return item
+    return replace(
+        item,
+        drift_class=classify(held, prompt, index, decoder),
+        shared_text=visible(decoder.decode(held[start:index].tolist())),
+        held_text=visible(decoder.decode(held[index:end].tolist())),
+        prompt_text=visible(decoder.decode(prompt[index:end].tolist())),
+    )
+
+
+def classify(held: Ids, prompt: Ids, index: int, decoder: TokenText) -> str:
+    """The class of a divergence at ``index`` (the common prefix of ``held`` and ``prompt``).
+
+    Compared as text from a little before ``index``: a special marker such as
+    ``<think>`` may be several tokens in one vocabulary and one in another, so
+    the point where the texts part can lie before the first differing token.
+    """
+    start = max(0, index - _BEFORE)
+    end = min(len(held), index + _AFTER)
+    # A cut inside a multi-byte character decodes to U+FFFD: compare the whole characters only.
+    held_text = decoder.decode(held[start:end].tolist()).rstrip("\ufffd")
+    # The prompt's version of the held tail: about as many tokens (canonical splits are fewer;
+    # a re-rendering adds a few), so twice as many, and some, cover it.
+    prompt_text = decoder.decode(prompt[start : index + 2 * (end - index) + 64].tolist())
+    if prompt_text.startswith(held_text):
+        return RETOKENIZED
+    parted = _common_prefix(held_text, prompt_text)
+    if _reasoning_dropped(held_text, prompt_text, parted):
+        return REASONING_DROPPED
+    if _same_tool_call(held_text, prompt_text, parted):
+        return TOOL_ARGS_RERENDERED
+    return OTHER
+
+
+def _common_prefix(a: str, b: str) -> int:
+    # Bisection on slice equality: a few comparisons in C instead of one Python step a character.
+    lo, hi = 0, min(len(a), len(b))
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _reasoning_dropped(held: str, prompt: str, parted: int) -> bool:
+    """The texts part at, or inside, a ``<think>`` block of the held side that the prompt does not repeat."""
+    opened = held.rfind(_THINK_OPEN, 0, parted + len(_THINK_OPEN))
+    if opened < 0 or held.rfind(_THINK_CLOSE, 0, parted) > opened:
+        return False
+    closed = held.find(_THINK_CLOSE, opened)
+    if closed < 0:
+        return False
+    block = held[opened : closed + len(_THINK_CLOSE)]
+    return prompt[opened : opened + len(block)] != block
+
+
+def _same_tool_call(held: str, prompt: str, parted: int) -> bool:
+    """The texts part inside a ``<tool_call>`` whose JSON is the same value on both sides."""
+    opened = held.rfind(_TOOL_OPEN, 0, parted)
+    if opened < 0 or held.rfind(_TOOL_CLOSE, 0, parted) > opened:
+        return False
+    body = opened + len(_TOOL_OPEN)
+    held_call = _parse(held[body:])
+    return held_call is not None and held_call == _parse(prompt[body:])
+
+
+def _parse(text: str) -> Any:
+    body, closed, _ = text.partition(_TOOL_CLOSE)
+    if not closed:
+        return None
+    try:
+        return json.loads(body)
+    except ValueError:
+        return None
