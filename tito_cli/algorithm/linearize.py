@@ -22,7 +22,7 @@ from enum import Enum
 import numpy as np
 import numpy.typing as npt
 
-from .._arrow import same_values
+from .._arrow import common_prefix
 from ..turns import Turn
 from .policy import Policy
 from .router import Node, SessionTree
@@ -92,11 +92,7 @@ class Linearization:
 
 
 def common_prefix_length(a: npt.NDArray[np.int32], b: npt.NDArray[np.int32]) -> int:
-    n = min(len(a), len(b))
-    # Usually all of the shorter one is shared (a clean turn): one memcmp says so.
-    if same_values(a[:n], b[:n]):
-        return n
-    return int((a[:n] != b[:n]).argmax())
+    return common_prefix(a, b)
 
 
 class _Segment:

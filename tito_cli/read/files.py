@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import SchemaError, UnreadableLogError
-from ..schema import META_TABLE, META_TOKENIZER
+from ..schema import META_TABLE, META_TOKENIZER, REFERENCE_COLUMNS
 
 __all__ = ["READ_COLUMNS", "LogFile", "classify_file", "discover_files", "open_parquet"]
 
@@ -33,6 +33,10 @@ _TURNS_COLUMNS: dict[str, tuple[str, bool]] = {
     "tools": ("string", False),
     "metadata": ("string", False),
     "timestamp": ("timestamp", False),
+    # Format 2 (docs/spec.md §8): all three or none.
+    "base_seq": ("integer", False),
+    "shared_prompt_ids": ("integer", False),
+    "shared_messages": ("integer", False),
 }
 _SESSIONS_COLUMNS: dict[str, tuple[str, bool]] = {
     "session_id": ("string", True),
@@ -183,4 +187,14 @@ def classify_file(path: Path, parquet: pq.ParquetFile | None = None) -> LogFile:
                 file=path,
             )
     columns = tuple(name for name in expected if name in names)
+    if table == "turns":
+        present = [name for name in REFERENCE_COLUMNS if name in names]
+        if present and len(present) < len(REFERENCE_COLUMNS):
+            missing = next(name for name in REFERENCE_COLUMNS if name not in names)
+            raise SchemaError(
+                f"turns table has {present[0]!r} but not {missing!r} (format 2 needs all of "
+                f"{', '.join(REFERENCE_COLUMNS)})",
+                file=path,
+                tip="see docs/spec.md §8",
+            )
     return LogFile(path, table, num_rows, columns, meta.get(META_TOKENIZER))

@@ -37,13 +37,13 @@ import pyarrow.parquet as pq
 from .._arrow import list_array, primitive_array, string_array
 from ..algorithm.policy import Policy
 from ..algorithm.session import SessionReport, rebuild_session
-from ..errors import InvalidSessionError, OutputError, TitoError
+from ..errors import InvalidSessionError, OutputError, SchemaError, TitoError
 from ..export.parquet import session_table
 from ..read.files import READ_COLUMNS
 from ..read.rows import rows_from_table
 from ..read.turnlog import TurnLog
 from ..read.validate import parse_session
-from ..schema import SAMPLES_SCHEMA
+from ..schema import REFERENCE_COLUMNS, SAMPLES_SCHEMA
 from ..turns import RowRef, SessionInfo
 from .corpus import Reject
 from .rebuild import RebuildSummary, rejects_path
@@ -103,6 +103,16 @@ def rebuild_ray(
 
     # Columns every turns file has (optional ones missing somewhere are read as null).
     common = [c for c in READ_COLUMNS if all(c in f.columns for f in log.turn_files)]
+    with_references = [f for f in log.turn_files if REFERENCE_COLUMNS[0] in f.columns]
+    if with_references and len(with_references) < len(log.turn_files):
+        # Read without them, format-2 rows would pass for whole prompts.
+        plain = next(f for f in log.turn_files if REFERENCE_COLUMNS[0] not in f.columns)
+        raise SchemaError(
+            f"the ray engine needs every turns file in one format; this one is format 1, "
+            f"{with_references[0].path} is format 2",
+            file=plain.path,
+            tip="convert the log with `tito compact LOGS --out DIR`, or use the local engine",
+        )
     tmp = out.with_name(f".{out.name}.ray-tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     if log.turn_files:
