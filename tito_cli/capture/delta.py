@@ -6,7 +6,9 @@ open session and, for a new turn, picks the one it shares the most with as its
 *base*: the row then stores how many leading prompt ids and messages it shares
 with that base, and only the rest.  Sub-agents and compaction restarts
 interleave with their parent's turns, so the base is chosen among several
-recent turns, not only the last one.
+recent turns, not only the last one; a turn whose whole prompt a later turn
+repeats gives way to that turn, so the turns held are the latest of each
+conversation in flight.
 
 Memory is bounded: at most ``candidates`` turns per session (each its
 prompt + output ids and its messages' JSON texts, the texts shared with the
@@ -55,12 +57,25 @@ class _Held:
     """A recorded turn kept as a candidate base."""
 
     seq: int
-    #: prompt_ids + output_ids.
+    #: prompt_ids + output_ids, and where the prompt ends.
     ids: np.ndarray
+    prompt_length: int
     #: JSON text of each prompt message, then of the response message if it is a JSON object;
     #: ``None`` when the prompt was not a JSON array of objects (nothing can share it).
     messages: list[str] | None
+    prompt_messages: int
     nbytes: int
+
+    def superseded_by(self, shared_ids: int, shared_messages: int) -> bool:
+        """Whether a turn sharing this much with this one starts with all of its prompt.
+
+        Such a turn shares with any later turn at least what this one would
+        (up to this one's prompt, both are the same; beyond it, only a later
+        turn that goes back to this output's re-tokenized tail would prefer
+        this one): holding it any longer only pushes out turns of other
+        conversations interleaved with it (a sub-agent's, a compacted restart's).
+        """
+        return shared_ids >= self.prompt_length and shared_messages >= self.prompt_messages
 
 
 def message_texts(value: JsonValue) -> list[str] | None:
@@ -148,6 +163,9 @@ class DeltaEncoder:
             delta = Delta(base.seq, shared_ids, shared_messages, prompt_ids[shared_ids:], texts[shared_messages:])
             # The shared texts are the base's own strings: a session holds its conversation about once.
             kept_texts = base.messages[:shared_messages] + texts[shared_messages:]  # type: ignore[index]
+            if base.superseded_by(shared_ids, shared_messages):
+                held.remove(base)
+                self._bytes -= base.nbytes
         self._remember(session_id, held, seq, prompt_ids, output_ids, kept_texts, response_message)
         return delta
 
@@ -166,13 +184,15 @@ class DeltaEncoder:
         texts: list[str] | None,
         response_message: JsonValue,
     ) -> None:
+        response = None
         if texts is not None:
             response = _response_text(response_message)
             texts = texts if response is None else [*texts, response]
         ids = np.concatenate((prompt_ids, output_ids)).astype(np.int32, copy=False)
         # Counted as if no text were shared: an upper bound, and cheap.
         nbytes = ids.nbytes + sum(len(t) for t in texts or ())
-        held.insert(0, _Held(seq, ids, texts, nbytes))
+        prompt_messages = 0 if texts is None else len(texts) - (response is not None)
+        held.insert(0, _Held(seq, ids, len(prompt_ids), texts, prompt_messages, nbytes))
         self._bytes += nbytes
         for dropped in held[self.candidates :]:
             self._bytes -= dropped.nbytes

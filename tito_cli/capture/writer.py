@@ -141,8 +141,13 @@ class TurnLogWriter:
         *,
         seq: int | None = None,
         timestamp: datetime | None = None,
+        stamp_now: bool = True,
     ) -> int:
-        """Buffer one generation call; returns the ``seq`` it was recorded with."""
+        """Buffer one generation call; returns the ``seq`` it was recorded with.
+
+        Without ``timestamp`` the turn is stamped with the current time, unless
+        ``stamp_now`` is false (copying a log whose turns have none).
+        """
         prompt = np.asarray(prompt_ids, dtype=np.int32)
         output = np.asarray(output_ids, dtype=np.int32)
         logprobs = None if output_logprobs is None else np.asarray(output_logprobs, dtype=np.float32)
@@ -164,7 +169,7 @@ class TurnLogWriter:
             "output_logprobs": logprobs,
             "finish_reason": finish_reason,
             **texts,
-            "timestamp": timestamp or datetime.now(timezone.utc),
+            "timestamp": timestamp or (datetime.now(timezone.utc) if stamp_now else None),
         }
         with self._lock:
             self._check_open()
