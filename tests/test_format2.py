@@ -128,12 +128,16 @@ def test_held_turns_are_bounded_per_session_and_in_sessions() -> None:
     assert encoder.open_sessions == 3
     text = sum(len(json.dumps(m)) for m in _messages(4))
     assert encoder.held_bytes == 3 * (4 * 500 + text)  # one turn each: b, c and d
-    for turn in range(5, 9):
-        delta = encoder.encode("c", turn, ids[: 100 * (turn + 1)], ids[:0], _messages(turn), None)
-        assert (delta.base_seq, delta.shared_prompt_ids, delta.shared_messages) == (turn - 1, 100 * turn, turn)
-    # At most two turns of a session are held: "c" holds turns 8 and 7 (900 and 800 ids).
-    texts = sum(len(json.dumps(m)) for n in (8, 7) for m in _messages(n))
-    assert encoder.held_bytes == 2 * (4 * 500 + text) + 4 * (900 + 800) + texts
+    # Three unrelated conversations in "c" (other system prompts, other ids): two are held.
+    for turn, system in zip(range(5, 8), "xyz", strict=True):
+        delta = encoder.encode("c", turn, ids[turn * 100 : turn * 100 + 50], ids[:0], _messages(0, system), None)
+        assert delta.base_seq is None
+    texts = sum(len(json.dumps(m)) for system in "yz" for m in _messages(0, system))
+    assert encoder.held_bytes == 2 * (4 * 500 + text) + 2 * 4 * 50 + texts
+    # A turn that goes on from "y" (seq 6): stored against it, and "y" gives way to it.
+    delta = encoder.encode("c", 8, ids[600:660], ids[:0], [*_messages(0, "y"), *_messages(0, "w")], None)
+    assert (delta.base_seq, delta.shared_prompt_ids, delta.shared_messages) == (6, 50, 1)
+    assert encoder.held_bytes == 2 * (4 * 500 + text) + 4 * (50 + 60) + texts + len(json.dumps(_messages(0, "w")[0]))
     encoder.forget("c")
     assert encoder.open_sessions == 2 and encoder.held_bytes == 2 * (4 * 500 + text)
     small = DeltaEncoder(max_bytes=4 * 150)

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 
 from .._arrow import numpy_view
 
-__all__ = ["row_bytes", "row_group_bounds", "write_row_groups"]
+__all__ = ["SPLIT_COLUMNS", "row_bytes", "row_group_bounds", "write_row_groups"]
 
 
 def row_bytes(table: pa.Table) -> np.ndarray:
@@ -50,8 +50,26 @@ def row_group_bounds(sizes: np.ndarray, max_rows: int, max_bytes: int) -> list[t
     return bounds
 
 
-def write_row_groups(table: pa.Table, path: Path, compression: str, max_rows: int, max_bytes: int) -> None:
-    """Write ``table`` to ``path`` in row groups bounded by :func:`row_group_bounds`."""
-    with pq.ParquetWriter(path, table.schema, compression=compression) as writer:
+#: Numeric list columns stored byte-stream-split (docs/spec.md §8.4): token ids and logprobs are
+#: near-random numbers whose high bytes vary little; split into byte planes, the compressor sees
+#: that.  For random ids it is the difference between about 1.1x and 1.3x their entropy.
+SPLIT_COLUMNS = ("prompt_ids", "output_ids", "output_logprobs")
+
+
+def write_row_groups(
+    table: pa.Table, path: Path, compression: str, max_rows: int, max_bytes: int, *, split_numbers: bool = False
+) -> None:
+    """Write ``table`` to ``path`` in row groups bounded by :func:`row_group_bounds`.
+
+    ``split_numbers``: store :data:`SPLIT_COLUMNS` with the ``BYTE_STREAM_SPLIT``
+    encoding (readers need Parquet 2.11's support for it on integers: pyarrow
+    16 or later), everything else as pyarrow does by default.
+    """
+    options: dict[str, object] = {}
+    if split_numbers:
+        split = [name for name in SPLIT_COLUMNS if name in table.column_names]
+        options["use_dictionary"] = [name for name in table.column_names if name not in split]
+        options["column_encoding"] = {f"{name}.list.element": "BYTE_STREAM_SPLIT" for name in split}
+    with pq.ParquetWriter(path, table.schema, compression=compression, **options) as writer:
         for start, stop in row_group_bounds(row_bytes(table), max_rows, max_bytes):
             writer.write_table(table.slice(start, stop - start), row_group_size=stop - start)

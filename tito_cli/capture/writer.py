@@ -300,7 +300,14 @@ class TurnLogWriter:
         self._file_counter += 1
         target = self.directory / f"{kind}-{self._run_id}-{self._file_counter:06d}.parquet"
         with atomic_path(target) as tmp:
-            write_row_groups(table, tmp, self.compression, self.row_group_rows, self.row_group_bytes)
+            write_row_groups(
+                table,
+                tmp,
+                self.compression,
+                self.row_group_rows,
+                self.row_group_bytes,
+                split_numbers=kind == "turns" and self.format == 2,
+            )
         self.files_written.append(target)
         return target
 
