@@ -17,7 +17,9 @@ import pyarrow.parquet as pq
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tito_cli.algorithm.linearize import Linearization, _Segment, linearize
 from tito_cli.algorithm.policy import Policy
+from tito_cli.algorithm.router import route
 from tito_cli.capture.delta import DeltaEncoder
 from tito_cli.capture.writer import TurnLogWriter
 from tito_cli.read.turnlog import TurnLog
@@ -157,3 +159,45 @@ def test_row_groups_are_bounded_by_bytes_as_well_as_rows(tmp_path: Path) -> None
     rows = [meta.row_group(g).num_rows for g in range(meta.num_row_groups)]
     assert sum(rows) == 61 and rows[0] == 1  # the 40 KB row ("big" sorts first) on its own
     assert set(rows[1:]) == {4}  # 4 rows of 4,000+ bytes: a fifth would pass 20,000
+
+
+def _samples(linearization: Linearization) -> list[tuple[Any, ...]]:
+    return [
+        (s.tokens.tobytes(), s.loss_mask.tobytes(), s.rollout_log_probs.tobytes(), s.leaf, s.segment, s.seqs,
+         s.trained_seqs, s.fork)
+        for s in linearization.samples
+    ]
+
+
+@settings(max_examples=max(10, settings.default.max_examples // 5))
+@given(sessions(), st.integers(1, 4))
+def test_the_delta_fast_path_gives_the_samples_of_the_full_comparison(session: dict[str, Any], candidates: int) -> None:
+    policy = Policy(fork_threshold=session["threshold"])
+    with tempfile.TemporaryDirectory() as tmp:
+        write_log(Path(tmp), [{**r, "session_id": "s"} for r in session["rows"]], max_rows=4,
+                  delta_candidates=candidates)
+        [turns] = read_turns(Path(tmp)).values()
+    tree = route(turns, policy)
+    fast, full = linearize(tree, policy), linearize(tree, policy, use_deltas=False)
+    assert _samples(fast) == _samples(full)
+    assert fast.decisions == full.decisions and fast.dropped_segments == full.dropped_segments
+
+
+def test_the_fast_path_compares_only_the_ids_after_the_shared_ones(tmp_path: Path) -> None:
+    messages = _messages(1)
+    with TurnLogWriter(tmp_path, max_age=None) as w:
+        w.record_turn("s", np.arange(50), [7, 8], None, "stop", messages, {"role": "assistant", "content": "a"})
+        w.record_turn("s", [*range(50), 7, 8, 9], [1], None, "stop",
+                      [*messages, {"role": "assistant", "content": "a"}, {"role": "user", "content": "b"}], None)
+    [turns] = read_turns(tmp_path).values()
+    assert turns[1].base == (turns[0], 52)
+    segment = _Segment(fork=None)
+    segment.absorb(turns[0], 0, trained=True)
+    assert segment.common_prefix(turns[1]) == segment.common_prefix(turns[1], use_deltas=False) == 52
+    # Were the shared ids compared, a change inside them would show: the fast path takes them as read.
+    turns[1].prompt_ids = turns[1].prompt_ids.copy()
+    turns[1].prompt_ids[10] = 999
+    assert segment.common_prefix(turns[1], use_deltas=False) == 10
+    assert segment.common_prefix(turns[1]) == 52
+    # Routing starts where the base's prompt ended (docs/spec.md §3 from that node on).
+    assert turns[1].extends == (turns[0], 2)

@@ -111,13 +111,27 @@ class _Segment:
             return 0
         return len(self.last.prompt_ids) + len(self.last.output_ids)
 
-    def common_prefix(self, prompt: npt.NDArray[np.int32]) -> int:
-        if self.last is None:
+    def common_prefix(self, turn: Turn, use_deltas: bool = True) -> int:
+        """The common prefix of the held tokens (the last turn's prompt + output) and ``turn``'s prompt.
+
+        With ``use_deltas``, a turn the reader rebuilt from the held turn
+        (format 2, docs/spec.md §8: ``turn.base``) is known to share its first
+        ``n`` ids with it, copied from it: only the ids after them are compared.
+        """
+        last = self.last
+        if last is None:
             return 0
-        held_prompt = self.last.prompt_ids
-        lcp = common_prefix_length(held_prompt, prompt)
+        prompt = turn.prompt_ids
+        held_prompt = last.prompt_ids
+        start = 0
+        if use_deltas and turn.base is not None and turn.base[0] is last:
+            start = turn.base[1]
+        if start >= len(held_prompt):
+            skip = start - len(held_prompt)
+            return start + common_prefix_length(last.output_ids[skip:], prompt[start:])
+        lcp = start + common_prefix_length(held_prompt[start:], prompt[start:])
         if lcp == len(held_prompt):
-            lcp += common_prefix_length(self.last.output_ids, prompt[len(held_prompt) :])
+            lcp += common_prefix_length(last.output_ids, prompt[len(held_prompt) :])
         return lcp
 
     def absorb(self, turn: Turn, lcp: int, trained: bool) -> None:
@@ -166,8 +180,12 @@ class _Segment:
         )
 
 
-def linearize(tree: SessionTree, policy: Policy) -> Linearization:
-    """Pack every leaf's chain into segments and turn the segments into samples."""
+def linearize(tree: SessionTree, policy: Policy, *, use_deltas: bool = True) -> Linearization:
+    """Pack every leaf's chain into segments and turn the segments into samples.
+
+    ``use_deltas=False`` compares every prompt with the held tokens in full,
+    even where the reader knows they share a prefix (the same samples; for tests).
+    """
     threshold = policy.fork_threshold
     claimed: set[int] = set()  # id() of generated nodes already trained
     samples: list[LinearizedSample] = []
@@ -190,8 +208,7 @@ def linearize(tree: SessionTree, policy: Policy) -> Linearization:
         for node in generated:
             turn = node.turn
             assert turn is not None
-            prompt = turn.prompt_ids
-            lcp = segment.common_prefix(prompt)
+            lcp = segment.common_prefix(turn, use_deltas)
             drift = len(segment) - lcp
             cause = _fork_cause(segment, lcp, drift, threshold)
             decided_lcp, decided_drift = lcp, drift
