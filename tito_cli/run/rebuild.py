@@ -20,7 +20,7 @@ from ..export.parquet import SamplesWriter
 from ..read.files import discover_files
 from ..read.turnlog import SessionsTable
 from .corpus import Corpus, Reject
-from .local import default_workers, early_pool, file_map, rebuild_outputs
+from .local import default_workers, early_pool, file_map, rebuild_outputs, workers_for
 
 __all__ = ["RebuildSummary", "Reject", "rebuild", "rejects_path"]
 
@@ -100,9 +100,10 @@ def rebuild(
     is written.  Both files appear atomically: the samples file first, then
     the rejects report.
 
-    ``workers`` processes rebuild sessions in parallel (default: this
-    machine's cores; small logs are rebuilt in-process); the output is the
-    same for any number.  ``batch_bytes`` sets the size of the batches of
+    ``workers`` processes rebuild sessions in parallel (default: as many of
+    this machine's cores as the log's layout can use without decoding its row
+    groups twice, :func:`tito_cli.run.local.workers_for`; small logs are
+    rebuilt in-process); the output is the same for any number.  ``batch_bytes`` sets the size of the batches of
     sessions handed to workers (see :func:`tito_cli.run.local.plan_batches`).
     """
     policy = policy or Policy()
@@ -114,10 +115,14 @@ def rebuild(
         raise OutputError("the output's folder does not exist", file=out)
 
     files = discover_files([Path(p) for p in inputs], exclude=[out])
+    chosen = workers
     workers = default_workers() if workers is None else workers
     rejected: list[Reject] = []
     with early_pool(len(files), workers) as pool:
         corpus = Corpus.open(files, policy, map_files=file_map(pool, len(files), workers))
+        if chosen is None:
+            # Not told: as many of the cores as the log's layout lets work without decoding it twice.
+            workers = workers_for(corpus.log.index(), workers)
         # Temporaries of a rebuild that was killed (SIGKILL, OOM) before it could clean up.
         stale = remove_stale_temporaries(out) + remove_stale_temporaries(rejects_file)
         session_ids = corpus.session_ids()
