@@ -14,6 +14,10 @@ from typer.testing import CliRunner
 from tito_cli.cli import app
 from tito_cli.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_REJECTED
 from tito_cli.read.turnlog import TurnLog
+from tito_cli.render.plain import to_plain
+from tito_cli.render.summary import render_rebuild_summary
+from tito_cli.run import rebuild as rebuild_module
+from tito_cli.run.compact import compact
 from tito_cli.run.rebuild import rejects_path
 from tito_cli.schema import META_FORMAT
 
@@ -116,3 +120,21 @@ def test_timestamps_and_tokenizer_are_kept(tmp_path: Path) -> None:
     assert pq.read_table(after, columns=columns).sort_by(key) == pq.read_table(before, columns=columns).sort_by(key)
     assert TurnLog.open([tmp_path / "v1"]).tokenizer == TurnLog.open([tmp_path / "logs"]).tokenizer
     assert formats(tmp_path / "v1") == {"1"}
+
+
+def test_a_huge_row_group_is_reported_and_compact_cuts_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A foreign writer's one big row group (here 80 KiB of a 4,000-row-per-group writer; the bound scaled down).
+    log = tmp_path / "logs"
+    write_log(log, read_jsonl(REPO / "fixtures/conformance/random-threshold-1024/turns.jsonl"), format=1,
+              row_group_rows=4000, row_group_bytes=1 << 30)
+    monkeypatch.setattr(rebuild_module, "LARGE_ROW_GROUP_BYTES", 64 << 10)
+    summary = rebuild_module.rebuild([log], tmp_path / "a.parquet", workers=1)
+    [(file, rows, size)] = summary.large_row_groups
+    assert rows == TurnLog.open([log]).num_turn_rows and size > 64 << 10
+    text = to_plain(render_rebuild_summary(summary), width=400)
+    assert f"warning: {file} has a row group of {rows:,} rows" in text and "tito compact" in text
+    # Rewritten by compact in row groups bounded by bytes (scaled down as well).
+    compact([log], tmp_path / "v1", format=1, row_group_bytes=32 << 10)
+    again = rebuild_module.rebuild([tmp_path / "v1"], tmp_path / "b.parquet", workers=1)
+    assert again.large_row_groups == []
+    assert (tmp_path / "a.parquet").read_bytes() == (tmp_path / "b.parquet").read_bytes()

@@ -54,8 +54,13 @@ def compact(
     format: int = 2,
     overwrite: bool = False,
     progress: Callable[[int, int], None] | None = None,
+    row_group_bytes: int = 64 << 20,
 ) -> CompactSummary:
-    """Rewrite the turn log ``inputs`` as a log in ``format`` (1 or 2) in the folder ``out``."""
+    """Rewrite the turn log ``inputs`` as a log in ``format`` (1 or 2) in the folder ``out``.
+
+    ``row_group_bytes``: the bound on the new files' row groups (decoded cells; see
+    :class:`~tito_cli.capture.writer.TurnLogWriter`).
+    """
     if format not in (1, 2):
         raise ValueError(f"format must be 1 or 2, not {format!r}")
     out = Path(out)
@@ -70,7 +75,7 @@ def compact(
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     try:
-        summary = _write(log, tmp, format, progress)
+        summary = _write(log, tmp, format, progress, row_group_bytes)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -85,14 +90,22 @@ def compact(
     return summary
 
 
-def _write(log: TurnLog, folder: Path, format: int, progress: Callable[[int, int], None] | None) -> CompactSummary:
+def _write(
+    log: TurnLog, folder: Path, format: int, progress: Callable[[int, int], None] | None, row_group_bytes: int
+) -> CompactSummary:
     summary = CompactSummary(out=folder, format=format)
     index = log.index()
     total = len(index.places)
     carried_rows: dict[str, list[int]] = {}  # file -> file rows of invalid sessions
     # One session at a time: nothing but the current session needs holding as a base.
     writer = TurnLogWriter(
-        folder, tokenizer=log.tokenizer, max_age=None, name="compact", format=format, max_open_sessions=1
+        folder,
+        tokenizer=log.tokenizer,
+        max_age=None,
+        name="compact",
+        format=format,
+        max_open_sessions=1,
+        row_group_bytes=row_group_bytes,
     )
     with writer:
         for batch in index.batches(BATCH_BYTES):

@@ -18,11 +18,11 @@ from ..algorithm.session import SessionReport
 from ..errors import OutputError
 from ..export.parquet import SamplesWriter
 from ..read.files import discover_files
-from ..read.turnlog import SessionsTable
+from ..read.turnlog import SessionsTable, TurnLog
 from .corpus import Corpus, Reject
 from .local import default_workers, early_pool, file_map, rebuild_outputs, workers_for
 
-__all__ = ["RebuildSummary", "Reject", "rebuild", "rejects_path"]
+__all__ = ["LARGE_ROW_GROUP_BYTES", "RebuildSummary", "Reject", "large_row_groups", "rebuild", "rejects_path"]
 
 Progress = Callable[[int, int], None]
 
@@ -47,6 +47,9 @@ class RebuildSummary:
     tokenizer: str | None = None
     #: Leftover temporaries of a killed earlier rebuild of the same output, removed.
     stale_temporaries_removed: list[Path] = field(default_factory=list)
+    #: (file, rows, decoded bytes) of row groups larger than LARGE_ROW_GROUP_BYTES: a worker
+    #: holds such a row group whole while its sessions are rebuilt (docs/performance.md).
+    large_row_groups: list[tuple[str, int, int]] = field(default_factory=list)
 
     def add_session(self, session_id: str, report: SessionReport) -> None:
         """Count one rebuilt session (the local and the Ray engine both report through here)."""
@@ -77,6 +80,21 @@ class RebuildSummary:
         with atomic_path(self.rejects_file) as tmp:
             lines = (json.dumps(r.to_dict(), ensure_ascii=False) + "\n" for r in self.rejected)
             tmp.write_text("".join(lines), encoding="utf-8")
+
+
+#: A row group decoding to more than this is reported: memory grows with it (a reader decodes a
+#: row group whole).  Files tito writes stay far below (capture/row_groups.py: 64 MiB).
+LARGE_ROW_GROUP_BYTES = 512 << 20
+
+
+def large_row_groups(log: TurnLog) -> list[tuple[str, int, int]]:
+    """(file, rows, decoded bytes of the columns read) of each row group over :data:`LARGE_ROW_GROUP_BYTES`."""
+    found = []
+    for group in log.index().row_groups:
+        size = int(group.bytes_per_row * group.num_rows)
+        if size > LARGE_ROW_GROUP_BYTES:
+            found.append((str(log.turn_files[group.file].path), group.num_rows, size))
+    return found
 
 
 def rejects_path(out: Path) -> Path:
@@ -128,6 +146,7 @@ def rebuild(
         session_ids = corpus.session_ids()
         summary = RebuildSummary(out=out, rejects_file=rejects_file, policy=policy, tokenizer=corpus.tokenizer)
         summary.stale_temporaries_removed = stale
+        summary.large_row_groups = large_row_groups(corpus.log)
         try:
             writer = SamplesWriter(out, policy, tokenizer=corpus.tokenizer)
         except OSError as exc:
