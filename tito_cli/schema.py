@@ -10,6 +10,7 @@ __all__ = [
     "META_FORMAT",
     "META_TABLE",
     "META_TOKENIZER",
+    "PROVENANCE_KEY",
     "REFERENCE_COLUMNS",
     "SAMPLES_SCHEMA",
     "SESSIONS_SCHEMA",
@@ -22,6 +23,8 @@ __all__ = [
 META_TABLE = "tito.table"
 META_FORMAT = "tito.format"
 META_TOKENIZER = "tito.tokenizer"
+#: The key of each sample's metadata that holds its provenance; a sessions row may not use it.
+PROVENANCE_KEY = "tito"
 #: The format a file is marked with unless said otherwise (samples and sessions tables).
 FORMAT_VERSION = "1"
 #: The turn-log formats this version reads (docs/spec.md §2, §8): ``2`` adds the reference columns.

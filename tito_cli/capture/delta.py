@@ -169,6 +169,11 @@ class DeltaEncoder:
         self._remember(session_id, held, seq, prompt_ids, output_ids, kept_texts, response_message)
         return delta
 
+    def forget_all(self) -> None:
+        """Drop every session's turns."""
+        self._sessions.clear()
+        self._bytes = 0
+
     def forget(self, session_id: str) -> None:
         """Drop a finished session's turns (its later turns, if any, start whole)."""
         for turn in self._sessions.pop(session_id, []):
