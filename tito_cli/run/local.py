@@ -131,15 +131,20 @@ def workers_for(index: LogIndex, cores: int) -> int:
     More workers mean more batches, and batches that share row groups each
     decode them: on a log whose row groups each hold turns of every session
     (three files of one 900-turn row group each), two workers decoded the log
-    many times over and were slower than one.  So take the largest count whose
-    batches decode at most :data:`MAX_DECODE_OVERHEAD` times what one sweep does.
+    many times over and were slower than one.  So take the largest count, of
+    ``cores``, ``cores // 2``, ``cores // 4`` ... 2 (each try plans the batches
+    once: a few per core count, not one per count, on a machine of many cores),
+    whose batches decode at most :data:`MAX_DECODE_OVERHEAD` times what one
+    sweep does.
     """
     if cores <= 1 or index.nbytes < MIN_PARALLEL_BYTES:
         return 1
     once = decoded_bytes(plan_batches(index, 1))
-    for workers in range(cores, 1, -1):
+    workers = cores
+    while workers > 1:
         if decoded_bytes(plan_batches(index, workers)) <= MAX_DECODE_OVERHEAD * once:
             return workers
+        workers = 2 if 2 < workers < 4 else workers // 2
     return 1
 
 

@@ -1,4 +1,4 @@
-"""A turns file that says it is turn-log format 3: this reader knows formats 1 and 2 only, so it stops, naming the file."""
+"""A turns file that says it is turn-log format 3: this reader knows formats 1 and 2, so it stops, naming the file."""
 
 import pyarrow.parquet as pq
 
