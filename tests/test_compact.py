@@ -1,4 +1,4 @@
-"""``tito compact``: both forms of a log rebuild to the same bytes (docs/spec.md §8.4)."""
+"""``tito compact``: both forms of a log rebuild to the same bytes (docs/spec.md §9.4)."""
 
 from __future__ import annotations
 

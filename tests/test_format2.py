@@ -1,8 +1,8 @@
-"""Turn log format 2 (docs/spec.md §8): the writer's delta encoding, the reader's reconstruction.
+"""Turn log format 2 (docs/spec.md §9): the writer's delta encoding, the reader's reconstruction.
 
 Broken references are bad-input scenarios (``tests/bad_input/format2-*``); here:
 random sessions give the same turns and the same samples file in both formats,
-and the writer's choices (base, bounds, row groups) are what §8.4 says.
+and the writer's choices (base, bounds, row groups) are what §9.4 says.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ META_TOKENIZER = "tito.tokenizer"
 PROVENANCE_KEY = "tito"
 #: The format a file is marked with unless said otherwise (samples and sessions tables).
 FORMAT_VERSION = "1"
-#: The turn-log formats this version reads (docs/spec.md §2, §8): ``2`` adds the reference columns.
+#: The turn-log formats this version reads (docs/spec.md §2, §9): ``2`` adds the reference columns.
 FORMAT_VERSIONS = ("1", "2")
 
 TURNS_SCHEMA = pa.schema(
@@ -43,10 +43,11 @@ TURNS_SCHEMA = pa.schema(
         pa.field("tools", pa.string()),
         pa.field("metadata", pa.string()),
         pa.field("timestamp", pa.timestamp("us", tz="UTC")),
+        pa.field("ill_formed", pa.bool_()),
     ]
 )
 
-#: Format 2 (docs/spec.md §8): a turn may store only what is new since an earlier turn of its session.
+#: Format 2 (docs/spec.md §9): a turn may store only what is new since an earlier turn of its session.
 REFERENCE_COLUMNS = ("base_seq", "shared_prompt_ids", "shared_messages")
 TURNS_SCHEMA_V2 = pa.schema(
     [
@@ -65,6 +66,7 @@ SESSIONS_SCHEMA = pa.schema(
         pa.field("group_index", pa.int64()),
         pa.field("label", pa.string()),
         pa.field("metadata", pa.string()),
+        pa.field("rollout_id", pa.int64()),
     ]
 )
 
@@ -79,6 +81,7 @@ SAMPLES_SCHEMA = pa.schema(
         pa.field("reward", pa.float64(), nullable=False),
         pa.field("index", pa.int64()),
         pa.field("group_index", pa.int64()),
+        pa.field("rollout_id", pa.int64()),
         pa.field("label", pa.string()),
         pa.field("status", pa.string(), nullable=False),
         pa.field("metadata", pa.string(), nullable=False),

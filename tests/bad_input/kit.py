@@ -101,7 +101,7 @@ def turns_table(
 ) -> pa.Table:
     """A turns table from records: SPEC §2 types unless ``types`` overrides a column; ``drop`` removes columns.
 
-    ``format=2`` adds the reference columns of docs/spec.md §8 (records give them, or they are null).
+    ``format=2`` adds the reference columns of docs/spec.md §9 (records give them, or they are null).
     """
     rows = list(turns)
     fields = []
@@ -145,7 +145,7 @@ def write_sessions(path: Path, sessions: Iterable[dict[str, Any]]) -> Path:
 def delta_rows(turns: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Turn records (one session, seq order) as format-2 records, each stored against the previous one.
 
-    Written out here from docs/spec.md §8, independently of the capture writer's encoder.
+    Written out here from docs/spec.md §9, independently of the capture writer's encoder.
     """
     out = []
     for i, turn in enumerate(turns):

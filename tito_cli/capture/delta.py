@@ -1,4 +1,4 @@
-"""Format 2's delta encoding (docs/spec.md §8): each turn stored against an earlier turn of its session.
+"""Format 2's delta encoding (docs/spec.md §9): each turn stored against an earlier turn of its session.
 
 A turn's prompt is almost always the previous turn's prompt and output plus a
 few new messages.  :class:`DeltaEncoder` remembers the last few turns of each

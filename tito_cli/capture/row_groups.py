@@ -50,7 +50,7 @@ def row_group_bounds(sizes: np.ndarray, max_rows: int, max_bytes: int) -> list[t
     return bounds
 
 
-#: Numeric list columns stored byte-stream-split (docs/spec.md §8.4): token ids and logprobs are
+#: Numeric list columns stored byte-stream-split (docs/spec.md §9.4): token ids and logprobs are
 #: near-random numbers whose high bytes vary little; split into byte planes, the compressor sees
 #: that.  For random ids it is the difference between about 1.1x and 1.3x their entropy.
 SPLIT_COLUMNS = ("prompt_ids", "output_ids", "output_logprobs")

@@ -15,7 +15,7 @@ background thread), on :meth:`flush`, and on :meth:`close`.  A file's row
 groups hold at most ``row_group_rows`` rows and about ``row_group_bytes``
 bytes, so a reader's working set stays bounded.
 
-Turns are written in format 2 by default (docs/spec.md §8): each turn stored
+Turns are written in format 2 by default (docs/spec.md §9): each turn stored
 against the recent turn of its session it shares the most with
 (:mod:`tito_cli.capture.delta`); ``format=1`` stores every prompt whole.
 
@@ -275,6 +275,7 @@ class TurnLogWriter:
         *,
         seq: int | None = None,
         timestamp: datetime | None = None,
+        ill_formed: bool = False,
         stamp_now: bool = True,
     ) -> int:
         """Buffer one generation call; returns the ``seq`` it was recorded with.
@@ -284,6 +285,10 @@ class TurnLogWriter:
         0..2**31-1, non-finite logprobs, a ``session_id`` or ``finish_reason``
         that is not a str, a ``seq`` that is not a non-negative int, or JSON
         values that are not strict JSON.
+
+        ``ill_formed``: the harness could not parse the output into a message
+        (``response_message`` is then its best effort or null); slime-0.3 flags
+        the samples of every leaf through the turn (docs/spec.md §8.6).
         """
         _check_text(session_id, "session_id", required=True)
         prompt = _token_ids(prompt_ids, "prompt_ids")
@@ -295,6 +300,8 @@ class TurnLogWriter:
             raise ValueError(f"seq must not be negative, got {seq}")
         if timestamp is not None and not isinstance(timestamp, datetime):
             raise ValueError(f"timestamp must be a datetime, got {type(timestamp).__name__}")
+        if not isinstance(ill_formed, bool):
+            raise ValueError(f"ill_formed must be a bool, got {type(ill_formed).__name__}")
         messages = _json_text(prompt_messages, "prompt_messages")
         if messages is None:
             raise ValueError("prompt_messages is required (an empty list is allowed)")
@@ -316,6 +323,7 @@ class TurnLogWriter:
             "finish_reason": finish_reason,
             **texts,
             "timestamp": timestamp or (datetime.now(timezone.utc) if stamp_now else None),
+            "ill_formed": bool(ill_formed),
         }
         with self._lock:
             self._check_open()
@@ -339,8 +347,14 @@ class TurnLogWriter:
         group_index: int | None = None,
         label: str | None = None,
         metadata: JsonLike = None,
+        *,
+        rollout_id: int | None = None,
     ) -> None:
-        """Buffer the sessions row that carries the session's reward (``ValueError`` for a bad one)."""
+        """Buffer the sessions row that carries the session's reward (``ValueError`` for a bad one).
+
+        ``rollout_id`` (slime's, docs/spec.md §8.8) is copied to every sample;
+        samples of a session without one carry its ``index``.
+        """
         _check_text(session_id, "session_id", required=True)
         if reward is not None and (
             isinstance(reward, bool) or not isinstance(reward, numbers.Real) or not math.isfinite(reward)
@@ -348,6 +362,7 @@ class TurnLogWriter:
             raise ValueError(f"reward must be a finite number or None, got {reward!r}")
         _check_int(index, "index")
         _check_int(group_index, "group_index")
+        _check_int(rollout_id, "rollout_id")
         _check_text(label, "label", required=False)
         if metadata is not None and not isinstance(metadata, (str, dict)):
             raise ValueError(f"metadata must be a JSON object, got {type(metadata).__name__}")
@@ -362,6 +377,7 @@ class TurnLogWriter:
             "group_index": group_index,
             "label": label,
             "metadata": meta_text,
+            "rollout_id": rollout_id,
         }
         with self._lock:
             self._check_open()
@@ -534,6 +550,7 @@ def _turns_table(rows: list[dict[str, Any]], tokenizer: str | None, format: int 
     for name in ("finish_reason", "prompt_messages", "response_message", "tools", "metadata"):
         columns[name] = pa.array([r[name] for r in rows], pa.string())
     columns["timestamp"] = pa.array([r["timestamp"] for r in rows], pa.timestamp("us", tz="UTC"))
+    columns["ill_formed"] = pa.array([r["ill_formed"] for r in rows], pa.bool_())
     schema = TURNS_SCHEMA
     if format == 2:
         for name in ("base_seq", "shared_prompt_ids", "shared_messages"):

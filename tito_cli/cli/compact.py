@@ -13,7 +13,7 @@ from .app import EXIT_CODES_HELP, app, err_console, guarded, progress_bar
 
 
 @app.command(
-    help="Rewrite a turn log in format 2, each turn stored against an earlier one (docs/spec.md §8), "
+    help="Rewrite a turn log in format 2, each turn stored against an earlier one (docs/spec.md §9), "
     "or back in format 1. A rebuild of either form writes the same samples.\n\n" + EXIT_CODES_HELP
 )
 @guarded

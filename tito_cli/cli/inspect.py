@@ -9,7 +9,6 @@ import typer
 from rich.console import Group, RenderableType
 from rich.text import Text
 
-from ..algorithm.policy import DEFAULT_FORK_THRESHOLD, Policy
 from ..errors import InvalidSessionError, TitoError
 from ..render.jsonout import dumps
 from ..render.sample_text import render_samples, samples_data
@@ -24,6 +23,7 @@ from ..render.session_view import (
 from ..render.tokens import TokenText, resolve_tokenizer
 from ..run.corpus import Reject
 from .app import EXIT_CODES_HELP, app, err_console, guarded
+from .options import FORK_THRESHOLD, MAX_SAMPLE_TOKENS, POLICY, REWARD_MODE, RewardChoice, policy_from
 from .viewing import LOGS_ENV, is_plain, open_logs, show
 
 VIEWS = ("turns", "tree", "samples")
@@ -84,16 +84,15 @@ def inspect(
     ids: bool = typer.Option(False, "--ids", help="Show token ids instead of decoded text."),
     full: bool = typer.Option(False, "--full", help="Show first prompts and long context runs in full."),
     as_json: bool = typer.Option(False, "--json", help="Print the selected views as JSON (stable keys)."),
-    fork_threshold: int = typer.Option(
-        DEFAULT_FORK_THRESHOLD,
-        "--fork-threshold",
-        min=0,
-        help="The fork threshold the samples were (or will be) rebuilt with.",
-    ),
+    policy: str = POLICY,
+    fork_threshold: int = FORK_THRESHOLD,
+    reward_mode: RewardChoice | None = REWARD_MODE,
+    max_sample_tokens: int | None = MAX_SAMPLE_TOKENS,
 ) -> None:
     views = parse_views(view)
-    corpus = open_logs(logs, Policy(fork_threshold=fork_threshold))
-    result = corpus.session(session)
+    chosen = policy_from(policy, fork_threshold, reward_mode, max_sample_tokens)
+    corpus = open_logs(logs)
+    result = corpus.session(session, chosen)
     if isinstance(result, Reject):
         raise InvalidSessionError(
             f"rejected, it yields no samples: {result.reason}",
@@ -125,7 +124,8 @@ def inspect(
         err_console.print(Text(note, style="dim"))
     parts: list[RenderableType] = [render_header(session_header(result))]
     if "turns" in views:
-        parts += [Text("\nturns", style="bold underline"), render_turns(turn_rows(result))]
+        rows = turn_rows(result)
+        parts += [Text("\nturns", style="bold underline"), render_turns(rows, result.policy.realign_effect)]
     if "tree" in views:
         parts += [
             Text("\nrouting tree", style="bold underline"),

@@ -34,10 +34,11 @@ _TURNS_COLUMNS: dict[str, tuple[str, bool]] = {
     "tools": ("string", False),
     "metadata": ("string", False),
     "timestamp": ("timestamp", False),
-    # Format 2 (docs/spec.md §8): all three or none.
+    # Format 2 (docs/spec.md §9): all three or none.
     "base_seq": ("integer", False),
     "shared_prompt_ids": ("integer", False),
     "shared_messages": ("integer", False),
+    "ill_formed": ("boolean", False),
 }
 _SESSIONS_COLUMNS: dict[str, tuple[str, bool]] = {
     "session_id": ("string", True),
@@ -46,6 +47,7 @@ _SESSIONS_COLUMNS: dict[str, tuple[str, bool]] = {
     "group_index": ("integer", False),
     "label": ("string", False),
     "metadata": ("string", False),
+    "rollout_id": ("integer", False),
 }
 _TYPE_NAMES = {
     "string": "string",
@@ -54,6 +56,7 @@ _TYPE_NAMES = {
     "int_list": "list<int32>",
     "float_list": "list<float32> or list<float64>",
     "timestamp": "timestamp",
+    "boolean": "bool",
 }
 
 
@@ -66,6 +69,8 @@ def _type_ok(kind: str, t: pa.DataType) -> bool:
         return bool(pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_null(t))
     if kind == "timestamp":
         return bool(pa.types.is_timestamp(t) or pa.types.is_null(t))
+    if kind == "boolean":
+        return bool(pa.types.is_boolean(t) or pa.types.is_null(t))
     if pa.types.is_null(t):
         return kind == "float_list"
     if not (pa.types.is_list(t) or pa.types.is_large_list(t)):
@@ -204,7 +209,7 @@ def classify_file(path: Path, parquet: pq.ParquetFile | None = None) -> LogFile:
             file=path,
             tip="keep rebuilt samples outside the log folder, or pass the log files explicitly",
         )
-    # Formats 1 and 2 (docs/spec.md §8) are what this reader understands; a file recognised by
+    # Formats 1 and 2 (docs/spec.md §9) are what this reader understands; a file recognised by
     # its columns carries no format.
     file_format = meta.get(META_FORMAT)
     if file_format is not None and file_format not in FORMAT_VERSIONS:
@@ -234,6 +239,6 @@ def classify_file(path: Path, parquet: pq.ParquetFile | None = None) -> LogFile:
                 f"turns table has {present[0]!r} but not {missing!r} (format 2 needs all of "
                 f"{', '.join(REFERENCE_COLUMNS)})",
                 file=path,
-                tip="see docs/spec.md §8",
+                tip="see docs/spec.md §9",
             )
     return LogFile(path, table, num_rows, columns, meta.get(META_TOKENIZER))

@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .._arrow import NUMPY_TYPES, NotUtf8, numpy_view, strings, validity
+from .._arrow import NUMPY_TYPES, NotUtf8, numpy_view, strings, true_cells, validity
 from ..errors import SchemaError, UnreadableLogError
 from ..schema import REFERENCE_COLUMNS
 from ..turns import RowRef
@@ -73,7 +73,7 @@ class RawTurn:
     #: True when the row group's statistics show every prompt and output id in
     #: 0..INT32_MAX, so validation need not scan them again.
     ids_in_range: bool = False
-    #: Format 2 (docs/spec.md §8): the earlier turn this row stores only the new part of
+    #: Format 2 (docs/spec.md §9): the earlier turn this row stores only the new part of
     #: its prompt against, and how many leading ids and messages it shares with it.  A
     #: format-1 row, or a format-2 row stored whole, has ``base_seq`` ``None``.
     base_seq: int | None = None
@@ -81,6 +81,8 @@ class RawTurn:
     shared_messages: int | None = None
     #: When the turn completed; read only when asked for (``tito compact`` keeps it).
     timestamp: datetime | None = None
+    #: The optional ``ill_formed`` column (SPEC §8.6); null or absent is false.
+    ill_formed: bool = False
     #: (column, position) of the first null element inside a non-null list cell
     #: (``prompt_ids``, ``output_ids``, ``output_logprobs``): validation rejects the row.
     null_element: tuple[str, int] | None = None
@@ -482,6 +484,10 @@ class _Columns:
         #: Rows whose seq is beyond int64 (a uint64 column): their exact value, for validation to reject.
         self.seq_beyond = _beyond_int64(seq)
         self.lists = {name: _Slices(array(name), _list_values) for name in _LIST_COLUMNS}
+        ill_formed = array("ill_formed")
+        #: Rows marked ill-formed (true; null is false): few or none, so a set of row numbers.
+        marked = np.flatnonzero(true_cells(ill_formed)).tolist() if ill_formed is not None else []
+        self.ill_formed = frozenset(marked)
         self.texts = {name: _Slices(array(name), _utf8_bytes) for name in _TEXT_COLUMNS}
         # Format 2's reference columns (absent in format 1: every row is stored whole).
         self.references: dict[str, tuple[np.ndarray, np.ndarray]] = {}
@@ -529,6 +535,7 @@ class _Columns:
             shared_prompt_ids=self.reference("shared_prompt_ids", r),
             shared_messages=self.reference("shared_messages", r),
             timestamp=None if self.timestamps is None else self.timestamps[r],
+            ill_formed=r in self.ill_formed,
             null_element=null_element,
         )
 

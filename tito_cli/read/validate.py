@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,9 +37,12 @@ _JSON_SPACE = frozenset(b" \t\r\n")
 _CLOSE = ord("]")
 
 
-def _keys(messages: list[Any]) -> list[MessageKey]:
+KeyFunction = Callable[[Any], MessageKey]
+
+
+def _keys(messages: list[Any], key: KeyFunction) -> list[MessageKey]:
     # A message that is not an object gets a placeholder: parse_session rejects its session.
-    return [message_key(m) if isinstance(m, dict) else "" for m in messages]
+    return [key(m) if isinstance(m, dict) else "" for m in messages]
 
 
 def _text(cell: Text | None, what: str) -> str | None:
@@ -101,7 +105,8 @@ class _MessageParser:
     #: the heads are views into row groups the session holds anyway.
     CANDIDATES = 16
 
-    def __init__(self) -> None:
+    def __init__(self, key: KeyFunction) -> None:
+        self._key = key
         # (head: the text up to its closing bracket, messages, keys, prompt number), newest first.
         self._recent: list[tuple[np.ndarray | None, list[Message], list[MessageKey], int]] = []
 
@@ -129,14 +134,14 @@ class _MessageParser:
                 if not tail:
                     # "[a, b,]": a trailing comma, not JSON.  Let the full parse say so.
                     continue
-                keys = prev_keys + _keys(tail)
+                keys = prev_keys + _keys(tail, self._key)
                 parsed = _ParsedPrompt(prev_messages + tail, keys, number, len(prev_messages))
                 break
         if parsed is None:
             messages = loads_json(_decode(raw), "prompt_messages")
             if not isinstance(messages, list):
                 raise ValueError("prompt_messages is not a JSON array")
-            keys = _keys(messages)
+            keys = _keys(messages, self._key)
             parsed = _ParsedPrompt(messages, keys, None, 0)
         # The head is the text before the closing bracket (a view: nothing is copied).
         end = len(raw)
@@ -180,15 +185,18 @@ def _all_finite(values: np.ndarray) -> bool:
     return bool(np.isfinite(values).all())
 
 
-def parse_session(rows: SessionRows) -> list[Turn]:
+def parse_session(rows: SessionRows, key: KeyFunction = message_key) -> list[Turn]:
     """Validate one session's raw rows into turns (row order: ``seq``); raise on the first problem.
 
+    ``key`` is the message identity the turns' prompt messages are keyed by
+    (the policy's ``message_key``; SPEC §3's canonical JSON by default).
+
     A format-2 row that stores only the new part of its prompt (docs/spec.md
-    §8) is rebuilt from its base turn, which is validated first wherever its
+    §9) is rebuilt from its base turn, which is validated first wherever its
     row is; a broken reference rejects the session, naming the row.
     """
     session_rows = rows.rows
-    parser = _MessageParser()
+    parser = _MessageParser(key)
     seen: dict[int, RowRef] = {}
     # seq -> position of its first row, for base_seq (a duplicate seq is reported when its row comes).
     positions: dict[int, int] = {}
@@ -223,7 +231,7 @@ def parse_session(rows: SessionRows) -> list[Turn]:
                     if base is None:
                         pending.append(target)
                         continue
-                turns[position] = _turn(raw, parser, position, turns, base, seen)
+                turns[position] = _turn(raw, parser, position, turns, base, seen, key)
             except RecursionError:
                 # Parsed, but too deep to key (message_key recurses once per level).
                 raise InvalidSessionError(
@@ -244,6 +252,7 @@ def _turn(
     turns: list[Turn | None],
     base: Turn | None,
     seen: dict[int, RowRef],
+    key: KeyFunction,
 ) -> Turn:
     """One row validated into a turn; ``base`` is its format-2 base turn, already validated."""
     if raw.seq is None:
@@ -278,7 +287,7 @@ def _turn(
             extends = (source, parsed.shared)
     else:
         prompt_ids, shared_ids = _rebuilt_ids(raw, base, new_ids)
-        messages, keys, checked = _rebuilt_messages(raw, base)
+        messages, keys, checked = _rebuilt_messages(raw, base, key)
         extends = (base, checked) if checked else None
     # Messages shared with an earlier prompt were checked when it was parsed.
     for index in range(checked, len(messages)):
@@ -314,6 +323,8 @@ def _turn(
         metadata=metadata,
         source=raw.source,
         message_keys=keys,
+        ill_formed=bool(raw.ill_formed),
+        keyed_by=key,
     )
     turn.extends = extends
     if base is not None and shared_ids:
@@ -337,7 +348,7 @@ def _rebuilt_ids(raw: RawTurn, base: Turn, new_ids: np.ndarray) -> tuple[np.ndar
     return np.concatenate([part for part in parts if len(part)] or [new_ids]).astype(np.int32, copy=False), shared
 
 
-def _rebuilt_messages(raw: RawTurn, base: Turn) -> tuple[list[Message], list[MessageKey], int]:
+def _rebuilt_messages(raw: RawTurn, base: Turn, key: KeyFunction) -> tuple[list[Message], list[MessageKey], int]:
     """A format-2 row's prompt messages, their keys, and how many were checked with the base's prompt."""
     shared = raw.shared_messages
     base_messages = base.prompt_messages
@@ -360,5 +371,5 @@ def _rebuilt_messages(raw: RawTurn, base: Turn) -> tuple[list[Message], list[Mes
     if shared > from_prompt:
         assert base.response_message is not None
         messages = [*messages, base.response_message]
-        keys = [*keys, message_key(base.response_message)]
-    return messages + new, keys + _keys(new), from_prompt
+        keys = [*keys, key(base.response_message)]
+    return messages + new, keys + _keys(new, key), from_prompt

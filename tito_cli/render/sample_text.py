@@ -110,6 +110,8 @@ def samples_data(result: SessionResult, text: TokenText) -> list[dict[str, Any]]
                 "first_prompt_length": sample.first_prompt_length,
                 "response_length": sample.response_length,
                 "trained_tokens": int(sample.loss_mask.sum()),
+                "flags": sample.flags,
+                "cut_at": sample.cut_at,
                 "regions": regions,
             }
         )
@@ -134,7 +136,7 @@ def _label_text(label: str) -> Text:
     return Text(label, style=LABEL_STYLE, no_wrap=True, overflow="ellipsis")
 
 
-def _label(region: dict[str, Any], after_cut: bool) -> str:
+def _label(region: dict[str, Any], after_cut: bool, cut_at: int | None = None) -> str:
     n = region["end"] - region["start"]
     if region["kind"] == "first_prompt":
         return f"── seq {region['seq']} first prompt · {n:,} tokens"
@@ -143,7 +145,11 @@ def _label(region: dict[str, Any], after_cut: bool) -> str:
         return f"── seq {region['seq']} prompt · {n:,} new tokens{realign} · context"
     what = "trained" if region["trained"] else "context (trained elsewhere)"
     label = f"── seq {region['seq']} output · {n:,} tokens · {what}"
-    if region["generated"] is not None:
+    if region["generated"] is not None and cut_at is not None and region["end"] == cut_at:
+        label += f" · {region['generated'] - n:,} of {region['generated']:,} cut by max_sample_tokens"
+    elif region["generated"] is not None and n == 0:
+        label += f" · whole response masked by the next turn's realign ({region['generated']:,} tokens, now prompt)"
+    elif region["generated"] is not None:
         label += f" · {region['generated'] - n:,} of {region['generated']:,} cut by the next turn's realign"
     return label
 
@@ -181,7 +187,11 @@ def _sample_heading(s: dict[str, Any]) -> list[Text]:
         no_wrap=True,
         overflow="ellipsis",
     )
-    return [first, counts, turns]
+    lines = [first, counts, turns]
+    if s["flags"] is not None:
+        on = [name for name, value in s["flags"].items() if value]
+        lines.append(Text(f"  flags {' · '.join(on) if on else 'none'}", style="dim", no_wrap=True))
+    return lines
 
 
 def render_samples(
@@ -211,7 +221,7 @@ def render_samples(
                     )
                 )
                 continue
-            parts.append(Text(_label(region, after_cut), style=LABEL_STYLE))
+            parts.append(Text(_label(region, after_cut, s["cut_at"]), style=LABEL_STYLE))
             after_cut = region["generated"] is not None
             if not ids:
                 continue

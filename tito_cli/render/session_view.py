@@ -17,7 +17,8 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
-from ..algorithm.linearize import Decision, ForkCause
+from ..algorithm.linearize import Decision
+from ..algorithm.policy import ForkCause, policy_label
 from ..algorithm.router import Node
 from ..algorithm.session import SessionResult
 from .describe import message_preview, node_kind
@@ -39,6 +40,7 @@ FORK_LABELS = {
     ForkCause.PROMPT_REGION.value: "prompt region",
     ForkCause.BEFORE_LATEST_RESPONSE.value: "before latest response",
     ForkCause.DRIFT_TOO_LONG.value: "drift too long",
+    ForkCause.OUTPUT_TOO_LONG.value: "output too long to realign",
 }
 
 ROLE_STYLES = {"system": "magenta", "user": "cyan", "tool": "yellow", "assistant": "green"}
@@ -51,6 +53,7 @@ def session_header(result: SessionResult) -> dict[str, Any]:
     r = result.report
     return {
         "session_id": result.session_id,
+        "policy": result.policy.describe(),
         "reward": result.info.reward,
         "finished": result.info.finished,
         "turns": r.turns,
@@ -99,7 +102,12 @@ def turn_rows(result: SessionResult) -> list[dict[str, Any]]:
     trained_in: dict[int, list[int]] = {}
     context_in: dict[int, list[int]] = {}
     for i, sample in enumerate(result.samples):
-        trained = set(sample.trained_seqs)
+        # Trained here: claimed by this sample, unless a realign masked all of its output.
+        trained = {
+            span.turn.seq
+            for span in sample.spans
+            if span.trained and (span.end > span.start or not len(span.turn.output_ids))
+        }
         for seq in sample.seqs:
             (trained_in if seq in trained else context_in).setdefault(seq, []).append(i)
 
@@ -127,7 +135,7 @@ def turn_rows(result: SessionResult) -> list[dict[str, Any]]:
                 prompt_tokens=len(turn.prompt_ids),
                 output_tokens=len(turn.output_ids),
                 logprobs=turn.output_logprobs is not None,
-                decision=_decision_dict(decision),
+                decision=_decision_dict(decision, result),
             )
         if seq in rewritten:
             by, tokens = rewritten[seq]
@@ -142,7 +150,7 @@ def turn_rows(result: SessionResult) -> list[dict[str, Any]]:
     return rows
 
 
-def _decision_dict(decision: Decision | None) -> dict[str, Any] | None:
+def _decision_dict(decision: Decision | None, result: SessionResult) -> dict[str, Any] | None:
     if decision is None:
         return None
     return {
@@ -150,6 +158,8 @@ def _decision_dict(decision: Decision | None) -> dict[str, Any] | None:
         "lcp": decision.lcp,
         "drift": decision.drift,
         "cause": decision.cause.value if decision.cause is not None else None,
+        # What the policy's realign does to the latest response (slime-0.3: the whole of it is masked).
+        "effect": result.policy.realign_effect if decision.kind == "realign" else None,
     }
 
 
@@ -159,7 +169,8 @@ def short_decision(d: dict[str, Any]) -> str:
         return str(d["kind"])
     where = f"at {d['lcp']:,} (-{d['drift']:,})"
     if d["kind"] == "realign":
-        return f"realign {where}"
+        effect = d.get("effect")
+        return f"realign {where}" + (f": {effect}" if effect else "")
     return f"fork: {FORK_LABELS[d['cause']]} {where}"
 
 
@@ -230,7 +241,7 @@ def tree_nodes(result: SessionResult) -> list[dict[str, Any]]:
                 "prompt_tokens": len(turn.prompt_ids) if turn is not None else None,
                 "output_tokens": len(turn.output_ids) if turn is not None else None,
                 "finish_reason": turn.finish_reason if turn is not None else None,
-                "decision": _decision_dict(decisions.get(turn.seq)) if turn is not None else None,
+                "decision": _decision_dict(decisions.get(turn.seq), result) if turn is not None else None,
                 "merged_rewrite": None
                 if merged is None
                 else {
@@ -274,7 +285,8 @@ def render_header(header: dict[str, Any]) -> RenderableType:
         extra.append(f"{plural(h['dropped_segments'], 'segment')} without trained tokens dropped")
     if h["ambiguous_rewrites"]:
         extra.append(f"{plural(h['ambiguous_rewrites'], 'ambiguous rewrite')} not merged")
-    parts: list[RenderableType] = [line1, line2]
+    line0 = Text(f"policy {policy_label(h['policy'])}", style="dim")
+    parts: list[RenderableType] = [line1, line2, line0]
     if extra:
         parts.append(Text(" · ".join(extra), style="yellow"))
     return Group(*parts)
@@ -288,8 +300,18 @@ def _sample_list(indices: list[int]) -> str:
     return ", ".join(str(i) for i in indices)
 
 
-def render_turns(rows: list[dict[str, Any]]) -> RenderableType:
-    return Group(_turns_table(rows), Text(DECISION_LEGEND, style="dim"))
+def decision_legend(realign_effect: str | None = None) -> str:
+    """:data:`DECISION_LEGEND`, saying what a realign does when the policy's differs from cutting the drift."""
+    if realign_effect is None:
+        return DECISION_LEGEND
+    return DECISION_LEGEND.replace(
+        "A realign cuts them and continues the sample",
+        f"A realign continues the sample ({realign_effect}: the latest response becomes prompt, loss 0)",
+    )
+
+
+def render_turns(rows: list[dict[str, Any]], realign_effect: str | None = None) -> RenderableType:
+    return Group(_turns_table(rows), Text(decision_legend(realign_effect), style="dim"))
 
 
 def _turns_table(rows: list[dict[str, Any]]) -> Table:

@@ -8,7 +8,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from ..algorithm.linearize import ForkCause
+from ..algorithm.policy import ForkCause
 from ..run.export import ExportSummary
 from ..run.rebuild import RebuildSummary
 from .visible import one_line
@@ -19,6 +19,7 @@ _FORK_LABELS = {
     ForkCause.PROMPT_REGION.value: "in the prompt region",
     ForkCause.BEFORE_LATEST_RESPONSE.value: "before the latest response",
     ForkCause.DRIFT_TOO_LONG.value: "drift too long",
+    ForkCause.OUTPUT_TOO_LONG.value: "output too long to realign",
 }
 
 
@@ -36,11 +37,13 @@ def render_rebuild_summary(summary: RebuildSummary) -> RenderableType:
     if t.skipped_turns:
         row("  skipped (empty prompt)", t.skipped_turns)
     row("samples", t.samples)
+    if t.left_out_samples:
+        row(f"  left out (first prompt > {summary.policy.max_sample_tokens} tokens)", t.left_out_samples)
     row("trained tokens", t.trained_tokens)
     row("context tokens", t.context_tokens)
     row("forks", t.fork_total)
-    for cause, label in _FORK_LABELS.items():
-        row(f"  {label}", t.forks.get(cause, 0))
+    for cause in summary.policy.fork_causes:
+        row(f"  {_FORK_LABELS[cause.value]}", t.forks.get(cause.value, 0))
     row("realigns", t.realigns)
     row("rewrite merges", t.rewrite_merges)
     if t.ambiguous_rewrites:

@@ -1,4 +1,4 @@
-"""``tito compact``: a turn log rewritten in format 2 (docs/spec.md §8), or back to format 1.
+"""``tito compact``: a turn log rewritten in format 2 (docs/spec.md §9), or back to format 1.
 
 Valid sessions are read, reconstructed and recorded again through the capture
 writer (``seq`` and timestamps kept), one session at a time in log order, so

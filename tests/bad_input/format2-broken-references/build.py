@@ -1,4 +1,4 @@
-"""Format-2 rows whose base reference is broken (docs/spec.md §8.3): each rejects its session alone."""
+"""Format-2 rows whose base reference is broken (docs/spec.md §9.3): each rejects its session alone."""
 
 from tests.bad_input.kit import case, delta_rows, write_good, write_turns
 

@@ -1,4 +1,4 @@
-"""A turns file with some of format 2's reference columns but not all (docs/spec.md §8.3): the file is refused."""
+"""A turns file with some of format 2's reference columns but not all (docs/spec.md §9.3): the file is refused."""
 
 from tests.bad_input.kit import case, delta_rows, write_good, write_turns
 

@@ -1,4 +1,4 @@
-"""Valid sessions in format 2 (docs/spec.md §8), their rows spread over format-1 and format-2 files in any order."""
+"""Valid sessions in format 2 (docs/spec.md §9), their rows spread over format-1 and format-2 files in any order."""
 
 import random
 
