@@ -7,6 +7,7 @@ import shutil
 import sys
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
@@ -109,12 +110,16 @@ def test_compact_writes_a_new_folder_and_replaces_one_only_when_told(tmp_path: P
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "no temporary folder is left behind"
 
 
-def test_timestamps_and_tokenizer_are_kept(tmp_path: Path) -> None:
+def test_timestamps_ill_formed_flags_and_tokenizer_are_kept(tmp_path: Path) -> None:
     shutil.copytree(REPO / "fixtures" / "logs", tmp_path / "logs")
-    assert run("compact", tmp_path / "logs", "--out", tmp_path / "v1", "--format", "1")[0] == EXIT_OK
     [before] = (tmp_path / "logs").glob("turns-*.parquet")
+    table = pq.read_table(before)
+    flags = [row % 7 == 3 for row in range(table.num_rows)]
+    table = table.set_column(table.schema.get_field_index("ill_formed"), "ill_formed", pa.array(flags))
+    pq.write_table(table, before)
+    assert run("compact", tmp_path / "logs", "--out", tmp_path / "v1", "--format", "1")[0] == EXIT_OK
     [after] = (tmp_path / "v1").glob("turns-*.parquet")
-    columns = ["session_id", "seq", "timestamp"]
+    columns = ["session_id", "seq", "timestamp", "ill_formed"]
     key = [("session_id", "ascending"), ("seq", "ascending")]
     assert pq.read_table(after, columns=columns).sort_by(key) == pq.read_table(before, columns=columns).sort_by(key)
     assert TurnLog.open([tmp_path / "v1"]).tokenizer == TurnLog.open([tmp_path / "logs"]).tokenizer

@@ -1,7 +1,7 @@
 """``tito compact``: a turn log rewritten in format 2 (docs/spec.md §9), or back to format 1.
 
 Valid sessions are read, reconstructed and recorded again through the capture
-writer (``seq`` and timestamps kept), one session at a time in log order, so
+writer (``seq``, timestamps and ``ill_formed`` kept), one session at a time in log order, so
 memory follows the session, not the log.  Sessions tables are copied as they
 are.  The rows of an invalid session are copied unchanged from their files
 (whatever their types), so that rebuilding the converted log rejects the same
@@ -130,6 +130,7 @@ def _write(
                             metadata=turn.metadata,
                             seq=turn.seq,
                             timestamp=raw.timestamp,
+                            ill_formed=turn.ill_formed,
                             stamp_now=False,
                         )
                     summary.sessions += 1
