@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tito_cli.algorithm.linearize import Linearization, _Segment, linearize
+from tito_cli.algorithm.policies import Slime03, SlimeV4
 from tito_cli.algorithm.policy import Policy
 from tito_cli.algorithm.router import route
 from tito_cli.capture.delta import DeltaEncoder
@@ -31,8 +32,9 @@ from .helpers import write_log
 from .test_properties import sessions
 
 
-def read_turns(log: Path) -> dict[str, list[Turn]]:
-    return {rows.session_id: parse_session(rows) for rows in TurnLog.open([log]).iter_sessions()}
+def read_turns(log: Path, policy: Policy | None = None) -> dict[str, list[Turn]]:
+    key = {} if policy is None else {"key": policy.message_key}
+    return {rows.session_id: parse_session(rows, **key) for rows in TurnLog.open([log]).iter_sessions()}
 
 
 def turn_values(turn: Turn) -> tuple[Any, ...]:
@@ -64,7 +66,7 @@ def test_both_formats_give_the_same_turns_and_the_same_samples_file(
         for row in [s["rows"][step]]
     ]
     sessions_rows = [{"session_id": f"s{i}", "reward": s["reward"]} for i, s in enumerate(batch)]
-    policy = Policy(fork_threshold=batch[0]["threshold"], reward_mode=batch[0]["reward_mode"])
+    policy = SlimeV4(fork_threshold=batch[0]["threshold"], reward_mode=batch[0]["reward_mode"])
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         write_log(root / "v1", records, sessions_rows, max_rows=max_rows, format=1)
@@ -170,13 +172,15 @@ def _samples(linearization: Linearization) -> list[tuple[Any, ...]]:
 
 
 @settings(max_examples=max(10, settings.default.max_examples // 5))
-@given(sessions(), st.integers(1, 4))
-def test_the_delta_fast_path_gives_the_samples_of_the_full_comparison(session: dict[str, Any], candidates: int) -> None:
-    policy = Policy(fork_threshold=session["threshold"])
+@given(sessions(), st.integers(1, 4), st.sampled_from([SlimeV4, Slime03]))
+def test_the_delta_fast_path_gives_the_samples_of_the_full_comparison(
+    session: dict[str, Any], candidates: int, kind: type[Policy]
+) -> None:
+    policy = kind(fork_threshold=session["threshold"])
     with tempfile.TemporaryDirectory() as tmp:
         write_log(Path(tmp), [{**r, "session_id": "s"} for r in session["rows"]], max_rows=4,
                   delta_candidates=candidates)
-        [turns] = read_turns(Path(tmp)).values()
+        [turns] = read_turns(Path(tmp), policy).values()
     tree = route(turns, policy)
     fast, full = linearize(tree, policy), linearize(tree, policy, use_deltas=False)
     assert _samples(fast) == _samples(full)
@@ -192,7 +196,7 @@ def test_the_fast_path_compares_only_the_ids_after_the_shared_ones(tmp_path: Pat
     [turns] = read_turns(tmp_path).values()
     assert turns[1].base == (turns[0], 52)
     segment = _Segment(fork=None)
-    segment.absorb(turns[0], 0, trained=True)
+    segment.absorb(turns[0], 0, trained=True, policy=SlimeV4())
     assert segment.common_prefix(turns[1]) == segment.common_prefix(turns[1], use_deltas=False) == 52
     # Were the shared ids compared, a change inside them would show: the fast path takes them as read.
     turns[1].prompt_ids = turns[1].prompt_ids.copy()

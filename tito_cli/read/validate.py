@@ -367,7 +367,7 @@ def _rebuilt_messages(raw: RawTurn, base: Turn, key: KeyFunction) -> tuple[list[
         raise ValueError("prompt_messages is JSON null")
     from_prompt = min(shared, len(base_messages))
     messages = base_messages[:from_prompt]
-    keys = base.keys()[:from_prompt]
+    keys = base.keys(key)[:from_prompt]
     if shared > from_prompt:
         assert base.response_message is not None
         messages = [*messages, base.response_message]
