@@ -517,3 +517,15 @@ def test_every_conformance_session_renders_and_agrees(folder: Path, tmp_path: Pa
             plain = to_plain(render_samples(data, text, brackets=True))
             plain += to_plain(render_tree(result.session_id, nodes)) + to_plain(render_turns(rows))
             assert plain.count("[") == plain.count("]")
+
+
+def test_a_near_miss_suggests_the_closest_session_ids(agent_logs: Path) -> None:
+    code, lines, err = run("inspect", "s-7f3a-fix-test5", "--logs", str(agent_logs))
+    assert code == EXIT_USAGE
+    assert lines == []
+    assert err.splitlines()[:3] == [
+        "ERROR no session matches 's-7f3a-fix-test5' (4 sessions in the log)",
+        "did you mean:",
+        "  s-7f3a-fix-tests",
+    ]
+    assert "TIP" not in err

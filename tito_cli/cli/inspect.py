@@ -9,7 +9,7 @@ import typer
 from rich.console import Group, RenderableType
 from rich.text import Text
 
-from ..errors import InvalidSessionError, TitoError
+from ..errors import EXIT_BAD_INPUT, EXIT_REJECTED, InvalidSessionError, TitoError
 from ..render.jsonout import dumps
 from ..render.sample_text import render_samples, samples_data
 from ..render.session_view import (
@@ -22,8 +22,9 @@ from ..render.session_view import (
 )
 from ..render.tokens import TokenText, resolve_tokenizer
 from ..run.corpus import Reject
-from .app import EXIT_CODES_HELP, app, err_console, guarded
+from .app import app, err_console, exit_codes_help, guarded
 from .options import FORK_THRESHOLD, MAX_SAMPLE_TOKENS, POLICY, REWARD_MODE, RewardChoice, policy_from
+from .unfinished import UNFINISHED, UnfinishedChoice
 from .viewing import LOGS_ENV, is_plain, open_logs, show
 
 VIEWS = ("turns", "tree", "samples")
@@ -66,7 +67,7 @@ def choose_tokenizer(explicit: Path | None, recorded: str | None, logs: Path) ->
 
 @app.command(
     help="Show one session as the trainer will see it: its turns and the linearizer's decision for each, "
-    "its routing tree, and its samples with trained tokens marked.\n\n" + EXIT_CODES_HELP
+    "its routing tree, and its samples with trained tokens marked.\n\n" + exit_codes_help(EXIT_REJECTED, EXIT_BAD_INPUT)
 )
 @guarded
 def inspect(
@@ -88,10 +89,11 @@ def inspect(
     fork_threshold: int = FORK_THRESHOLD,
     reward_mode: RewardChoice | None = REWARD_MODE,
     max_sample_tokens: int | None = MAX_SAMPLE_TOKENS,
+    unfinished: UnfinishedChoice = UNFINISHED,
 ) -> None:
     views = parse_views(view)
     chosen = policy_from(policy, fork_threshold, reward_mode, max_sample_tokens)
-    corpus = open_logs(logs)
+    corpus = open_logs(logs, unfinished)
     result = corpus.session(session, chosen)
     if isinstance(result, Reject):
         raise InvalidSessionError(

@@ -12,6 +12,7 @@ from ..errors import UnreadableLogError
 from ..render.plain import plain_width, to_plain
 from ..run.corpus import Corpus
 from .app import out_console
+from .unfinished import UnfinishedChoice
 
 __all__ = ["LOGS_ENV", "is_plain", "open_logs", "show"]
 
@@ -19,14 +20,14 @@ __all__ = ["LOGS_ENV", "is_plain", "open_logs", "show"]
 LOGS_ENV = "TITO_LOGS"
 
 
-def open_logs(logs: Path) -> Corpus:
+def open_logs(logs: Path, unfinished: UnfinishedChoice = UnfinishedChoice.keep) -> Corpus:
     if not logs.exists():
         raise UnreadableLogError(
             "no such log folder",
             file=logs,
             tip=f"give the log folder (inspect: --logs DIR) or set {LOGS_ENV}",
         )
-    return Corpus.open([logs])
+    return Corpus.open([logs], unfinished=unfinished.value)
 
 
 def is_plain() -> bool:
