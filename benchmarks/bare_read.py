@@ -13,10 +13,12 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-# The turns columns tito's reader asks for (tito_cli.read.files.READ_COLUMNS); sessions files are read whole.
+# The turns columns tito's reader asks for (tito_cli.read.files.READ_COLUMNS; format 2's reference
+# columns when the file has them); sessions files are read whole.
 TURNS_COLUMNS = [
     "session_id", "seq", "prompt_ids", "output_ids", "output_logprobs",
     "finish_reason", "prompt_messages", "response_message", "tools", "metadata",
+    "base_seq", "shared_prompt_ids", "shared_messages",
 ]
 
 

@@ -58,6 +58,9 @@ class WorkloadSpec:
     #: Capture-writer flush size (rows per file).
     rows_per_file: int = 32
     seed: int = 0
+    #: Turn-log format the synthetic generator writes (docs/spec.md §8).  1, the format the
+    #: figures in docs/performance.md were taken on; benchmarks/compact.py writes both.
+    format: int = 1
 
     @property
     def key(self) -> str:
@@ -155,7 +158,9 @@ class _Session:
 
 
 def _generate_synthetic(spec: WorkloadSpec, out: Path) -> None:
-    with TurnLogWriter(out, max_rows=spec.rows_per_file, max_bytes=1 << 40, max_age=None, name="bench") as log:
+    with TurnLogWriter(
+        out, max_rows=spec.rows_per_file, max_bytes=1 << 40, max_age=None, name="bench", format=spec.format
+    ) as log:
         pending = list(range(spec.sessions))
         running: list[Iterator[dict[str, object]]] = []
         # Round-robin over `concurrency` running sessions; a finished one is replaced by the next.

@@ -52,10 +52,12 @@ def test_files_carry_table_metadata_and_keep_sessions_together(tmp_path: Path) -
         w.finish_session("a", 1.0, index=3, group_index=1, label="ok", metadata={"k": 1})
     turns_file, sessions_file = w.files_written
     meta = pq.read_schema(turns_file).metadata
-    assert meta[META_TABLE.encode()] == b"turns" and meta[META_FORMAT.encode()] == b"1"
+    assert meta[META_TABLE.encode()] == b"turns" and meta[META_FORMAT.encode()] == b"2"
     assert meta[META_TOKENIZER.encode()] == b"fixtures/tokenizer"
     assert pq.read_schema(sessions_file).metadata[META_TABLE.encode()] == b"sessions"
     table = pq.read_table(turns_file)
+    # The second turn of each session repeats the first's prompt: stored against it.
+    assert table.column("base_seq").to_pylist() == [None, 0, None, 0]
     assert table.column("session_id").to_pylist() == ["a", "a", "b", "b"]
     assert json.loads(table.column("prompt_messages")[0].as_py()) == MESSAGES
     assert pq.read_table(sessions_file).to_pylist()[0]["metadata"] == '{"k": 1}'

@@ -28,6 +28,7 @@ import pytest
 from tito_cli._atomic import atomic_path, remove_stale_temporaries
 from tito_cli.algorithm.policies import SlimeV4
 from tito_cli.read.turnlog import TurnLog
+from tito_cli.read.validate import parse_session
 from tito_cli.run.rebuild import rebuild
 
 from .bad_input.kit import turns_table, write_sessions
@@ -184,13 +185,15 @@ def test_capture_killed_while_threads_record_keeps_every_flushed_turn(tmp_path: 
     assert files
     turn_log = TurnLog.open([log])
     present: set[tuple[str, int]] = set()
-    for f in files:
-        for row in pq.read_table(f).to_pylist():
-            t, n = (int(x) for x in row["prompt_messages"].split('"content": "')[1].split('"')[0].split("/"))
+    # Read as a rebuild reads them (format 2 rows rebuilt from their bases, which were flushed with
+    # them or before them): a base lost to the kill would reject its session here.
+    for rows in turn_log.iter_sessions():
+        for turn in parse_session(rows):
+            t, n = (int(x) for x in turn.prompt_messages[0]["content"].split("/"))
             sid, seq = f"t{t}-s{n // 10}", n % 10
-            key = (row["session_id"], row["seq"])
+            key = (rows.session_id, turn.seq)
             assert key == (sid, seq), "row content must match the row it claims to be"
-            assert row["prompt_ids"] == [t, n, seq] * 20 and row["output_ids"] == [n % 50000] * 5
+            assert turn.prompt_ids.tolist() == [t, n, seq] * 20 and turn.output_ids.tolist() == [n % 50000] * 5
             assert key not in present, "no turn may be written twice"
             present.add(key)
     assert sum(f.num_rows for f in turn_log.turn_files) == len(present)

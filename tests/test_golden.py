@@ -225,7 +225,10 @@ def inject_drift(log_dir: Path, session_id: str, seq: int, position: int, token:
     raise AssertionError("turn not found")
 
 
-def test_drift_fails_check_with_a_span_diff_and_update_accepts_it(cases_log: Path, tmp_path: Path) -> None:
+def test_drift_fails_check_with_a_span_diff_and_update_accepts_it(tmp_path: Path) -> None:
+    # Format 1, so that one prompt id is edited in that turn alone (in format 2 later turns share it).
+    cases_log = tmp_path / "logs"
+    write_log(cases_log, read_jsonl(CASES / "turns.jsonl"), read_jsonl(CASES / "sessions.jsonl"), max_rows=29, format=1)
     golden = tmp_path / "golden"
     assert run("dump", cases_log, "--out", golden).exit_code == EXIT_OK
     before = snapshot(golden)

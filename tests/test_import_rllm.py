@@ -26,6 +26,7 @@ from tito_cli.run.rebuild import rebuild
 
 from .rllm_gateway import TOOLS, drive, running_gateway, stop, wait_for_traces
 from .spec_model import model_rebuild
+from .test_import import turns_of
 
 
 @pytest.fixture
@@ -166,7 +167,7 @@ def test_delta_records_rebuild_their_prompt_along_the_parent_chain_and_a_broken_
     [bad] = summary.rejected
     assert (bad.session_id, bad.file, bad.row) == ("b", str(store), 5)
     assert bad.reason == "trace b2: broken parent chain: parent trace gone is not in the store"
-    turns = sorted(pq.read_table(next((tmp_path / "log").glob("turns-*.parquet"))).to_pylist(), key=lambda t: t["seq"])
+    turns = turns_of(tmp_path / "log")  # (format 2 rows made whole)
     assert [t["prompt_ids"] for t in turns] == [[1, 2, 3], [1, 2, 3, 4, 5, 6], [1, 2, 3, 4, 5, 6, 7, 8]]
 
 

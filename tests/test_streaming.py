@@ -40,14 +40,14 @@ def _turn(sid: str, seq: int, prompt: list[int]) -> dict[str, Any]:
     }
 
 
-def _interleaved_log(tmp_path: Path) -> Path:
+def _interleaved_log(tmp_path: Path, format: int = 2) -> Path:
     """Three sessions, recorded out of seq order, two rows per file."""
     turns = []
     for seq in (2, 0, 3, 1):
         for sid in ("b", "a", "c"):
             turns.append(_turn(sid, seq, list(range(seq + 3))))
     logs = tmp_path / "logs"
-    write_log(logs, turns, max_rows=2)
+    write_log(logs, turns, max_rows=2, format=format)
     return logs
 
 
@@ -73,7 +73,7 @@ def test_only_the_row_groups_holding_a_session_are_read(tmp_path: Path, monkeypa
     loaded: list[str] = []
     real = readpath._load_group
 
-    def counting(files: Any, group: readpath.RowGroup) -> Any:
+    def counting(files: Any, group: readpath.RowGroup, *args: Any) -> Any:
         loaded.append(Path(files[group.file].path).name)
         return real(files, group)
 
@@ -118,7 +118,7 @@ def test_row_groups_are_dropped_after_their_last_session(tmp_path: Path, monkeyp
     alive: list[weakref.ref[Any]] = []
     real = readpath._load_group
 
-    def tracking(files: Any, group: readpath.RowGroup) -> Any:
+    def tracking(files: Any, group: readpath.RowGroup, *args: Any) -> Any:
         columns = real(files, group)
         alive.append(weakref.ref(columns))
         return columns
@@ -134,7 +134,7 @@ def test_row_groups_are_dropped_after_their_last_session(tmp_path: Path, monkeyp
 
 
 def test_ids_stay_views_into_the_decoded_column(tmp_path: Path) -> None:
-    log = TurnLog.open([_interleaved_log(tmp_path)])
+    log = TurnLog.open([_interleaved_log(tmp_path, format=1)])
     session = next(log.iter_sessions(only={"a"}))
     turns = parse_session(session)
     for raw, turn in zip(session.rows, turns, strict=False):
@@ -227,7 +227,7 @@ def test_message_parser_reuse_gives_the_full_parse() -> None:
     parser = _MessageParser(message_key)
     reused = 0
     for number, text in enumerate(texts):
-        parsed = parser.parse(text)
+        parsed = parser.parse(text, number)
         assert parsed.messages == json.loads(text)
         assert parsed.keys == [message_key(m) for m in json.loads(text)]
         if parsed.source is not None:

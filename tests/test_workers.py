@@ -21,7 +21,7 @@ from tito_cli.read.rows import LogIndex, RowGroup, SessionPlace, build_index
 from tito_cli.read.turnlog import TurnLog
 from tito_cli.run import local as parallel
 from tito_cli.run.corpus import Corpus
-from tito_cli.run.local import SessionOutput, _InOrder, plan_batches, rebuild_outputs
+from tito_cli.run.local import SessionOutput, _InOrder, decoded_bytes, plan_batches, rebuild_outputs, workers_for
 from tito_cli.run.rebuild import rebuild
 
 from .helpers import conformance_folders, read_jsonl, write_log
@@ -339,3 +339,31 @@ def test_worker_handoff_under_stress_many_tiny_batches_repeated(
     )
     assert result.exit_code == 0, result.output
     assert (tmp_path / "cli.parquet").read_bytes() == expected
+
+
+def _index(groups_of_session: list[list[int]], rows_per_group: int, group_bytes: float) -> LogIndex:
+    """A log index by hand: session i has one row in each row group of ``groups_of_session[i]``."""
+    count = 1 + max(g for groups in groups_of_session for g in groups)
+    per_row = group_bytes / rows_per_group
+    row_groups = [RowGroup(0, g, g * rows_per_group, rows_per_group, per_row) for g in range(count)]
+    places = {}
+    for number, groups in enumerate(groups_of_session):
+        sid = f"s{number:03d}"
+        size = int(len(groups) * group_bytes / rows_per_group)
+        places[sid] = SessionPlace(sid, np.array(groups), np.arange(len(groups)), size)
+    return LogIndex(row_groups, places)
+
+
+def test_the_default_worker_count_follows_the_logs_layout() -> None:
+    # Three row groups of 300 rows, each holding turns of every one of 100 sessions (issue #18's
+    # `simulate --profile swe` log): any split decodes every row group in every batch.
+    everywhere = _index([[0, 1, 2] * 3] * 100, rows_per_group=300, group_bytes=300 << 20)
+    assert workers_for(everywhere, 2) == 1
+    assert decoded_bytes(plan_batches(everywhere, 2)) >= 3 * decoded_bytes(plan_batches(everywhere, 1))
+    # Sessions recorded one after another, each in row groups of its own: every core helps.
+    in_turn = _index([[2 * n, 2 * n + 1] for n in range(100)], rows_per_group=1, group_bytes=1 << 20)
+    assert workers_for(in_turn, 2) == 2 and workers_for(in_turn, 8) == 8
+    assert decoded_bytes(plan_batches(in_turn, 8)) == decoded_bytes(plan_batches(in_turn, 1))
+    # A small log is rebuilt in-process whatever the layout; one core is one worker.
+    assert workers_for(_index([[0], [1]], rows_per_group=1, group_bytes=1 << 20), 8) == 1
+    assert workers_for(in_turn, 1) == 1

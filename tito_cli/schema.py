@@ -6,13 +6,16 @@ import pyarrow as pa
 
 __all__ = [
     "FORMAT_VERSION",
+    "FORMAT_VERSIONS",
     "META_FORMAT",
     "META_TABLE",
     "META_TOKENIZER",
     "PROVENANCE_KEY",
+    "REFERENCE_COLUMNS",
     "SAMPLES_SCHEMA",
     "SESSIONS_SCHEMA",
     "TURNS_SCHEMA",
+    "TURNS_SCHEMA_V2",
     "table_metadata",
 ]
 
@@ -22,7 +25,10 @@ META_FORMAT = "tito.format"
 META_TOKENIZER = "tito.tokenizer"
 #: The key of each sample's metadata that holds its provenance; a sessions row may not use it.
 PROVENANCE_KEY = "tito"
+#: The format a file is marked with unless said otherwise (samples and sessions tables).
 FORMAT_VERSION = "1"
+#: The turn-log formats this version reads (docs/spec.md §2, §9): ``2`` adds the reference columns.
+FORMAT_VERSIONS = ("1", "2")
 
 TURNS_SCHEMA = pa.schema(
     [
@@ -38,6 +44,17 @@ TURNS_SCHEMA = pa.schema(
         pa.field("metadata", pa.string()),
         pa.field("timestamp", pa.timestamp("us", tz="UTC")),
         pa.field("ill_formed", pa.bool_()),
+    ]
+)
+
+#: Format 2 (docs/spec.md §9): a turn may store only what is new since an earlier turn of its session.
+REFERENCE_COLUMNS = ("base_seq", "shared_prompt_ids", "shared_messages")
+TURNS_SCHEMA_V2 = pa.schema(
+    [
+        *TURNS_SCHEMA,
+        pa.field("base_seq", pa.int64()),
+        pa.field("shared_prompt_ids", pa.int64()),
+        pa.field("shared_messages", pa.int64()),
     ]
 )
 
@@ -72,9 +89,9 @@ SAMPLES_SCHEMA = pa.schema(
 )
 
 
-def table_metadata(table: str, tokenizer: str | None = None) -> dict[bytes, bytes]:
+def table_metadata(table: str, tokenizer: str | None = None, *, format: str = FORMAT_VERSION) -> dict[bytes, bytes]:
     """Schema metadata that marks a file as a tito ``turns``/``sessions``/``samples`` table."""
-    meta = {META_TABLE: table, META_FORMAT: FORMAT_VERSION}
+    meta = {META_TABLE: table, META_FORMAT: format}
     if tokenizer:
         meta[META_TOKENIZER] = tokenizer
     return {k.encode(): v.encode() for k, v in meta.items()}

@@ -118,6 +118,10 @@ class Turn:
     #: earlier turn's prompt messages (the same objects): ``(that turn, how many)``.
     #: The router then starts below where that turn's prompt ended.
     extends: tuple[Turn, int] | None = field(default=None, repr=False)
+    #: Set by the reader for a format-2 row stored against an earlier turn (docs/spec.md §9):
+    #: ``(that turn, n)`` when ``prompt_ids[:n]`` was copied from its prompt + output ids.
+    #: The linearizer then compares only the ids after them when that turn is the one held.
+    base: tuple[Turn, int] | None = field(default=None, repr=False)
 
     def keys(self, key: Callable[[Any], MessageKey] = message_key) -> list[MessageKey]:
         """Each prompt message's identity under ``key`` (computed once per key function)."""

@@ -23,7 +23,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tito_cli.schema import SESSIONS_SCHEMA, TURNS_SCHEMA, table_metadata
+from tito_cli.schema import SESSIONS_SCHEMA, TURNS_SCHEMA, TURNS_SCHEMA_V2, table_metadata
 
 from ..helpers import CONFORMANCE, read_jsonl
 
@@ -31,6 +31,7 @@ __all__ = [
     "GOOD",
     "case",
     "case_session",
+    "delta_rows",
     "turns_table",
     "write_good",
     "write_sessions",
@@ -96,12 +97,16 @@ def turns_table(
     types: dict[str, pa.DataType] | None = None,
     drop: Iterable[str] = (),
     tagged: bool = True,
+    format: int = 1,
 ) -> pa.Table:
-    """A turns table from records: SPEC §2 types unless ``types`` overrides a column; ``drop`` removes columns."""
+    """A turns table from records: SPEC §2 types unless ``types`` overrides a column; ``drop`` removes columns.
+
+    ``format=2`` adds the reference columns of docs/spec.md §9 (records give them, or they are null).
+    """
     rows = list(turns)
     fields = []
     columns = []
-    for f in TURNS_SCHEMA:
+    for f in TURNS_SCHEMA_V2 if format == 2 else TURNS_SCHEMA:
         if f.name in drop:
             continue
         typ = (types or {}).get(f.name, f.type)
@@ -113,7 +118,7 @@ def turns_table(
         # Nullability is the reader's business: the file must be able to hold the bad value.
         fields.append(pa.field(f.name, typ))
         columns.append(pa.array(values, typ))
-    schema = pa.schema(fields, metadata=table_metadata("turns") if tagged else None)
+    schema = pa.schema(fields, metadata=table_metadata("turns", format=str(format)) if tagged else None)
     return pa.Table.from_arrays(columns, schema=schema)
 
 
@@ -135,3 +140,41 @@ def write_sessions(path: Path, sessions: Iterable[dict[str, Any]]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.Table.from_pydict(columns, schema=schema), path)
     return path
+
+
+def delta_rows(turns: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Turn records (one session, seq order) as format-2 records, each stored against the previous one.
+
+    Written out here from docs/spec.md §9, independently of the capture writer's encoder.
+    """
+    out = []
+    for i, turn in enumerate(turns):
+        if i == 0:
+            out.append(dict(turn))
+            continue
+        base = turns[i - 1]
+        held = list(base["prompt_ids"]) + list(base["output_ids"])
+        ids = list(turn["prompt_ids"])
+        shared_ids = 0
+        while shared_ids < min(len(held), len(ids)) and held[shared_ids] == ids[shared_ids]:
+            shared_ids += 1
+        base_messages = [json.dumps(m) for m in base["prompt_messages"]]
+        if base.get("response_message") is not None:
+            base_messages.append(json.dumps(base["response_message"]))
+        messages = [json.dumps(m) for m in turn["prompt_messages"]]
+        shared_messages = 0
+        while shared_messages < min(len(base_messages), len(messages)) and (
+            base_messages[shared_messages] == messages[shared_messages]
+        ):
+            shared_messages += 1
+        out.append(
+            {
+                **turn,
+                "base_seq": base["seq"],
+                "shared_prompt_ids": shared_ids,
+                "shared_messages": shared_messages,
+                "prompt_ids": ids[shared_ids:],
+                "prompt_messages": turn["prompt_messages"][shared_messages:],
+            }
+        )
+    return out

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from .._arrow import same_values
+from .._arrow import common_prefix
 from ..turns import Turn
 from .policy import ForkCause, Policy
 from .router import Node, SessionTree
@@ -87,11 +87,7 @@ class Linearization:
 
 
 def common_prefix_length(a: npt.NDArray[np.int32], b: npt.NDArray[np.int32]) -> int:
-    n = min(len(a), len(b))
-    # Usually all of the shorter one is shared (a clean turn): one memcmp says so.
-    if same_values(a[:n], b[:n]):
-        return n
-    return int((a[:n] != b[:n]).argmax())
+    return common_prefix(a, b)
 
 
 class _Segment:
@@ -110,13 +106,27 @@ class _Segment:
             return 0
         return len(self.last.prompt_ids) + len(self.last.output_ids)
 
-    def common_prefix(self, prompt: npt.NDArray[np.int32]) -> int:
-        if self.last is None:
+    def common_prefix(self, turn: Turn, use_deltas: bool = True) -> int:
+        """The common prefix of the held tokens (the last turn's prompt + output) and ``turn``'s prompt.
+
+        With ``use_deltas``, a turn the reader rebuilt from the held turn
+        (format 2, docs/spec.md §9: ``turn.base``) is known to share its first
+        ``n`` ids with it, copied from it: only the ids after them are compared.
+        """
+        last = self.last
+        if last is None:
             return 0
-        held_prompt = self.last.prompt_ids
-        lcp = common_prefix_length(held_prompt, prompt)
+        prompt = turn.prompt_ids
+        held_prompt = last.prompt_ids
+        start = 0
+        if use_deltas and turn.base is not None and turn.base[0] is last:
+            start = turn.base[1]
+        if start >= len(held_prompt):
+            skip = start - len(held_prompt)
+            return start + common_prefix_length(last.output_ids[skip:], prompt[start:])
+        lcp = start + common_prefix_length(held_prompt[start:], prompt[start:])
         if lcp == len(held_prompt):
-            lcp += common_prefix_length(self.last.output_ids, prompt[len(held_prompt) :])
+            lcp += common_prefix_length(last.output_ids, prompt[len(held_prompt) :])
         return lcp
 
     def absorb(self, turn: Turn, lcp: int, trained: bool, policy: Policy) -> None:
@@ -166,8 +176,12 @@ class _Segment:
         )
 
 
-def linearize(tree: SessionTree, policy: Policy) -> Linearization:
-    """Pack every leaf's chain into segments and turn the segments into samples."""
+def linearize(tree: SessionTree, policy: Policy, *, use_deltas: bool = True) -> Linearization:
+    """Pack every leaf's chain into segments and turn the segments into samples.
+
+    ``use_deltas=False`` compares every prompt with the held tokens in full,
+    even where the reader knows they share a prefix (the same samples; for tests).
+    """
     claimed: set[int] = set()  # id() of generated nodes already trained
     samples: list[LinearizedSample] = []
     decisions: list[Decision] = []
@@ -200,8 +214,7 @@ def linearize(tree: SessionTree, policy: Policy) -> Linearization:
         for node in generated:
             turn = node.turn
             assert turn is not None
-            prompt = turn.prompt_ids
-            lcp = segment.common_prefix(prompt)
+            lcp = segment.common_prefix(turn, use_deltas)
             drift = len(segment) - lcp
             last_start = segment.spans[-1].start if segment.spans else None
             cause = policy.fork_cause(lcp, drift, segment.first_prompt_length, last_start, turn)

@@ -11,7 +11,13 @@ temporary name, fsyncs it and renames it into place, so a killed process
 leaves only readable files and loses at most the rows not yet flushed.  A
 flush happens when the buffer reaches ``max_rows`` rows or ``max_bytes``
 bytes, when its oldest row is ``max_age`` seconds old (checked by a
-background thread), on :meth:`flush`, and on :meth:`close`.
+background thread), on :meth:`flush`, and on :meth:`close`.  A file's row
+groups hold at most ``row_group_rows`` rows and about ``row_group_bytes``
+bytes, so a reader's working set stays bounded.
+
+Turns are written in format 2 by default (docs/spec.md §9): each turn stored
+against the recent turn of its session it shares the most with
+(:mod:`tito_cli.capture.delta`); ``format=1`` stores every prompt whole.
 
 Every record is checked when it is recorded (ids are 1-D sequences of
 integers in 0..2**31-1, exactly; texts are strings; JSON is strict JSON), so
@@ -42,11 +48,12 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from .._arrow import list_array
 from .._atomic import fsync_directory
-from ..schema import PROVENANCE_KEY, SESSIONS_SCHEMA, TURNS_SCHEMA, table_metadata
+from ..schema import PROVENANCE_KEY, SESSIONS_SCHEMA, TURNS_SCHEMA, TURNS_SCHEMA_V2, table_metadata
+from .delta import DeltaEncoder
+from .row_groups import write_row_groups
 
 __all__ = ["TurnLogWriter"]
 
@@ -154,6 +161,12 @@ class TurnLogWriter:
     ``seq`` is assigned per session in arrival order unless given explicitly
     (when importing existing logs); an explicit ``seq`` moves the session's
     counter past it.
+
+    Format 2 keeps, per open session, its last ``delta_candidates`` turns as
+    candidate bases (their ids and message texts); at most
+    ``max_open_sessions`` sessions and ``max_held_bytes`` bytes are kept, the
+    least recently recorded session forgotten first (its next turn is then
+    stored whole).  :meth:`finish_session` forgets a session.
     """
 
     def __init__(
@@ -166,9 +179,19 @@ class TurnLogWriter:
         max_age: float | None = 60.0,
         compression: str = "zstd",
         name: str | None = None,
+        format: int = 2,
+        row_group_rows: int = 1024,
+        row_group_bytes: int = 64 << 20,
+        delta_candidates: int = 4,
+        max_open_sessions: int = 1024,
+        max_held_bytes: int = 1 << 30,
     ) -> None:
         if max_rows < 1 or max_bytes < 1:
             raise ValueError("max_rows and max_bytes must be positive")
+        if format not in (1, 2):
+            raise ValueError(f"format must be 1 or 2, not {format!r}")
+        if row_group_rows < 1 or row_group_bytes < 1:
+            raise ValueError("row_group_rows and row_group_bytes must be positive")
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.tokenizer = tokenizer
@@ -176,7 +199,15 @@ class TurnLogWriter:
         self.max_bytes = max_bytes
         self.max_age = max_age
         self.compression = compression
+        self.format = format
+        self.row_group_rows = row_group_rows
+        self.row_group_bytes = row_group_bytes
         self.files_written: list[Path] = []
+        self._deltas = (
+            DeltaEncoder(candidates=delta_candidates, max_sessions=max_open_sessions, max_bytes=max_held_bytes)
+            if format == 2
+            else None
+        )
 
         self._lock = threading.Lock()  # guards the buffers and counters
         self._write_lock = threading.Lock()  # one file written at a time
@@ -217,6 +248,10 @@ class TurnLogWriter:
         self._buffered_bytes = 0
         self._oldest = None
         self.files_written = []
+        if self._deltas is not None:
+            # Its turns are stored against its own turns only: a base buffered in the parent
+            # reaches disk only if the parent lives to flush it.
+            self._deltas.forget_all()
         if self._name is None:
             self._run_id = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self._stop = threading.Event()
@@ -241,6 +276,7 @@ class TurnLogWriter:
         seq: int | None = None,
         timestamp: datetime | None = None,
         ill_formed: bool = False,
+        stamp_now: bool = True,
     ) -> int:
         """Buffer one generation call; returns the ``seq`` it was recorded with.
 
@@ -286,7 +322,7 @@ class TurnLogWriter:
             "output_logprobs": logprobs,
             "finish_reason": finish_reason,
             **texts,
-            "timestamp": timestamp or datetime.now(timezone.utc),
+            "timestamp": timestamp or (datetime.now(timezone.utc) if stamp_now else None),
             "ill_formed": bool(ill_formed),
         }
         with self._lock:
@@ -295,10 +331,12 @@ class TurnLogWriter:
                 seq = self._next_seq.get(session_id, 0)
             self._next_seq[session_id] = max(self._next_seq.get(session_id, 0), seq + 1)
             row["seq"] = seq
+            if self._deltas is not None:
+                size += self._store_delta(row, prompt_messages, response_message)
             self._turns.append(row)
             full = self._grow(size)
         if full:
-            self.flush()
+            self._flush(only_if_full=True)
         return seq
 
     def finish_session(
@@ -343,10 +381,12 @@ class TurnLogWriter:
         }
         with self._lock:
             self._check_open()
+            if self._deltas is not None:
+                self._deltas.forget(session_id)
             self._sessions.append(row)
             full = self._grow(64 + len(session_id) + len(meta_text or ""))
         if full:
-            self.flush()
+            self._flush(only_if_full=True)
 
     def flush(self) -> list[Path]:
         """Write everything buffered; returns the files written (none when empty).
@@ -355,8 +395,15 @@ class TurnLogWriter:
         written go back into the buffer, ahead of rows recorded since, and the
         error is raised: the next flush tries them again.
         """
+        return self._flush()
+
+    def _flush(self, *, only_if_full: bool = False) -> list[Path]:
         with self._write_lock:
             with self._lock:
+                # Several threads can see the buffer full at once: the first writes it, the
+                # others find it refilling and leave it be (no file of a row or two).
+                if only_if_full and not self._is_full():
+                    return []
                 turns, self._turns = self._turns, []
                 sessions, self._sessions = self._sessions, []
                 size, self._buffered_bytes = self._buffered_bytes, 0
@@ -364,7 +411,7 @@ class TurnLogWriter:
             written = []
             try:
                 if turns:
-                    written.append(self._write("turns", _turns_table(turns, self.tokenizer)))
+                    written.append(self._write("turns", _turns_table(turns, self.tokenizer, self.format)))
                     turns = []
                 if sessions:
                     written.append(self._write("sessions", _sessions_table(sessions)))
@@ -398,6 +445,24 @@ class TurnLogWriter:
 
     # -- internals -------------------------------------------------------
 
+    def _store_delta(self, row: dict[str, Any], messages: JsonLike, response: JsonLike) -> int:
+        """Store ``row`` against its base (format 2; lock held); returns the change in its buffered size."""
+        assert self._deltas is not None
+        delta = self._deltas.encode(
+            row["session_id"], row["seq"], row["prompt_ids"], row["output_ids"], messages, response
+        )
+        row["base_seq"] = delta.base_seq
+        row["shared_prompt_ids"] = delta.shared_prompt_ids
+        row["shared_messages"] = delta.shared_messages
+        if delta.base_seq is None:
+            return 0
+        before = 4 * int(row["prompt_ids"].size) + len(row["prompt_messages"])
+        cell = delta.messages_cell()
+        assert cell is not None  # a row with a base stores its new messages
+        row["prompt_ids"] = delta.new_ids
+        row["prompt_messages"] = cell
+        return 4 * int(delta.new_ids.size) + len(cell) - before
+
     def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError("TurnLogWriter is closed")
@@ -407,6 +472,9 @@ class TurnLogWriter:
         self._buffered_bytes += size
         if self._oldest is None:
             self._oldest = time.monotonic()
+        return self._is_full()
+
+    def _is_full(self) -> bool:
         rows = len(self._turns) + len(self._sessions)
         return rows >= self.max_rows or self._buffered_bytes >= self.max_bytes
 
@@ -435,7 +503,14 @@ class TurnLogWriter:
         """
         tmp = self.directory / f".{kind}-{self._run_id}-{uuid.uuid4().hex[:12]}.tmp"
         try:
-            pq.write_table(table, tmp, compression=self.compression)
+            write_row_groups(
+                table,
+                tmp,
+                self.compression,
+                self.row_group_rows,
+                self.row_group_bytes,
+                split_numbers=kind == "turns" and self.format == 2,
+            )
             fd = os.open(tmp, os.O_RDONLY)
             try:
                 os.fsync(fd)
@@ -462,7 +537,7 @@ class TurnLogWriter:
         return target
 
 
-def _turns_table(rows: list[dict[str, Any]], tokenizer: str | None) -> pa.Table:
+def _turns_table(rows: list[dict[str, Any]], tokenizer: str | None, format: int = 1) -> pa.Table:
     # Keep each session's rows together (better compression, cheaper reads).
     rows.sort(key=lambda r: (r["session_id"], r["seq"]))
     columns = {
@@ -476,7 +551,12 @@ def _turns_table(rows: list[dict[str, Any]], tokenizer: str | None) -> pa.Table:
         columns[name] = pa.array([r[name] for r in rows], pa.string())
     columns["timestamp"] = pa.array([r["timestamp"] for r in rows], pa.timestamp("us", tz="UTC"))
     columns["ill_formed"] = pa.array([r["ill_formed"] for r in rows], pa.bool_())
-    schema = TURNS_SCHEMA.with_metadata(table_metadata("turns", tokenizer))
+    schema = TURNS_SCHEMA
+    if format == 2:
+        for name in ("base_seq", "shared_prompt_ids", "shared_messages"):
+            columns[name] = pa.array([r[name] for r in rows], pa.int64())
+        schema = TURNS_SCHEMA_V2
+    schema = schema.with_metadata(table_metadata("turns", tokenizer, format=str(format)))
     return pa.Table.from_pydict(columns, schema=schema)
 
 

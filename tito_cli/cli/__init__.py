@@ -22,6 +22,7 @@ from . import (  # noqa: F401
     stats,
     dump,
     check,
+    compact,
     simulate,
 )
 from .app import app

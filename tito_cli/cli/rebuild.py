@@ -61,7 +61,7 @@ def rebuild(
         "--workers",
         "-j",
         min=1,
-        show_default="this machine's cores",
+        show_default="this machine's cores, fewer when the log's row groups would be decoded twice",
         help="Processes rebuilding sessions in parallel. The output is the same for any number; "
         "logs under 64 MiB are rebuilt in-process.",
     ),

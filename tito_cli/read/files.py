@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import LogError, SchemaError, UnreadableLogError
-from ..schema import FORMAT_VERSION, META_FORMAT, META_TABLE, META_TOKENIZER
+from ..schema import FORMAT_VERSIONS, META_FORMAT, META_TABLE, META_TOKENIZER, REFERENCE_COLUMNS
 
 __all__ = ["READ_COLUMNS", "LogFile", "classify_file", "discover_files", "open_parquet", "require_logs"]
 
@@ -34,6 +34,10 @@ _TURNS_COLUMNS: dict[str, tuple[str, bool]] = {
     "tools": ("string", False),
     "metadata": ("string", False),
     "timestamp": ("timestamp", False),
+    # Format 2 (docs/spec.md §9): all three or none.
+    "base_seq": ("integer", False),
+    "shared_prompt_ids": ("integer", False),
+    "shared_messages": ("integer", False),
     "ill_formed": ("boolean", False),
 }
 _SESSIONS_COLUMNS: dict[str, tuple[str, bool]] = {
@@ -221,11 +225,12 @@ def classify_file(path: Path, parquet: pq.ParquetFile | None = None) -> LogFile:
             file=path,
             tip="keep rebuilt samples outside the log folder, or pass the log files explicitly",
         )
-    # Format 1 is what this reader understands; a file recognised by its columns carries no format.
+    # Formats 1 and 2 (docs/spec.md §9) are what this reader understands; a file recognised by
+    # its columns carries no format.
     file_format = meta.get(META_FORMAT)
-    if file_format is not None and file_format != FORMAT_VERSION:
+    if file_format is not None and file_format not in FORMAT_VERSIONS:
         raise SchemaError(
-            f"turn-log format {file_format!r} is not one this tito reads (format {FORMAT_VERSION})",
+            f"turn-log format {file_format!r} is not one this tito reads (formats {', '.join(FORMAT_VERSIONS)})",
             file=path,
             tip="upgrade tito to read this log",
         )
@@ -242,4 +247,14 @@ def classify_file(path: Path, parquet: pq.ParquetFile | None = None) -> LogFile:
                 file=path,
             )
     columns = tuple(name for name in expected if name in names)
+    if table == "turns":
+        present = [name for name in REFERENCE_COLUMNS if name in names]
+        if present and len(present) < len(REFERENCE_COLUMNS):
+            missing = next(name for name in REFERENCE_COLUMNS if name not in names)
+            raise SchemaError(
+                f"turns table has {present[0]!r} but not {missing!r} (format 2 needs all of "
+                f"{', '.join(REFERENCE_COLUMNS)})",
+                file=path,
+                tip="see docs/spec.md §9",
+            )
     return LogFile(path, table, num_rows, columns, meta.get(META_TOKENIZER))

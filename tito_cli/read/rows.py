@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import numpy as np
@@ -20,6 +21,7 @@ import pyarrow.parquet as pq
 
 from .._arrow import NUMPY_TYPES, NotUtf8, numpy_view, strings, true_cells, validity
 from ..errors import SchemaError, UnreadableLogError
+from ..schema import REFERENCE_COLUMNS
 from ..turns import RowRef
 from .files import READ_COLUMNS, LogFile
 
@@ -42,6 +44,7 @@ __all__ = [
 _LIST_COLUMNS = ("prompt_ids", "output_ids", "output_logprobs")
 _ID_COLUMNS = ("prompt_ids", "output_ids")
 INT32_MAX = 2**31 - 1
+_TIMESTAMP = pa.timestamp("us", tz="UTC")
 INT64_MAX = 2**63 - 1
 _TEXT_COLUMNS = ("finish_reason", "prompt_messages", "response_message", "tools", "metadata")
 
@@ -70,6 +73,14 @@ class RawTurn:
     #: True when the row group's statistics show every prompt and output id in
     #: 0..INT32_MAX, so validation need not scan them again.
     ids_in_range: bool = False
+    #: Format 2 (docs/spec.md §9): the earlier turn this row stores only the new part of
+    #: its prompt against, and how many leading ids and messages it shares with it.  A
+    #: format-1 row, or a format-2 row stored whole, has ``base_seq`` ``None``.
+    base_seq: int | None = None
+    shared_prompt_ids: int | None = None
+    shared_messages: int | None = None
+    #: When the turn completed; read only when asked for (``tito compact`` keeps it).
+    timestamp: datetime | None = None
     #: The optional ``ill_formed`` column (SPEC §8.6); null or absent is false.
     ill_formed: bool = False
     #: (column, position) of the first null element inside a non-null list cell
@@ -338,12 +349,15 @@ def _session_ids(sids: pa.Array, log_file: LogFile) -> list[str | None]:
     return cells  # type: ignore[return-value]  # no NotUtf8 left
 
 
-def read_batch(files: Sequence[LogFile], batch: ReadBatch) -> Iterator[SessionRows]:
+def read_batch(
+    files: Sequence[LogFile], batch: ReadBatch, *, timestamps: bool = False
+) -> Iterator[SessionRows]:
     """Each session of ``batch`` as raw rows, in batch order; row groups are read lazily, once.
 
     A row group's decoded columns stay alive until the last session of the
     batch that needs it has been handed out (the consumer is done with a
-    session when it asks for the next one).
+    session when it asks for the next one).  ``timestamps``: read the
+    ``timestamp`` column too (a rebuild does not need it).
     """
     last_user: dict[int, int] = {}
     for position, place in enumerate(batch.sessions):
@@ -356,7 +370,7 @@ def read_batch(files: Sequence[LogFile], batch: ReadBatch) -> Iterator[SessionRo
         for g, r in zip(place.groups.tolist(), place.rows.tolist(), strict=False):
             columns = loaded.get(g)
             if columns is None:
-                columns = loaded[g] = _load_group(files, batch.row_groups[g])
+                columns = loaded[g] = _load_group(files, batch.row_groups[g], timestamps)
             session.rows.append(columns.row(r))
         yield session
         for g in [g for g in loaded if last_user[g] == position]:
@@ -397,12 +411,13 @@ def _beyond_int64(array: pa.Array) -> dict[int, int]:
     return {int(r): int(values[r]) for r in rows}
 
 
-def _load_group(files: Sequence[LogFile], group: RowGroup) -> _Columns:
+def _load_group(files: Sequence[LogFile], group: RowGroup, timestamps: bool = False) -> _Columns:
     log_file = files[group.file]
+    wanted = (*READ_COLUMNS, "timestamp") if timestamps else READ_COLUMNS
     try:
         # Opened per row group, not kept: an open ParquetFile holds on to buffers it has read.
         with pq.ParquetFile(log_file.path) as parquet:
-            columns = [name for name in READ_COLUMNS if name in log_file.columns]
+            columns = [name for name in wanted if name in log_file.columns]
             # One worker, one core: pyarrow's own threads would compete with the other workers.
             table = parquet.read_row_group(group.index, columns=columns, use_threads=False)
     except (OSError, pa.ArrowException) as exc:
@@ -431,6 +446,8 @@ def _row_group_facts(meta: pq.RowGroupMetaData) -> tuple[int, bool]:
         if name in unseen:
             unseen.discard(name)
             stats = column.statistics
+            if stats is not None and not stats.has_min_max and stats.num_values == 0:
+                continue  # no ids at all (format 2: every prompt of the row group shared whole)
             if stats is None or not stats.has_min_max or stats.min < 0 or stats.max > INT32_MAX:
                 bounded = False
     return size, bounded and not unseen
@@ -472,6 +489,24 @@ class _Columns:
         marked = np.flatnonzero(true_cells(ill_formed)).tolist() if ill_formed is not None else []
         self.ill_formed = frozenset(marked)
         self.texts = {name: _Slices(array(name), _utf8_bytes) for name in _TEXT_COLUMNS}
+        # Format 2's reference columns (absent in format 1: every row is stored whole).
+        self.references: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        for name in REFERENCE_COLUMNS:
+            column = array(name)
+            if column is not None:
+                self.references[name] = _int64_values(column)
+        stamps = array("timestamp")
+        self.timestamps: list[datetime | None] | None = None
+        if stamps is not None:
+            if pa.types.is_timestamp(stamps.type) and stamps.type != _TIMESTAMP:
+                stamps = stamps.cast(_TIMESTAMP, safe=False)
+            self.timestamps = stamps.to_pylist()
+
+    def reference(self, name: str, r: int) -> int | None:
+        column = self.references.get(name)
+        if column is None or not column[1][r]:
+            return None
+        return int(column[0][r])
 
     def row(self, r: int) -> RawTurn:
         def text(name: str) -> Text | None:
@@ -496,6 +531,10 @@ class _Columns:
             metadata=text("metadata"),
             source=RowRef(self.file_name, self.first_row + r) if self.sources is None else self.sources[r],
             ids_in_range=self.ids_in_range,
+            base_seq=self.reference("base_seq", r),
+            shared_prompt_ids=self.reference("shared_prompt_ids", r),
+            shared_messages=self.reference("shared_messages", r),
+            timestamp=None if self.timestamps is None else self.timestamps[r],
             ill_formed=r in self.ill_formed,
             null_element=null_element,
         )

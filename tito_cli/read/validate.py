@@ -18,7 +18,7 @@ import numpy as np
 from .._arrow import same_values
 from ..errors import InvalidSessionError
 from ..turns import Message, MessageKey, RowRef, Turn, message_key
-from .rows import INT32_MAX, INT64_MAX, SessionRows, Text
+from .rows import INT32_MAX, INT64_MAX, RawTurn, SessionRows, Text
 
 __all__ = ["loads_json", "parse_session"]
 
@@ -109,9 +109,9 @@ class _MessageParser:
         self._key = key
         # (head: the text up to its closing bracket, messages, keys, prompt number), newest first.
         self._recent: list[tuple[np.ndarray | None, list[Message], list[MessageKey], int]] = []
-        self._count = 0
 
-    def parse(self, raw: Text) -> _ParsedPrompt:
+    def parse(self, raw: Text, tag: int) -> _ParsedPrompt:
+        """``raw`` parsed; ``tag`` names it in later results' ``source`` (the caller's row position)."""
         if isinstance(raw, str):
             raw = np.frombuffer(raw.encode("utf-8"), dtype=np.uint8)
         parsed: _ParsedPrompt | None = None
@@ -148,8 +148,7 @@ class _MessageParser:
         while end and raw[end - 1] in _JSON_SPACE:
             end -= 1
         head = raw[: end - 1] if parsed.messages and end and raw[end - 1] == _CLOSE else None
-        self._recent.insert(0, (head, parsed.messages, parsed.keys, self._count))
-        self._count += 1
+        self._recent.insert(0, (head, parsed.messages, parsed.keys, tag))
         del self._recent[self.CANDIDATES :]
         return parsed
 
@@ -187,85 +186,190 @@ def _all_finite(values: np.ndarray) -> bool:
 
 
 def parse_session(rows: SessionRows, key: KeyFunction = message_key) -> list[Turn]:
-    """Validate one session's raw rows into turns (``seq`` order); raise on the first problem.
+    """Validate one session's raw rows into turns (row order: ``seq``); raise on the first problem.
 
     ``key`` is the message identity the turns' prompt messages are keyed by
     (the policy's ``message_key``; SPEC §3's canonical JSON by default).
+
+    A format-2 row that stores only the new part of its prompt (docs/spec.md
+    §9) is rebuilt from its base turn, which is validated first wherever its
+    row is; a broken reference rejects the session, naming the row.
     """
-    turns: list[Turn] = []
+    session_rows = rows.rows
     parser = _MessageParser(key)
     seen: dict[int, RowRef] = {}
-    for raw in rows.rows:
-        try:
-            if raw.seq is None:
-                raise ValueError("seq is null")
-            if raw.seq > INT64_MAX:
-                raise ValueError(f"seq {raw.seq} is beyond int64 (at most {INT64_MAX})")
-            if raw.null_element is not None:
-                column, position = raw.null_element
-                raise ValueError(f"{column} holds a null at position {position}")
-            if raw.seq in seen:
-                raise ValueError(f"duplicate seq {raw.seq} (also at {seen[raw.seq]})")
-            seen[raw.seq] = raw.source
-            prompt_ids = _ids(raw.prompt_ids, "prompt_ids", raw.ids_in_range)
-            output_ids = _ids(raw.output_ids, "output_ids", raw.ids_in_range)
-            finish_reason = _text(raw.finish_reason, "finish_reason")
-            if finish_reason is None:
-                raise ValueError("finish_reason is null")
-            if raw.prompt_messages is None:
-                raise ValueError("prompt_messages is null")
-            parsed = parser.parse(raw.prompt_messages)
-            messages, keys = parsed.messages, parsed.keys
-            # Messages shared with an earlier prompt were checked when it was parsed.
-            for position in range(parsed.shared, len(messages)):
-                message = messages[position]
-                if not isinstance(message, dict):
-                    raise ValueError(f"prompt message {position} is not a JSON object")
-                if not isinstance(message.get("role"), str):
-                    raise ValueError(f"prompt message {position} has no string 'role'")
-            response = _parse_json(raw.response_message, "response_message", dict)
-            tools = _parse_json(raw.tools, "tools", list)
-            metadata = _parse_json(raw.metadata, "metadata", dict)
-            logprobs = raw.output_logprobs
-            if logprobs is not None and logprobs.size == 0:
-                logprobs = None
-            if logprobs is not None:
-                if messages and logprobs.size != output_ids.size:
-                    raise ValueError(
-                        "output_logprobs length differs from output_ids length "
-                        f"({logprobs.size} logprobs, {output_ids.size} output ids)"
-                    )
-                if not _all_finite(logprobs):
-                    raise ValueError("output_logprobs holds NaN or infinity")
-                logprobs = logprobs.astype(np.float32, copy=False)
-        except RecursionError:
-            # Parsed, but too deep to key (message_key recurses once per level).
-            raise InvalidSessionError(
-                "JSON nested too deeply", file=raw.source.file, row=raw.source.row, session_id=rows.session_id
-            ) from None
-        except ValueError as exc:
-            raise InvalidSessionError(
-                str(exc), file=raw.source.file, row=raw.source.row, session_id=rows.session_id
-            ) from None
-        turns.append(
-            Turn(
-                seq=raw.seq,
-                prompt_ids=prompt_ids,
-                output_ids=output_ids,
-                output_logprobs=logprobs,
-                finish_reason=finish_reason,
-                prompt_messages=messages,
-                response_message=response,
-                tools=tools,
-                metadata=metadata,
-                source=raw.source,
-                ill_formed=bool(raw.ill_formed),
-                message_keys=keys,
-                keyed_by=key,
-            )
-        )
+    # seq -> position of its first row, for base_seq (a duplicate seq is reported when its row comes).
+    positions: dict[int, int] = {}
+    if any(raw.base_seq is not None for raw in session_rows):
+        for position, raw in enumerate(session_rows):
+            if raw.seq is not None:
+                positions.setdefault(raw.seq, position)
+    turns: list[Turn | None] = [None] * len(session_rows)
+    for first in range(len(session_rows)):
+        if turns[first] is not None:
+            continue
+        # Depth-first through the base references: a base is validated before the rows
+        # stored against it (iteratively: a chain can be as long as the session).
+        pending = [first]
+        while pending:
+            position = pending[-1]
+            raw = session_rows[position]
+            base: Turn | None = None
+            try:
+                if raw.base_seq is not None:
+                    target = positions.get(raw.base_seq)
+                    if target is None:
+                        raise ValueError(f"base_seq {raw.base_seq} is not the seq of any turn of this session")
+                    if target in pending:
+                        cycle = [session_rows[p].seq for p in pending[pending.index(target) :]]
+                        raise ValueError(
+                            "base_seq references form a cycle (seq "
+                            + " -> ".join(str(seq) for seq in [*cycle, raw.base_seq])
+                            + ")"
+                        )
+                    base = turns[target]
+                    if base is None:
+                        pending.append(target)
+                        continue
+                turns[position] = _turn(raw, parser, position, turns, base, seen, key)
+            except RecursionError:
+                # Parsed, but too deep to key (message_key recurses once per level).
+                raise InvalidSessionError(
+                    "JSON nested too deeply", file=raw.source.file, row=raw.source.row, session_id=rows.session_id
+                ) from None
+            except ValueError as exc:
+                raise InvalidSessionError(
+                    str(exc), file=raw.source.file, row=raw.source.row, session_id=rows.session_id
+                ) from None
+            pending.pop()
+    return [turn for turn in turns if turn is not None]
+
+
+def _turn(
+    raw: RawTurn,
+    parser: _MessageParser,
+    position: int,
+    turns: list[Turn | None],
+    base: Turn | None,
+    seen: dict[int, RowRef],
+    key: KeyFunction,
+) -> Turn:
+    """One row validated into a turn; ``base`` is its format-2 base turn, already validated."""
+    if raw.seq is None:
+        raise ValueError("seq is null")
+    if raw.seq > INT64_MAX:
+        raise ValueError(f"seq {raw.seq} is beyond int64 (at most {INT64_MAX})")
+    if raw.null_element is not None:
+        column, at = raw.null_element
+        raise ValueError(f"{column} holds a null at position {at}")
+    if raw.seq in seen:
+        raise ValueError(f"duplicate seq {raw.seq} (also at {seen[raw.seq]})")
+    seen[raw.seq] = raw.source
+    new_ids = _ids(raw.prompt_ids, "prompt_ids", raw.ids_in_range)
+    output_ids = _ids(raw.output_ids, "output_ids", raw.ids_in_range)
+    finish_reason = _text(raw.finish_reason, "finish_reason")
+    if finish_reason is None:
+        raise ValueError("finish_reason is null")
+    if raw.prompt_messages is None:
+        raise ValueError("prompt_messages is null")
+    extends: tuple[Turn, int] | None = None
+    if base is None:
+        for name in ("shared_prompt_ids", "shared_messages"):
+            if getattr(raw, name):
+                raise ValueError(f"{name} is {getattr(raw, name)} but base_seq is null")
+        prompt_ids = new_ids
+        parsed = parser.parse(raw.prompt_messages, position)
+        messages, keys, checked = parsed.messages, parsed.keys, parsed.shared
         if parsed.source is not None:
-            # Every parsed prompt became a turn (or the session was rejected), so the
-            # parser's prompt numbers are positions in `turns`.
-            turns[-1].extends = (turns[parsed.source], parsed.shared)
-    return turns
+            source = turns[parsed.source]
+            # Every prompt the parser has seen became a turn (or the session was rejected).
+            assert source is not None
+            extends = (source, parsed.shared)
+    else:
+        prompt_ids, shared_ids = _rebuilt_ids(raw, base, new_ids)
+        messages, keys, checked = _rebuilt_messages(raw, base, key)
+        extends = (base, checked) if checked else None
+    # Messages shared with an earlier prompt were checked when it was parsed.
+    for index in range(checked, len(messages)):
+        message = messages[index]
+        if not isinstance(message, dict):
+            raise ValueError(f"prompt message {index} is not a JSON object")
+        if not isinstance(message.get("role"), str):
+            raise ValueError(f"prompt message {index} has no string 'role'")
+    response = _parse_json(raw.response_message, "response_message", dict)
+    tools = _parse_json(raw.tools, "tools", list)
+    metadata = _parse_json(raw.metadata, "metadata", dict)
+    logprobs = raw.output_logprobs
+    if logprobs is not None and logprobs.size == 0:
+        logprobs = None
+    if logprobs is not None:
+        if messages and logprobs.size != output_ids.size:
+            raise ValueError(
+                "output_logprobs length differs from output_ids length "
+                f"({logprobs.size} logprobs, {output_ids.size} output ids)"
+            )
+        if not _all_finite(logprobs):
+            raise ValueError("output_logprobs holds NaN or infinity")
+        logprobs = logprobs.astype(np.float32, copy=False)
+    turn = Turn(
+        seq=raw.seq,
+        prompt_ids=prompt_ids,
+        output_ids=output_ids,
+        output_logprobs=logprobs,
+        finish_reason=finish_reason,
+        prompt_messages=messages,
+        response_message=response,
+        tools=tools,
+        metadata=metadata,
+        source=raw.source,
+        message_keys=keys,
+        ill_formed=bool(raw.ill_formed),
+        keyed_by=key,
+    )
+    turn.extends = extends
+    if base is not None and shared_ids:
+        turn.base = (base, shared_ids)
+    return turn
+
+
+def _rebuilt_ids(raw: RawTurn, base: Turn, new_ids: np.ndarray) -> tuple[np.ndarray, int]:
+    """A format-2 row's prompt ids: the shared ones from its base's prompt + output, then its own."""
+    shared = raw.shared_prompt_ids
+    held = len(base.prompt_ids) + len(base.output_ids)
+    if shared is None:
+        raise ValueError("shared_prompt_ids is null but base_seq is set")
+    if not 0 <= shared <= held:
+        raise ValueError(
+            f"shared_prompt_ids {shared} is outside 0..{held} (base seq {base.seq} has "
+            f"{len(base.prompt_ids)} prompt + {len(base.output_ids)} output ids)"
+        )
+    from_prompt = min(shared, len(base.prompt_ids))
+    parts = [base.prompt_ids[:from_prompt], base.output_ids[: shared - from_prompt], new_ids]
+    return np.concatenate([part for part in parts if len(part)] or [new_ids]).astype(np.int32, copy=False), shared
+
+
+def _rebuilt_messages(raw: RawTurn, base: Turn, key: KeyFunction) -> tuple[list[Message], list[MessageKey], int]:
+    """A format-2 row's prompt messages, their keys, and how many were checked with the base's prompt."""
+    shared = raw.shared_messages
+    base_messages = base.prompt_messages
+    available = len(base_messages) + (base.response_message is not None)
+    if shared is None:
+        raise ValueError("shared_messages is null but base_seq is set")
+    if not 0 <= shared <= available:
+        raise ValueError(
+            f"shared_messages {shared} is outside 0..{available} (base seq {base.seq} has "
+            f"{len(base_messages)} prompt messages"
+            + (" and a response message)" if base.response_message is not None else " and no response message)")
+        )
+    assert raw.prompt_messages is not None
+    new = _parse_json(raw.prompt_messages, "prompt_messages", list)
+    if new is None:
+        raise ValueError("prompt_messages is JSON null")
+    from_prompt = min(shared, len(base_messages))
+    messages = base_messages[:from_prompt]
+    keys = base.keys(key)[:from_prompt]
+    if shared > from_prompt:
+        assert base.response_message is not None
+        messages = [*messages, base.response_message]
+        keys = [*keys, key(base.response_message)]
+    return messages + new, keys + _keys(new, key), from_prompt

@@ -82,6 +82,16 @@ def render_rebuild_summary(summary: RebuildSummary) -> RenderableType:
             parts.append(Text(one_line(f"  {sid}: {note}")))
         if len(summary.notes) > 10:
             parts.append(Text(f"  … and {len(summary.notes) - 10} more"))
+    for file, rows, size in summary.large_row_groups[:10]:
+        parts.append(Text(""))
+        parts.append(
+            Text(
+                f"warning: {file} has a row group of {rows:,} rows, {size / 2**20:,.0f} MiB decoded: each worker "
+                f"holds it whole while it rebuilds its sessions. `tito compact` rewrites a log in row groups of "
+                f"at most 64 MiB.",
+                style="yellow",
+            )
+        )
     parts.append(Text(""))
     parts.extend(_warnings(summary.warnings))
     parts.extend(_wrote(summary.files or [summary.out], summary.format))

@@ -42,6 +42,7 @@ from .lifetime import handoff_folder, new_pool
 __all__ = [
     "BatchTask",
     "SessionOutput",
+    "decoded_bytes",
     "default_workers",
     "early_pool",
     "file_map",
@@ -49,6 +50,7 @@ __all__ = [
     "plan_batches",
     "rebuild_batch",
     "rebuild_outputs",
+    "workers_for",
 ]
 
 
@@ -109,6 +111,43 @@ def file_map(pool: ProcessPoolExecutor | None, files: int, workers: int) -> File
         return None
     # A few tasks per worker: one per file would cost a round trip each.
     return functools.partial(pool.map, chunksize=-(-files // (4 * workers)))
+
+
+#: The default worker count never makes the batches decode more than this much of the
+#: log's row groups in all (a row group needed by two batches is decoded twice).
+MAX_DECODE_OVERHEAD = 1.25
+
+
+def decoded_bytes(batches: list[ReadBatch]) -> float:
+    """Decoded row-group bytes the batches read in all (each batch decodes every row group it touches)."""
+    total = 0.0
+    for batch in batches:
+        groups = {g for place in batch.sessions for g in place.groups.tolist()}
+        total += sum(batch.row_groups[g].bytes_per_row * batch.row_groups[g].num_rows for g in groups)
+    return total
+
+
+def workers_for(index: LogIndex, cores: int) -> int:
+    """The default worker count for this log: the most, up to ``cores``, that costs little extra decoding.
+
+    More workers mean more batches, and batches that share row groups each
+    decode them: on a log whose row groups each hold turns of every session
+    (three files of one 900-turn row group each), two workers decoded the log
+    many times over and were slower than one.  So take the largest count, of
+    ``cores``, ``cores // 2``, ``cores // 4`` ... 2 (each try plans the batches
+    once: a few per core count, not one per count, on a machine of many cores),
+    whose batches decode at most :data:`MAX_DECODE_OVERHEAD` times what one
+    sweep does.
+    """
+    if cores <= 1 or index.nbytes < MIN_PARALLEL_BYTES:
+        return 1
+    once = decoded_bytes(plan_batches(index, 1))
+    workers = cores
+    while workers > 1:
+        if decoded_bytes(plan_batches(index, workers)) <= MAX_DECODE_OVERHEAD * once:
+            return workers
+        workers = 2 if 2 < workers < 4 else workers // 2
+    return 1
 
 
 def plan_batches(index: LogIndex, workers: int, batch_bytes: float | None = None) -> list[ReadBatch]:
