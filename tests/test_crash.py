@@ -95,12 +95,15 @@ def test_rebuild_killed_anywhere_leaves_old_or_new_output(tmp_path: Path) -> Non
     new = reference.read_bytes(), (tmp_path / "reference.parquet.rejects.jsonl").read_bytes()
     assert new[0] != old[0]
 
-    rng = random.Random(7)
     outcomes = set()
-    for _ in range(4):
+    # From interpreter start-up to the final renames, as fractions of a whole run.  Each kill starts
+    # from the old output again, so an early kill (the first lands in start-up however loaded the
+    # machine is) must leave the old file and a late one either file, never a part of one.
+    for fraction in (0.05, 0.35, 0.7, 1.0):
+        out.write_bytes(old[0])
+        rejects.write_bytes(old[1])
         proc = tito("rebuild", str(log), "--out", str(out), "--overwrite")
-        # Anywhere from interpreter start-up to the final renames.
-        time.sleep(rng.uniform(0.2, 1.0) * duration)
+        time.sleep(fraction * duration)
         proc.send_signal(signal.SIGKILL)
         proc.wait(TIMEOUT)
         state = out.read_bytes(), rejects.read_bytes()
@@ -110,7 +113,6 @@ def test_rebuild_killed_anywhere_leaves_old_or_new_output(tmp_path: Path) -> Non
         # Beside them, at most the dead run's hidden temporaries, which no log reader picks up.
         for p in out_dir.iterdir():
             assert p in (out, rejects) or (p.name.startswith(".samples.parquet.") and p.name.endswith(".tmp")), p
-        old = state
 
     # The next run finishes the job and sweeps the dead runs' temporaries.
     assert tito("rebuild", str(log), "--out", str(out), "--overwrite").wait(TIMEOUT) == 0
