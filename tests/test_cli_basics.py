@@ -116,9 +116,9 @@ def test_a_folder_without_parquet_logs_is_an_error_and_nothing_is_written(tmp_pa
 def test_dump_into_existing_goldens_is_refused_without_update(tmp_path: Path) -> None:
     logs = REPO / "fixtures" / "logs"
     golden = tmp_path / "golden"
-    first = runner.invoke(app, ["dump", str(logs), "--out", str(golden), "-s", "demo-0-0000", "-s", "demo-0-0001"])
+    first = runner.invoke(app, ["dump", str(logs), "--out", str(golden), "-s", "qwen3-0-0000", "-s", "qwen3-0-0001"])
     assert first.exit_code == 0, first.output
-    changed = golden / "demo-0-0000.txt"
+    changed = golden / "qwen3-0-0000.txt"
     changed.write_text(changed.read_text(encoding="utf-8") + "edited\n", encoding="utf-8")
     stale = golden / "gone.txt"
     stale.write_text("tito golden dump (format 1, style full)\nsession: gone\n", encoding="utf-8")
@@ -129,7 +129,7 @@ def test_dump_into_existing_goldens_is_refused_without_update(tmp_path: Path) ->
     refused = runner.invoke(app, ["dump", str(logs), "--out", str(golden)])
     assert refused.exit_code == EXIT_OUTPUT
     assert refused.stderr.splitlines()[0] == (
-        f"ERROR {golden}: the folder holds golden dumps that this log would change (demo-0-0000 changed); "
+        f"ERROR {golden}: the folder holds golden dumps that this log would change (qwen3-0-0000 changed); "
         "nothing written"
     )
     assert "--update" in refused.stderr
@@ -157,29 +157,35 @@ def test_unfinished_sessions_are_marked_named_and_can_be_rejected(tmp_path: Path
     import pyarrow.parquet as pq
 
     logs = REPO / "fixtures" / "logs"
+    # The demo log's one session without a sessions row (its harness "died"), read from the files.
+    def session_ids_of(pattern: str) -> set[str]:
+        return set(pq.read_table(next(logs.glob(pattern)), columns=["session_id"])["session_id"].to_pylist())
+
+    turn_ids, row_ids = session_ids_of("turns-*.parquet"), session_ids_of("sessions-*.parquet")
+    [unfinished] = sorted(turn_ids - row_ids)
     kept = tmp_path / "kept.parquet"
     assert runner.invoke(app, ["rebuild", str(logs), "--out", str(kept)]).exit_code == 0
     table = pq.read_table(kept, columns=["session_id", "reward", "metadata"]).to_pylist()
     finished = {(r["session_id"], json.loads(r["metadata"])["tito"]["finished"]) for r in table}
-    assert {sid for sid, done in finished if not done} == {"demo-0-0020"}
-    assert {r["reward"] for r in table if r["session_id"] == "demo-0-0020"} == {0.0}
+    assert {sid for sid, done in finished if not done} == {unfinished}
+    assert {r["reward"] for r in table if r["session_id"] == unfinished} == {0.0}
 
     # Named by ls (a field and a filter) and by stats.
     listed = runner.invoke(app, ["ls", str(logs), "--where", "unfinished", "--json"])
-    assert [(r["session"], r["unfinished"]) for r in json.loads(listed.stdout)] == [("demo-0-0020", True)]
+    assert [(r["session"], r["unfinished"]) for r in json.loads(listed.stdout)] == [(unfinished, True)]
     stats = runner.invoke(app, ["stats", str(logs), "--json"])
-    assert json.loads(stats.stdout)["sessions_without_sessions_row_examples"] == ["demo-0-0020"]
+    assert json.loads(stats.stdout)["sessions_without_sessions_row_examples"] == [unfinished]
 
     rejected = tmp_path / "rejected.parquet"
     result = runner.invoke(app, ["rebuild", str(logs), "--out", str(rejected), "--unfinished", "reject"])
     assert result.exit_code == 3, result.output
     reports = [json.loads(line) for line in Path(f"{rejected}.rejects.jsonl").read_text().splitlines()]
     assert [(r["session_id"], r["reason"]) for r in reports] == [
-        ("demo-0-0020", "no sessions row: the session was not finished (--unfinished reject)")
+        (unfinished, "no sessions row: the session was not finished (--unfinished reject)")
     ]
     assert reports[0]["file"].endswith(".parquet") and isinstance(reports[0]["row"], int)
     ids = set(pq.read_table(rejected, columns=["session_id"]).column("session_id").to_pylist())
-    assert "demo-0-0020" not in ids and len(ids) == 31
+    assert unfinished not in ids and len(ids) == 31
     listed = runner.invoke(app, ["ls", str(logs), "--unfinished", "reject", "--where", "unfinished", "--json"])
     [row] = json.loads(listed.stdout)
-    assert (row["session"], row["unfinished"], row["samples"]) == ("demo-0-0020", True, None)
+    assert (row["session"], row["unfinished"], row["samples"]) == (unfinished, True, None)
