@@ -19,9 +19,10 @@ from tito_cli.cli.app import out_console
 from tito_cli.cli.viewing import is_plain
 from tito_cli.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_REJECTED, EXIT_USAGE
 from tito_cli.render.plain import to_plain
-from tito_cli.render.sample_text import render_samples, samples_data, seq_ranges
-from tito_cli.render.session_view import render_tree, render_turns, tree_nodes, turn_rows
+from tito_cli.render.sample_text import render_samples, seq_ranges
+from tito_cli.render.session_view import render_tree, render_turns
 from tito_cli.render.tokens import TokenText, visible
+from tito_cli.report.session_facts import samples_data, tree_nodes, turn_rows
 from tito_cli.run.corpus import Corpus, Reject
 
 from .helpers import conformance_folders, read_jsonl, write_log

@@ -12,16 +12,10 @@ from rich.text import Text
 from ..algorithm.policy import DEFAULT_FORK_THRESHOLD, Policy
 from ..errors import InvalidSessionError, TitoError
 from ..render.jsonout import dumps
-from ..render.sample_text import render_samples, samples_data
-from ..render.session_view import (
-    render_header,
-    render_tree,
-    render_turns,
-    session_header,
-    tree_nodes,
-    turn_rows,
-)
+from ..render.sample_text import render_samples
+from ..render.session_view import render_header, render_tree, render_turns
 from ..render.tokens import TokenText, resolve_tokenizer
+from ..report.session_facts import samples_data, session_header, tree_nodes, turn_rows
 from ..run.corpus import Reject
 from .app import EXIT_CODES_HELP, app, err_console, guarded
 from .viewing import LOGS_ENV, is_plain, open_logs, show

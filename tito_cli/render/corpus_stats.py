@@ -8,7 +8,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from .session_view import FORK_LABELS
+from ..report.session_facts import FORK_LABELS
 
 __all__ = ["render_corpus_stats"]
 

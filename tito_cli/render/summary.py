@@ -6,16 +6,10 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from ..algorithm.linearize import ForkCause
+from ..report.session_facts import FORK_PHRASES
 from ..run.rebuild import RebuildSummary
 
 __all__ = ["render_rebuild_summary"]
-
-_FORK_LABELS = {
-    ForkCause.PROMPT_REGION.value: "in the prompt region",
-    ForkCause.BEFORE_LATEST_RESPONSE.value: "before the latest response",
-    ForkCause.DRIFT_TOO_LONG.value: "drift too long",
-}
 
 
 def render_rebuild_summary(summary: RebuildSummary) -> RenderableType:
@@ -35,7 +29,7 @@ def render_rebuild_summary(summary: RebuildSummary) -> RenderableType:
     row("trained tokens", t.trained_tokens)
     row("context tokens", t.context_tokens)
     row("forks", t.fork_total)
-    for cause, label in _FORK_LABELS.items():
+    for cause, label in FORK_PHRASES.items():
         row(f"  {label}", t.forks.get(cause, 0))
     row("realigns", t.realigns)
     row("rewrite merges", t.rewrite_merges)
