@@ -16,6 +16,7 @@ from . import native_env  # noqa: F401
 from . import (  # noqa: F401
     rebuild,
     inspect,
+    view,
     ls,
     stats,
     dump,
