@@ -78,8 +78,9 @@ def test_turns_view_shows_each_decision(agent_logs: Path) -> None:
         "  3  4  tool_calls     239      55  yes  clean: extends held tokens                 sample 0",
         "  4  5  length         245      19  yes  fork: before latest response at 41 (-253)  sample 1",
         "  5  6  stop           245      49  yes  fork: before latest response at 41 (-253)  sample 2",
-        "at N: tokens the prompt shares with those held for its path; (-N): held tokens it does not repeat. A",
-        "realign cuts them and continues the sample; a fork starts a new one.",
+        # Piped output is never wrapped: the legend is one line.
+        "at N: tokens the prompt shares with those held for its path; (-N): held tokens it does not repeat. "
+        "A realign cuts them and continues the sample; a fork starts a new one.",
     ]
 
 
@@ -113,7 +114,8 @@ def test_tree_view_marks_sub_agent_realign_fork_and_retry(agent_logs: Path) -> N
     tree = lines[lines.index("routing tree") + 1 :]
     assert tree == [
         "s-7f3a-fix-tests",
-        "├── ⑂ main  system    [3 tools] You are a coding agent. Use the tools to inspect and fix the reposi…",
+        # Piped output is never cropped either: previews are whole (up to their 200 characters).
+        "├── ⑂ main  system    [3 tools] You are a coding agent. Use the tools to inspect and fix the repository.",
         "│   user      The test test_add fails. Please fix it.",
         "│   assistant seq 0 #1 in 40 out 68 tool_calls  [reasoning] → run_tests",
         "│   tool      FAILED tests/test_utils.py::test_add - assert add(2, 2) == 4",
@@ -122,9 +124,11 @@ def test_tree_view_marks_sub_agent_realign_fork_and_retry(agent_logs: Path) -> N
         "│   assistant seq 3 #4 in 239 out 55 tool_calls  [reasoning] → read_file",
         "│   tool      def add(a, b): return a - b",
         "│   user      Keep the fix minimal.",
-        "│   ├── ⑂ first try  assistant seq 4 #5 in 245 out 19 length fork: before latest response  The bug …",
+        "│   ├── ⑂ first try  assistant seq 4 #5 in 245 out 19 length fork: before latest response  "
+        "The bug is in add: it subtracts.",
         "│   │             ⤷ leaf 0 → samples 0, 1",
-        "│   └── ⑂ retry  assistant seq 5 #6 in 245 out 49 stop fork: before latest response  [reasoning] Fi…",
+        "│   └── ⑂ retry  assistant seq 5 #6 in 245 out 49 stop fork: before latest response  "
+        "[reasoning] Fixed: add now returns a + b.",
         "│                 ⤷ leaf 1 → sample 2",
         "└── ⑂ sub-agent  system    You are a search sub-agent. Answer with file paths only.",
         "    user      Find where add is defined",

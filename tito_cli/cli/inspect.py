@@ -11,14 +11,16 @@ from rich.text import Text
 
 from ..algorithm.policy import DEFAULT_FORK_THRESHOLD, Policy
 from ..errors import InvalidSessionError, TitoError
+from ..render.drift_text import render_drift
 from ..render.jsonout import dumps
 from ..render.sample_text import render_samples
 from ..render.session_view import render_header, render_tree, render_turns
 from ..render.tokens import TokenText, resolve_tokenizer
-from ..report.session_facts import samples_data, session_header, tree_nodes, turn_rows
+from ..report.drift_window import divergences, drift_points
+from ..report.session_facts import clip_sample, samples_data, session_header, tree_nodes, turn_rows
 from ..run.corpus import Reject
-from .app import EXIT_CODES_HELP, app, err_console, guarded
-from .viewing import LOGS_ENV, is_plain, open_logs, show
+from .app import EXIT_CODES_HELP, app, err_console, guarded, out_console
+from .viewing import LOGS_ENV, UNWRAPPED, is_plain, open_logs, show, with_pager
 
 VIEWS = ("turns", "tree", "samples")
 
@@ -58,17 +60,66 @@ def choose_tokenizer(explicit: Path | None, recorded: str | None, logs: Path) ->
         return TokenText(), f"tokenizer {recorded!r} could not be loaded ({exc.message}): showing token ids"
 
 
+#: Tokens shown each side of ``--around N``.
+AROUND = 64
+
+
+def parse_turns(value: str | None) -> range | None:
+    """``A..B``, ``A..``, ``..B`` or ``A`` (seqs, inclusive) as a range of seqs."""
+    if value is None:
+        return None
+    lo_text, sep, hi_text = value.partition("..")
+    try:
+        lo = int(lo_text) if lo_text.strip() else 0
+        hi = int(hi_text) if hi_text.strip() else (2**63 - 1 if sep else lo)
+    except ValueError:
+        raise typer.BadParameter(f"{value!r} is not a seq range such as 3..7, 3.. or 5", param_hint="--turns") from None
+    if hi < lo:
+        raise typer.BadParameter(f"{value!r} ends before it starts", param_hint="--turns")
+    return range(lo, hi + 1)
+
+
 @app.command(
     help="Show one session as the trainer will see it: its turns and the linearizer's decision for each, "
-    "its routing tree, and its samples with trained tokens marked.\n\n" + EXIT_CODES_HELP
+    "its routing tree, and its samples with trained tokens marked. Narrow it down with --sample, --turns, "
+    "--drift and --around. On a terminal the output goes through a pager (less -R, or $PAGER); piped "
+    "output is never wrapped.\n\n" + EXIT_CODES_HELP
 )
 @guarded
 def inspect(
     session: str = typer.Argument(..., help="A session id, or a unique prefix of one."),
-    logs: Path = typer.Option(
-        Path("logs"), "--logs", "-l", envvar=LOGS_ENV, help=f"The turn-log folder (or ${LOGS_ENV})."
+    logs_arg: Path | None = typer.Argument(
+        None, metavar="[LOGS]", help=f"The turn-log folder (default ./logs, or ${LOGS_ENV}); or --logs."
     ),
-    view: str = typer.Option(",".join(VIEWS), "--view", help="Comma-separated views to show: turns, tree, samples."),
+    logs: Path | None = typer.Option(
+        None, "--logs", "-l", envvar=LOGS_ENV, help=f"The turn-log folder (or ${LOGS_ENV}), as the LOGS argument."
+    ),
+    view: str | None = typer.Option(
+        None,
+        "--view",
+        help="Comma-separated views to show: turns, tree, samples (default: all three; only samples with "
+        "--sample or --around).",
+    ),
+    sample: int | None = typer.Option(None, "--sample", "-s", min=0, help="Show only sample K (0-based)."),
+    turns: str | None = typer.Option(
+        None,
+        "--turns",
+        help="Only turns with seq in A..B (also A.. or ..B or one seq): in the turns view and in the samples' "
+        "regions.",
+    ),
+    drift: bool = typer.Option(
+        False,
+        "--drift",
+        help="Show only the forks and realigns, each with the held and the prompt tokens decoded around the "
+        "first difference.",
+    ),
+    around: int | None = typer.Option(
+        None,
+        "--around",
+        min=0,
+        help=f"Show only the tokens within {AROUND} of this token index in each sample shown (with --sample: "
+        "that sample).",
+    ),
     tokenizer: Path | None = typer.Option(
         None,
         "--tokenizer",
@@ -78,6 +129,7 @@ def inspect(
     ids: bool = typer.Option(False, "--ids", help="Show token ids instead of decoded text."),
     full: bool = typer.Option(False, "--full", help="Show first prompts and long context runs in full."),
     as_json: bool = typer.Option(False, "--json", help="Print the selected views as JSON (stable keys)."),
+    no_pager: bool = typer.Option(False, "--no-pager", help="Print straight to the terminal, without a pager."),
     fork_threshold: int = typer.Option(
         DEFAULT_FORK_THRESHOLD,
         "--fork-threshold",
@@ -85,8 +137,17 @@ def inspect(
         help="The fork threshold the samples were (or will be) rebuilt with.",
     ),
 ) -> None:
-    views = parse_views(view)
-    corpus = open_logs(logs, Policy(fork_threshold=fork_threshold))
+    if logs_arg is not None and logs is not None and logs_arg != logs:
+        raise typer.BadParameter(f"two log folders: {logs_arg} and --logs {logs}", param_hint="LOGS")
+    folder = logs_arg or logs or Path("logs")
+    if view is not None:
+        views = parse_views(view)
+    elif sample is not None or around is not None:
+        views = ["samples"]
+    else:
+        views = list(VIEWS)
+    seqs = parse_turns(turns)
+    corpus = open_logs(folder, Policy(fork_threshold=fork_threshold))
     result = corpus.session(session)
     if isinstance(result, Reject):
         raise InvalidSessionError(
@@ -95,31 +156,56 @@ def inspect(
             row=result.row,
             session_id=result.session_id,
         )
+    if sample is not None and sample >= len(result.samples):
+        raise typer.BadParameter(
+            f"session {result.session_id} has {len(result.samples)} samples (0 to {len(result.samples) - 1})"
+            if result.samples
+            else f"session {result.session_id} has no samples",
+            param_hint="--sample",
+        )
 
     text, note = TokenText(), None
-    if "samples" in views and not ids:
-        text, note = choose_tokenizer(tokenizer, corpus.tokenizer, logs)
+    if ("samples" in views or drift) and not ids:
+        text, note = choose_tokenizer(tokenizer, corpus.tokenizer, folder)
+    if note:
+        err_console.print(Text(note, style="dim"))
+
+    if drift:
+        points = drift_points(result, divergences(result, text if text.decodes else None))
+        if as_json:
+            typer.echo(dumps({"session": session_header(result), "tokenizer": text.name, "drift": points}))
+            return
+        page([render_header(session_header(result)), Text(""), render_drift(points, text, plain=is_plain())], no_pager)
+        return
+
+    samples: list[dict[str, Any]] = []
+    if "samples" in views:
+        samples = samples_data(result, text, None if sample is None else [sample])
+        if seqs is not None:
+            samples = [s for s in samples if any(seq in seqs for seq in s["turns"])]
+        if seqs is not None or around is not None:
+            window = None if around is None else range(max(0, around - AROUND), around + AROUND + 1)
+            samples = [clip_sample(s, text, seqs=seqs, tokens=window) for s in samples]
+    rows = turn_rows(result) if "turns" in views else []
+    if seqs is not None:
+        rows = [r for r in rows if r["seq"] in seqs]
 
     if as_json:
         data: dict[str, Any] = {"session": session_header(result)}
         if "samples" in views:
             data["tokenizer"] = text.name
         if "turns" in views:
-            data["turns"] = turn_rows(result)
+            data["turns"] = rows
         if "tree" in views:
             data["tree"] = tree_nodes(result)
         if "samples" in views:
-            data["samples"] = samples_data(result, text)
+            data["samples"] = samples
         typer.echo(dumps(data))
-        if note:
-            err_console.print(Text(note, style="dim"))
         return
 
-    if note:
-        err_console.print(Text(note, style="dim"))
     parts: list[RenderableType] = [render_header(session_header(result))]
     if "turns" in views:
-        parts += [Text("\nturns", style="bold underline"), render_turns(turn_rows(result))]
+        parts += [Text("\nturns", style="bold underline"), render_turns(rows)]
     if "tree" in views:
         parts += [
             Text("\nrouting tree", style="bold underline"),
@@ -127,6 +213,18 @@ def inspect(
         ]
     if "samples" in views:
         # Colour marks trained tokens on a terminal; plain text (a pipe, NO_COLOR) uses [brackets].
-        samples = render_samples(samples_data(result, text), text, full=full, brackets=is_plain())
-        parts += [Text("\nsamples", style="bold underline"), samples]
-    show(Group(*parts))
+        shown = render_samples(samples, text, full=full or around is not None, brackets=is_plain())
+        parts += [Text("\nsamples", style="bold underline"), shown]
+    page(parts, no_pager)
+
+
+def page(parts: list[RenderableType], no_pager: bool) -> None:
+    """Into the pager on a terminal (unless --no-pager); piped, never wrapped: a line is a line for grep."""
+    renderable = Group(*parts)
+    if out_console.is_terminal:
+        if no_pager:
+            out_console.print(renderable)
+        else:
+            with_pager(renderable)
+    else:
+        show(renderable, width=UNWRAPPED)

@@ -20,12 +20,13 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from importlib import resources
 from typing import Any
+from urllib.parse import quote
 
 import jinja2
 
 from ..algorithm.policy import Policy
 from ..algorithm.session import SessionResult
-from ..report.drift_window import Divergence, divergences
+from ..report.drift_window import Divergence, divergences, drift_points
 from ..report.facts import FIELDS, corpus_stats, session_row
 from ..report.session_facts import (
     FORK_LABELS,
@@ -135,14 +136,6 @@ def _charts(stats: dict[str, Any], drift: list[Divergence]) -> list[str]:
 # -- sessions -------------------------------------------------------------------------
 
 
-def _sample_of(result: SessionResult, leaf: int, seq: int) -> int | None:
-    """The sample of ``leaf`` that packs turn ``seq`` (where its divergence shows)."""
-    for i, sample in enumerate(result.samples):
-        if sample.leaf == leaf and seq in sample.seqs:
-            return i
-    return None
-
-
 def _session_payload(result: SessionResult, drift: list[Divergence], used: set[int]) -> dict[str, Any]:
     header = session_header(result)
     turns = turn_rows(result)
@@ -173,27 +166,10 @@ def _session_payload(result: SessionResult, drift: list[Divergence], used: set[i
                 "regions": [[r.kind, r.seq, r.start, r.end, r.trained, r.generated] for r in sample_regions(sample)],
             }
         )
-    points = []
     for d in drift:
         used.update(d.held_ids)
         used.update(d.prompt_ids)
-        label = short_decision({"kind": d.kind, "lcp": d.index, "drift": d.held_length - d.index, "cause": d.cause})
-        points.append(
-            {
-                "seq": d.seq,
-                "leaf": d.leaf,
-                "kind": d.kind,
-                "cause": d.cause,
-                "label": label,
-                "drift_class": d.drift_class,
-                "index": d.index,
-                "window_start": d.window_start,
-                "held_length": d.held_length,
-                "held_ids": d.held_ids,
-                "prompt_ids": d.prompt_ids,
-                "sample": _sample_of(result, d.leaf, d.seq),
-            }
-        )
+    points = drift_points(result, drift)
     fork_parts = [f"{FORK_LABELS[c]} {n}" for c, n in header["forks"].items() if n]
     return {
         "id": result.session_id,
@@ -257,14 +233,14 @@ def _table_row(row: dict[str, Any]) -> dict[str, Any]:
         flags.append("nosamples")
     hot = {key: bool(row[key]) for key in _HOT}
     hot["samples"] = row["samples"] == 0
-    return {"session": row["session"], "href": _quote(row["session"]), "cells": cells, "sort": sort, "flags": flags, "hot": hot}
-
-
-def _quote(session_id: str) -> str:
-    """A session id as JavaScript's ``encodeURIComponent`` writes it (the page's routes use that form)."""
-    from urllib.parse import quote
-
-    return quote(session_id, safe="-_.!~*'()")
+    return {
+        "session": row["session"],
+        "href": quote(row["session"], safe="-_.!~*'()"),  # as the page's encodeURIComponent writes it
+        "cells": cells,
+        "sort": sort,
+        "flags": flags,
+        "hot": hot,
+    }
 
 
 def _special_ids(text: TokenText) -> list[int]:

@@ -94,7 +94,15 @@ def _sample_heading(s: dict[str, Any]) -> list[Text]:
         no_wrap=True,
         overflow="ellipsis",
     )
-    return [first, counts, turns]
+    lines = [first, counts, turns]
+    shown = s.get("shown") or {}
+    if shown.get("tokens") is not None:
+        lo, hi = shown["tokens"]
+        lines.append(Text(f"  showing tokens {lo:,}–{hi:,} of {s['tokens']:,}", style="dim", no_wrap=True))
+    if shown.get("turns") is not None:
+        lo, hi = shown["turns"]
+        lines.append(Text(f"  showing turns {lo}–{hi}", style="dim", no_wrap=True))
+    return lines
 
 
 def render_samples(

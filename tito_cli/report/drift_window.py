@@ -12,14 +12,16 @@ differ.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from ..algorithm.session import SessionResult
 from ..render.tokens import TokenText
+from .session_facts import short_decision
 
-__all__ = ["Divergence", "divergences"]
+__all__ = ["Divergence", "divergences", "drift_points"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,3 +127,38 @@ def divergences(result: SessionResult, text: TokenText | None = None, window: in
             previous = turn
     out.sort(key=lambda d: d.seq)
     return out
+
+
+def _sample_of(result: SessionResult, leaf: int, seq: int) -> int | None:
+    """The sample of ``leaf`` that packs turn ``seq`` (where its divergence shows, at the same index)."""
+    for i, sample in enumerate(result.samples):
+        if sample.leaf == leaf and seq in sample.seqs:
+            return i
+    return None
+
+
+def drift_points(result: SessionResult, found: list[Divergence]) -> list[dict[str, Any]]:
+    """The divergences as JSON-able rows, each with its decision's wording and the sample it shows in."""
+    rows = []
+    for d in found:
+        decision = {"kind": d.kind, "lcp": d.index, "drift": d.held_length - d.index, "cause": d.cause}
+        rows.append(
+            {
+                "seq": d.seq,
+                "leaf": d.leaf,
+                "kind": d.kind,
+                "cause": d.cause,
+                "label": short_decision(decision),
+                "drift_class": d.drift_class,
+                "index": d.index,
+                "window_start": d.window_start,
+                "held_length": d.held_length,
+                "prompt_length": d.prompt_length,
+                "held_ids": d.held_ids,
+                "prompt_ids": d.prompt_ids,
+                "held_text": d.held_text,
+                "prompt_text": d.prompt_text,
+                "sample": _sample_of(result, d.leaf, d.seq),
+            }
+        )
+    return rows

@@ -9,6 +9,7 @@ facts out, they never re-derive them.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +24,7 @@ __all__ = [
     "FORK_PHRASES",
     "NO_SAMPLES_REASONS",
     "Region",
+    "clip_sample",
     "decision_dict",
     "decision_text",
     "rewrites",
@@ -304,10 +306,13 @@ def _decode_raw(text: TokenText, ids: list[int]) -> str | None:
     return str(text.tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False))
 
 
-def samples_data(result: SessionResult, text: TokenText) -> list[dict[str, Any]]:
-    """Every sample with its reward and regions (ids, and decoded text when a tokenizer is loaded)."""
+def samples_data(result: SessionResult, text: TokenText, indices: Iterable[int] | None = None) -> list[dict[str, Any]]:
+    """Every sample (or those in ``indices``) with its reward and regions (ids, and decoded text with a tokenizer)."""
     out = []
+    wanted = None if indices is None else set(indices)
     for i, (sample, reward) in enumerate(zip(result.samples, result.rewards, strict=True)):
+        if wanted is not None and i not in wanted:
+            continue
         regions = []
         for r in sample_regions(sample):
             ids = [int(t) for t in sample.tokens[r.start : r.end]]
@@ -340,3 +345,38 @@ def samples_data(result: SessionResult, text: TokenText) -> list[dict[str, Any]]
             }
         )
     return out
+
+
+def clip_sample(
+    sample: dict[str, Any], text: TokenText, *, seqs: range | None = None, tokens: range | None = None
+) -> dict[str, Any]:
+    """A sample from :func:`samples_data` keeping only the regions of turns in ``seqs`` and the positions in
+    ``tokens`` (both optional); a region cut by ``tokens`` keeps its kind, with its ids and text cut to match.
+
+    ``shown`` records what was kept, so a reader knows the rest exists.
+    """
+    regions = []
+    for region in sample["regions"]:
+        if seqs is not None and region["seq"] not in seqs:
+            continue
+        start, end = region["start"], region["end"]
+        if tokens is not None:
+            start, end = max(start, tokens.start), min(end, tokens.stop)
+            if start >= end and not (region["start"] == region["end"] and region["start"] in tokens):
+                continue
+        ids = region["ids"][start - region["start"] : end - region["start"]]
+        cut = (start, end) != (region["start"], region["end"])
+        regions.append(
+            {
+                **region,
+                "start": start,
+                "end": end,
+                "ids": ids,
+                "text": _decode_raw(text, ids) if cut and region["text"] is not None else region["text"],
+            }
+        )
+    shown = {
+        "turns": None if seqs is None else [seqs.start, seqs.stop - 1],
+        "tokens": None if tokens is None else [max(tokens.start, 0), min(tokens.stop, sample["tokens"])],
+    }
+    return {**sample, "regions": regions, "shown": shown}
