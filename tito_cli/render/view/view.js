@@ -62,8 +62,8 @@
         if (x === "") return 1; // nulls (rejected sessions) last, either way
         if (y === "") return -1;
         let c = numeric ? Number(x) - Number(y) : x < y ? -1 : x > y ? 1 : 0;
-        if (c === 0) c = a.dataset.session < b.dataset.session ? -1 : 1;
-        return desc ? -c : c;
+        if (desc) c = -c;
+        return c !== 0 ? c : a.dataset.session < b.dataset.session ? -1 : 1; // ties by session id, as tito ls
       });
       table.tBodies[0].append(...sorted);
     });
