@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -88,7 +89,7 @@ def test_samples_on_the_page_are_the_samples_file(
             # The regions cover the tokens, in order, and the trained ones are the loss mask.
             regions = sample["regions"]
             assert regions[0][2] == 0 and regions[-1][3] == len(row["tokens"])
-            assert all(a[3] == b[2] for a, b in zip(regions, regions[1:]))
+            assert all(a[3] == b[2] for a, b in pairwise(regions))
             mask = [0] * sample["first_prompt_length"] + row["loss_mask"]
             trained = [i for kind, _, start, end, is_trained, _ in regions if is_trained for i in range(start, end)]
             assert trained == [i for i, m in enumerate(mask) if m]

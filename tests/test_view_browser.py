@@ -96,7 +96,11 @@ def tab(browser: Any, demo_html: Path) -> Iterator[Tab]:
     context = browser.new_context(viewport={"width": 1280, "height": 900}, offline=True)
     page = context.new_page()
     opened = Tab(page)
-    page.on("console", lambda m: opened.errors.append(f"{m.type}: {m.text}") if m.type in ("error", "warning") else None)
+    def console(message: Any) -> None:
+        if message.type in ("error", "warning"):
+            opened.errors.append(f"{message.type}: {message.text}")
+
+    page.on("console", console)
     page.on("pageerror", lambda e: opened.errors.append(f"page error: {e}"))
 
     def block(route: Any) -> None:
