@@ -119,6 +119,7 @@ def screenshots(browser: Any, demo_all: Path, folder: Path) -> None:
     page = context.new_page()
     page.goto(demo_all.as_uri())
     data = page.evaluate("JSON.parse(document.getElementById('tito-data').textContent).sessions")
+
     # The session with the most drift points that show in a sample.
     def shown(s: dict[str, Any]) -> int:
         return len([d for d in s.get("drift", []) if d["sample"] is not None])
@@ -146,6 +147,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=5, help="browser runs per page (medians are printed)")
     parser.add_argument("--screenshots", type=Path, help="write the docs' screenshots of the demo page here")
+    parser.add_argument(
+        "--tokenizer", type=Path, default=QWEN3, help="tokenizer of the long page (default: ../shared/tokenizers/qwen3)"
+    )
     args = parser.parse_args()
     from playwright.sync_api import sync_playwright
 
@@ -155,7 +159,7 @@ def main() -> None:
 
     work = Path(tempfile.mkdtemp(prefix="tito-view-bench-"))
     long_logs = ensure(WorkloadSpec(sessions=1, turns=40))
-    tokenizer = ["--tokenizer", str(QWEN3)] if QWEN3.is_dir() else []
+    tokenizer = ["--tokenizer", str(args.tokenizer)] if args.tokenizer.is_dir() else []
     demo = REPO / "fixtures" / "logs"
     pages: dict[str, tuple[Path, str]] = {}
     build: dict[str, float] = {}

@@ -212,6 +212,40 @@ def drifting_session(tab: Tab) -> dict[str, Any]:
     return found
 
 
+def test_scrolling_draws_a_sample_to_its_end(tab: Tab, demo_samples: list[dict[str, Any]]) -> None:
+    """Tokens are drawn in chunks as they scroll into view, until the last one (no "show all")."""
+    row = max(demo_samples, key=lambda r: len(r["tokens"]))
+    go(tab, f"#/s/{row['session_id']}/sample/{row['sample_index']}")
+    box = tab.page.locator(f"#sample-{row['sample_index']} .tokens").first
+    assert int(box.get_attribute("data-drawn") or 0) < len(row["tokens"])  # drawn lazily
+    for _ in range(2000):
+        if int(box.get_attribute("data-drawn") or 0) == len(row["tokens"]):
+            break
+        tab.page.mouse.wheel(0, 2000)
+        tab.page.wait_for_timeout(20)
+    assert int(box.get_attribute("data-drawn") or 0) == len(row["tokens"])
+    assert box.locator(".t").count() == len(row["tokens"])
+
+
+def test_a_tall_screen_is_filled_with_tokens(tab: Tab, demo_samples: list[dict[str, Any]]) -> None:
+    """The next chunk is drawn while the end of what is drawn is still in view, without any scrolling."""
+    row = max(demo_samples, key=lambda r: len(r["tokens"]))
+    tab.page.set_viewport_size({"width": 1280, "height": 16000})
+    go(tab, f"#/s/{row['session_id']}/sample/{row['sample_index']}")
+    sample = tab.page.locator(f"#sample-{row['sample_index']}")
+    drawn = -1
+    for _ in range(50):  # until drawing stops
+        tab.page.wait_for_timeout(100)
+        now = int(sample.locator(".tokens").first.get_attribute("data-drawn") or 0)
+        if now == drawn:
+            break
+        drawn = now
+    more = sample.locator(".more")
+    if drawn < len(row["tokens"]):
+        # The "show all" line below the drawn tokens is off the screen: the screen is full.
+        assert more.bounding_box()["y"] > 16000  # type: ignore[index]
+
+
 def test_a_drift_point_links_to_its_divergence(tab: Tab) -> None:
     go(tab, f"#/s/{drifting_session(tab)['id']}")
     links = tab.page.locator(".drift a", has_text="show in sample")

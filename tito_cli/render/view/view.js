@@ -167,11 +167,26 @@
       if (left === 0 && observer) observer.disconnect();
       box.dataset.drawn = String(drawn);
     }
+    // Draw chunk after chunk while the end of what is drawn is near the screen (a frame apart, so the
+    // page stays responsive); the observer starts this again when scrolling brings the end near.
+    const NEAR = 600;
+    let filling = false;
+    function fill() {
+      filling = false;
+      if (drawn >= total || box.offsetParent === null) return; // all drawn, or the sample is closed
+      if (sentinel.getBoundingClientRect().top > innerHeight + NEAR) return;
+      drawTo(drawn + CHUNK);
+      filling = true;
+      requestAnimationFrame(fill);
+    }
     const observer = "IntersectionObserver" in window
-      ? new IntersectionObserver((entries) => { if (entries.some((e) => e.isIntersecting)) drawTo(drawn + CHUNK); }, { rootMargin: "600px" })
+      ? new IntersectionObserver((entries) => {
+          if (entries.some((e) => e.isIntersecting) && !filling) fill();
+        }, { rootMargin: `${NEAR}px` })
       : null;
     drawTo(CHUNK);
     if (observer && drawn < total) observer.observe(sentinel);
+    requestAnimationFrame(fill);
     return {
       drawTo,
       jump(position) {
