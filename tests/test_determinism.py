@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
-import pytest
 from typer.testing import CliRunner
 
 from tito_cli.cli import app
@@ -101,9 +100,6 @@ def test_same_bytes_across_hash_seeds(tmp_path: Path) -> None:
 
 
 def test_same_bytes_for_any_worker_count(tmp_path: Path) -> None:
-    help_text = CliRunner().invoke(app, ["rebuild", "--help"]).output
-    if "--workers" not in help_text:
-        pytest.skip("tito rebuild has no --workers yet (issue #6)")
     turns, sessions = corpus()
     log = tmp_path / "logs"
     write_log(log, turns, sessions, max_rows=50)

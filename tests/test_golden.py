@@ -519,7 +519,6 @@ def test_compact_goldens_agree_with_the_reference(folder: Path) -> None:
 DEMO_LOGS = REPO / "fixtures" / "logs"
 
 
-@pytest.mark.skipif(not DEMO_LOGS.is_dir(), reason="fixtures/logs (demo logs, issue #3) is not merged yet")
 def test_demo_log_goldens(tito_golden: TitoGolden) -> None:
     """Full-style goldens of the demo logs, decoded through fixtures/tokenizer.
 

@@ -2,12 +2,13 @@
 
 The public API, in the order data flows through it::
 
-    TurnLogWriter        a live harness records turns and finished sessions (capture.py)
-    Corpus               a turn log opened for rebuilding, one session at a time (corpus.py)
-    rebuild_session      one session's turns -> routing tree -> samples, plus a report (engine.py)
-    rebuild              a whole log -> samples.parquet + rejects report (rebuild_log.py)
-    Policy               the fork threshold and reward mode (policy.py)
+    TurnLogWriter        a live harness records turns and finished sessions (capture/writer.py)
+    Corpus               a turn log opened for rebuilding, one session at a time (run/corpus.py)
+    rebuild_session      one session's turns -> routing tree -> samples, plus a report (algorithm/session.py)
+    rebuild              a whole log -> samples.parquet + rejects report (run/rebuild.py)
+    Policy               the algorithm's knobs: fork threshold, reward mode (algorithm/policy.py)
 
+docs/architecture.md draws the whole layout.
 Everything else is reachable through its module; names not listed here may
 change between releases.  Importing this package never imports transformers.
 """

@@ -1,4 +1,4 @@
-"""One generation call, as the engine sees it.
+"""One generation call, as the rebuild algorithm sees it.
 
 The reader (``readpath``, then ``validate``) turns Parquet rows into :class:`Turn` objects after
 validating them; the router and linearizer only ever see valid turns.  Token

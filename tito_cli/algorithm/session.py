@@ -85,7 +85,7 @@ class SessionReport:
         notes = []
         if self.no_samples is not None:
             if self.no_samples == NoSamples.ALL_SKIPPED:
-                why = f"all {self.turns} turns have an empty prompt_messages (skipped, SPEC §3 step 1)"
+                why = f"all {self.turns} turns have an empty prompt_messages (skipped, docs/spec.md §3 step 1)"
             else:
                 why = (
                     f"no trained output token after the first prompt in any of {self.dropped_segments} "

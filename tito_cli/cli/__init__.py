@@ -34,10 +34,8 @@ GC_THRESHOLD = 5000
 
 def main() -> None:
     # A rebuild allocates many small objects (parsed messages, keys, tree nodes) that live
-    # for one session, and each session breaks its own cycles (parallel._drop).  With the
-    # default threshold (700) the collector ran ~170 times per 100 benchmark sessions, and
-    # each older-generation pass rescanned every object the imports made: 1% of the run.
-    # Collect less often, and never scan what the imports made (forked workers inherit both).
+    # for one session, and each session breaks its own cycles (run/local.py _drop).  Collect
+    # less often, and never rescan what the imports made (forked workers inherit both).
     gc.freeze()
     gc.set_threshold(GC_THRESHOLD)
     app()

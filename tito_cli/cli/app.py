@@ -111,7 +111,7 @@ def progress_bar(verb: str, unit: str) -> Iterator[Progress | None]:
     if not err_console.is_terminal:
         yield None
         return
-    # Imported here: rich.progress costs 40 ms of start-up that a piped run need not pay.
+    # Imported here: rich.progress is a noticeable part of start-up that a piped run need not pay.
     from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
     from rich.progress import Progress as Bar
 

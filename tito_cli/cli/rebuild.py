@@ -32,7 +32,7 @@ def rebuild(
     logs: list[Path] = typer.Argument(
         ..., help="Turn-log folders or Parquet files; folders are searched recursively for *.parquet."
     ),
-    out: Path = typer.Option(..., "--out", "-o", help="The samples Parquet file to write (SPEC §5)."),
+    out: Path = typer.Option(..., "--out", "-o", help="The samples Parquet file to write (docs/spec.md §5)."),
     fork_threshold: int = typer.Option(
         DEFAULT_FORK_THRESHOLD,
         "--fork-threshold",

@@ -92,8 +92,7 @@ def discover_files(paths: Iterable[str | Path], *, exclude: Iterable[Path] = ())
     ``exclude``: files to leave out (a rebuild's own output, when it is
     written into the log's folder), however they are reached.  Files are
     told apart by device and inode, one ``stat`` each (resolving every path
-    costs a system call per path component: finding the benchmark's 142
-    files took 4.4 ms that way, 1.0 ms this way).
+    costs a system call per path component; docs/performance.md).
     """
     excluded = {_file_id(p) for p in exclude}
     found: set[Path] = set()
@@ -126,8 +125,7 @@ def open_parquet(path: Path) -> pq.ParquetFile:
 
     Opened for the index pass, which reads two small column chunks a file:
     pyarrow's read-ahead (``pre_buffer``: coalesced ranges fetched on its IO
-    threads) costs more than it saves there (the benchmark's 138 turns files:
-    21 ms of reading with it, 12 ms without).
+    threads) costs more than it saves there (docs/performance.md).
     """
     try:
         parquet = pq.ParquetFile(path, pre_buffer=False)
@@ -164,7 +162,7 @@ def classify_file(path: Path, parquet: pq.ParquetFile | None = None) -> LogFile:
             raise SchemaError(
                 "neither a turns table (needs seq and prompt_ids) nor a sessions table (needs reward)",
                 file=path,
-                tip="turn logs are written by tito_cli.capture.writer.TurnLogWriter; see SPEC §2",
+                tip="turn logs are written by tito_cli.capture.writer.TurnLogWriter; see docs/spec.md §2",
             )
     if table not in ("turns", "sessions"):
         raise SchemaError(

@@ -296,8 +296,8 @@ def index_parquet(log_file: LogFile, parquet: pq.ParquetFile, only: frozenset[st
         keep &= valid
     # Session ids -> small integers in first-seen order (a null id maps to 0; `keep`
     # drops it).  A dict over the column's values: this pass reads one short
-    # string per turn, and pyarrow.compute would add ~50 ms of start-up to
-    # every command.
+    # string per turn, and importing pyarrow.compute would slow every command's
+    # start-up (docs/performance.md).
     local_of: dict[str, int] = {}
     local = np.fromiter(
         (0 if sid is None else local_of.setdefault(sid, len(local_of)) for sid in _session_ids(sids, log_file)),
@@ -333,7 +333,7 @@ def read_batch(files: Sequence[LogFile], batch: ReadBatch) -> Iterator[SessionRo
     """
     last_user: dict[int, int] = {}
     for position, place in enumerate(batch.sessions):
-        # (A set, not np.unique: that imports numpy.ma on first use, 30 ms of start-up.)
+        # (A set, not np.unique: that imports numpy.ma on first use, a start-up cost.)
         for g in set(place.groups.tolist()):
             last_user[g] = position
     loaded: dict[int, _Columns] = {}
@@ -354,7 +354,7 @@ def _int64_values(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     valid = validity(array)
     if pa.types.is_null(array.type):
         return np.zeros(len(array), dtype=np.int64), valid
-    # (cast goes through pyarrow.compute, a 50 ms import: skip it when there is nothing to do)
+    # (cast goes through pyarrow.compute, a slow import: skip it when there is nothing to do)
     cast = array if pa.types.is_int64(array.type) else array.cast(pa.int64())
     # Straight from the data buffer: exact for any int64, and no float detour for nulls.
     values = np.frombuffer(cast.buffers()[1], dtype=np.int64, count=cast.offset + len(cast))[cast.offset :]

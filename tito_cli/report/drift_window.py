@@ -18,8 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..algorithm.session import SessionResult
-from ..render.tokens import TokenText
-from .session_facts import short_decision
+from .session_facts import TokenText, short_decision
 
 __all__ = ["Divergence", "divergences", "drift_points"]
 

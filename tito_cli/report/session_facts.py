@@ -11,12 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from ..algorithm.linearize import Decision, ForkCause, LinearizedSample
 from ..algorithm.router import Node
 from ..algorithm.session import NoSamples, SessionResult
-from ..render.tokens import TokenText
 from .describe import message_preview, node_kind
 
 __all__ = [
@@ -35,6 +34,15 @@ __all__ = [
     "tree_nodes",
     "turn_rows",
 ]
+
+
+class TokenText(Protocol):
+    """What the facts need to decode: a transformers tokenizer, or ``None`` for ids only.
+
+    ``render.tokens.TokenText`` is one; the facts do not import it (they sit below the renderers).
+    """
+
+    tokenizer: Any
 
 
 # -- wording ------------------------------------------------------------------

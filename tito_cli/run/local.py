@@ -101,9 +101,8 @@ def early_pool(files: int, workers: int) -> Iterator[ProcessPoolExecutor | None]
     """Start ``workers`` processes now, before the log's ``files`` are opened, if there are many.
 
     Everything before the first batch runs in one process while the other
-    cores wait: on the benchmark's 142 files, opening and indexing them was
-    a third of that serial start, and on a log of thousands of files it is
-    seconds.  Yields the pool (``None`` when the files are opened
+    cores wait, and opening and indexing the files is a large part of that
+    serial start (docs/performance.md).  Yields the pool (``None`` when the files are opened
     in-process) for :func:`file_map` and then :func:`rebuild_outputs`; it is
     shut down on leaving.
     """

@@ -112,7 +112,7 @@ def rebuild_ray(
         rebuilt = (
             dataset.groupby("session_id", num_partitions=_partitions(log))
             .map_groups(
-                _rebuild_group,  # type: ignore[arg-type]  # extra arguments come from fn_kwargs
+                _rebuild_group,  # type: ignore[arg-type, unused-ignore]  # extra arguments come from fn_kwargs
                 batch_format="pyarrow",
                 fn_kwargs={"infos": sessions.infos, "invalid": sessions.invalid, "policy": policy},
             )
@@ -148,7 +148,7 @@ def _partitions(log: TurnLog) -> int:
     """
     import ray
 
-    cpus = int(ray.cluster_resources().get("CPU", 1))  # type: ignore[no-untyped-call]
+    cpus = int(ray.cluster_resources().get("CPU", 1))  # type: ignore[no-untyped-call, unused-ignore]
     size = sum(f.path.stat().st_size for f in log.turn_files)
     return max(cpus, min(1000, size // (256 << 20) + 1))
 
