@@ -58,21 +58,23 @@ def _decode(text: TokenText | None, ids: npt.NDArray[np.int32] | list[int]) -> s
 
 
 def _classify(
-    text: TokenText | None, held_rest: npt.NDArray[np.int32], prompt_rest: npt.NDArray[np.int32], near: int
+    text: TokenText | None, held: npt.NDArray[np.int32], prompt: npt.NDArray[np.int32], index: int, near: int
 ) -> str | None:
-    """A short name for what changed after the common prefix (a reading aid, not used by the algorithm).
+    """A short name for what changed at ``index`` (a reading aid, not used by the algorithm).
 
-    ``held_rest`` and ``prompt_rest`` start at the first difference; ``near``
-    tokens of each are what the classes look at.
+    The same text after the difference is a re-tokenization; otherwise the
+    ``near`` tokens around it (a few before: a tag may start inside the
+    common prefix) say whether reasoning or a tool call changed.
     """
-    held = _decode(text, held_rest)
-    prompt = _decode(text, prompt_rest[: len(held_rest) + near])
-    if held is None or prompt is None:
+    held_rest = _decode(text, held[index:])
+    prompt_rest = _decode(text, prompt[index : len(held) + near])
+    if held_rest is None or prompt_rest is None:
         return None
-    if prompt.startswith(held) or held.startswith(prompt):
+    if prompt_rest.startswith(held_rest) or held_rest.startswith(prompt_rest):
         return "re-tokenized"
-    held_near = _decode(text, held_rest[:near]) or ""
-    prompt_near = _decode(text, prompt_rest[:near]) or ""
+    before = max(0, index - 4)
+    held_near = _decode(text, held[before : index + near]) or ""
+    prompt_near = _decode(text, prompt[before : index + near]) or ""
     if "<think>" in held_near and "<think>" not in prompt_near:
         return "reasoning dropped"
     if any(mark in held_near + prompt_near for mark in ("<tool_call>", '"arguments"', '{"')):
@@ -116,7 +118,7 @@ def divergences(result: SessionResult, text: TokenText | None = None, window: in
                         window_start=start,
                         held_ids=[int(i) for i in held_window],
                         prompt_ids=[int(i) for i in prompt_window],
-                        drift_class=_classify(text, held[index:], prompt[index:], 2 * window),
+                        drift_class=_classify(text, held, prompt, index, 2 * window),
                         held_length=len(held),
                         prompt_length=len(prompt),
                         held_text=_decode(text, held_window),
