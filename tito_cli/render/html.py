@@ -23,6 +23,7 @@ from typing import Any
 from urllib.parse import quote
 
 import jinja2
+from jinja2.sandbox import SandboxedEnvironment
 
 from ..algorithm.policy import Policy
 from ..algorithm.session import SessionResult
@@ -60,10 +61,11 @@ DRIFT_POSITION_BINS = 10
 Progress = Callable[[int], None]
 
 
-def _template() -> jinja2.Template:
-    folder = resources.files("tito_cli.render") / "view"
-    env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
-    return env.from_string((folder / "page.html.j2").read_text(encoding="utf-8"))
+def _render(**context: Any) -> str:
+    """The page template (sandboxed, as every template tito renders) filled with ``context``."""
+    source = (resources.files("tito_cli.render") / "view" / "page.html.j2").read_text(encoding="utf-8")
+    env = SandboxedEnvironment(autoescape=True, undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    return env.from_string(source).render(**context)
 
 
 def _asset(name: str) -> str:
@@ -305,7 +307,7 @@ def view_page(
         ("realigns", f"{stats['realigns']['total']:,}", f"in {stats['realigns']['sessions']:,} sessions"),
         ("rewrite merges", f"{stats['rewrite_merges']:,}", ""),
     ]
-    return _template().render(
+    return _render(
         title=title,
         policy=f"fork threshold {policy.fork_threshold}, reward {policy.reward_mode}",
         tokenizer=text.name or "none (token ids)",

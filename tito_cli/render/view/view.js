@@ -141,25 +141,37 @@
         region++;
       }
     }
-    function drawTo(limit) {
-      limit = Math.min(limit, total);
-      const frag = document.createDocumentFragment();
-      while (drawn < limit) {
-        labelsHere(frag);
+    // One chunk of tokens in a block of its own: appending a chunk lays out that block only, and a
+    // chunk off the screen is not painted (content-visibility), so a 100k-token sample scrolls like a
+    // short one.  A chunk ends after a line break when one comes soon, so blocks split at line ends.
+    function drawChunk(frag) {
+      let end = Math.min(total, drawn + CHUNK);
+      for (let j = end; j < Math.min(total, end + 256); j++) {
+        if (/\n$/.test(piece(sample.ids[j - 1]))) { end = j; break; }
+      }
+      const chunk = el("div", { class: "chunk" });
+      while (drawn < end) {
+        labelsHere(chunk);
         const r = regions[region];
         const cls = regionClass(r, cutBefore(region));
-        const end = Math.min(limit, r[3]);
-        for (let i = drawn; i < end; i++) {
+        const stop = Math.min(end, r[3]);
+        for (let i = drawn; i < stop; i++) {
           const span = tokenSpan(sample.ids[i], cls);
           span._i = i;
           if (marks.has(i)) span.classList.add("dv");
           spans.push(span);
-          frag.append(span);
+          chunk.append(span);
         }
-        drawn = end;
+        drawn = stop;
         if (drawn === r[3]) region++;
       }
-      if (drawn === total) labelsHere(frag);
+      if (drawn === total) labelsHere(chunk);
+      frag.append(chunk);
+    }
+    function drawTo(limit) {
+      limit = Math.min(limit, total);
+      const frag = document.createDocumentFragment();
+      while (drawn < limit) drawChunk(frag);
       box.insertBefore(frag, sentinel);
       const left = total - drawn;
       moreButton.textContent = `show all (${fmt(left)} more tokens)`;
