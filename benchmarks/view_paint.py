@@ -125,7 +125,9 @@ def screenshots(browser: Any, demo_all: Path, folder: Path) -> None:
         return len([d for d in s.get("drift", []) if d["sample"] is not None])
 
     session = max(data.values(), key=lambda s: (shown(s), s["id"]))
-    point = next(d for d in session["drift"] if d["sample"] is not None)
+    # A realign if there is one: the trained output, the cut and the realigned prompt tokens side by side.
+    points = [d for d in session["drift"] if d["sample"] is not None]
+    point = next((d for d in points if d["kind"] == "realign"), points[0])
     shots = {
         "corpus.png": "#/",
         "session.png": f"#/s/{session['id']}",
@@ -145,7 +147,7 @@ def screenshots(browser: Any, demo_all: Path, folder: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", type=int, default=5, help="browser runs per page (medians are printed)")
+    parser.add_argument("--runs", type=int, default=5, help="browser runs per page (0: only the screenshots)")
     parser.add_argument("--screenshots", type=Path, help="write the docs' screenshots of the demo page here")
     parser.add_argument(
         "--tokenizer", type=Path, default=QWEN3, help="tokenizer of the long page (default: ../shared/tokenizers/qwen3)"
@@ -160,7 +162,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="tito-view-bench-"))
     long_logs = ensure(WorkloadSpec(sessions=1, turns=40))
     tokenizer = ["--tokenizer", str(args.tokenizer)] if args.tokenizer.is_dir() else []
-    demo = REPO / "fixtures" / "logs"
+    demo = Path("fixtures") / "logs"  # relative: the page's title shows the folder as given
     pages: dict[str, tuple[Path, str]] = {}
     build: dict[str, float] = {}
 
@@ -190,6 +192,9 @@ def main() -> None:
             screenshots(browser, pages["demo-all"][0], args.screenshots)
         browser.close()
 
+    if args.runs < 1:
+        shutil.rmtree(work)
+        return
     floor = statistics.median(r["first_paint_ms"] for r in results["baseline"])
     print(f"\n{args.runs} runs per page, medians; baseline first paint {floor:.0f} ms")
     print(
