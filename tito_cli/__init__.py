@@ -3,9 +3,13 @@
 The public API, in the order data flows through it::
 
     TurnLogWriter        a live harness records turns and finished sessions (capture/writer.py)
+    import_traces        another capture system's traces -> a turn log, with a per-session report
+                         (capture/importing.py; one importer per format in capture/importers/)
+    export_exchanges     a turn log -> openai-exchanges JSONL and a rewards file (export/openai_exchanges.py)
     Corpus               a turn log opened for rebuilding, one session at a time (run/corpus.py)
     rebuild_session      one session's turns -> routing tree -> samples, plus a report (algorithm/session.py)
     rebuild              a whole log -> samples.parquet + rejects report (run/rebuild.py)
+    rebuild_from         another system's traces -> samples, through a temporary log (run/rebuild_from.py)
     Policy               the algorithm's knobs: fork threshold, reward mode (algorithm/policy.py)
 
 docs/architecture.md draws the whole layout.
@@ -21,19 +25,23 @@ import typing
 if typing.TYPE_CHECKING:
     from .algorithm.policy import DEFAULT_FORK_THRESHOLD, Policy
     from .algorithm.session import SessionReport, SessionResult, rebuild_session
+    from .capture.importing import ImportSummary, import_traces
     from .capture.writer import TurnLogWriter
     from .errors import (
         InvalidSessionError,
         LogError,
         OutputError,
         SchemaError,
+        SourceError,
         TitoError,
         TokenizerError,
         UnknownSessionError,
         UnreadableLogError,
     )
+    from .export.openai_exchanges import export_exchanges
     from .run.corpus import Corpus, Reject
     from .run.rebuild import RebuildSummary, rebuild
+    from .run.rebuild_from import rebuild_from
     from .turns import SessionInfo, Turn
 
 __version__ = "0.1.0"
@@ -42,6 +50,11 @@ __version__ = "0.1.0"
 # line sets native libraries' options before they load (tito_cli/cli/native_env.py).
 _HOME = {
     "TurnLogWriter": "capture.writer",
+    "ImportSummary": "capture.importing",
+    "import_traces": "capture.importing",
+    "export_exchanges": "export.openai_exchanges",
+    "rebuild_from": "run.rebuild_from",
+    "SourceError": "errors",
     "Corpus": "run.corpus",
     "Reject": "run.corpus",
     "SessionReport": "algorithm.session",
@@ -80,6 +93,7 @@ def __dir__() -> list[str]:
 __all__ = [
     "DEFAULT_FORK_THRESHOLD",
     "Corpus",
+    "ImportSummary",
     "InvalidSessionError",
     "LogError",
     "OutputError",
@@ -90,6 +104,7 @@ __all__ = [
     "SessionInfo",
     "SessionReport",
     "SessionResult",
+    "SourceError",
     "TitoError",
     "TokenizerError",
     "Turn",
@@ -97,6 +112,9 @@ __all__ = [
     "UnknownSessionError",
     "UnreadableLogError",
     "__version__",
+    "export_exchanges",
+    "import_traces",
     "rebuild",
+    "rebuild_from",
     "rebuild_session",
 ]

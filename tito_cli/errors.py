@@ -5,7 +5,8 @@ Every error tito raises on purpose derives from :class:`TitoError`::
     TitoError
      ├── LogError                 a log file cannot be used at all (rebuild aborts)
      │    ├── UnreadableLogError  not Parquet, truncated, unreadable, empty
-     │    └── SchemaError         a required column is missing or has the wrong type
+     │    ├── SchemaError         a required column is missing or has the wrong type
+     │    └── SourceError         an import source (trace file, database) cannot be read at all
      ├── InvalidSessionError      one session's rows are unusable (the session is rejected)
      ├── UnknownSessionError      a session id (or prefix) matches nothing, or too much
      ├── TokenizerError           the tokenizer to decode with is missing or cannot be loaded
@@ -32,6 +33,7 @@ __all__ = [
     "LogError",
     "OutputError",
     "SchemaError",
+    "SourceError",
     "TitoError",
     "TokenizerError",
     "UnknownSessionError",
@@ -109,6 +111,10 @@ class UnreadableLogError(LogError):
 
 class SchemaError(LogError):
     """The file is Parquet but not a turns or sessions table tito understands."""
+
+
+class SourceError(LogError):
+    """An import source is missing, unreadable, or not the format named (``tito import``)."""
 
 
 class InvalidSessionError(TitoError):

@@ -134,9 +134,7 @@ class SessionResult:
         return self.linearization.samples
 
 
-def rebuild_session(
-    session_id: str, turns: Sequence[Turn], info: SessionInfo | None, policy: Policy
-) -> SessionResult:
+def rebuild_session(session_id: str, turns: Sequence[Turn], info: SessionInfo | None, policy: Policy) -> SessionResult:
     """Route and linearize one session's valid turns (in ``seq`` order)."""
     info = info if info is not None else SessionInfo(finished=False)
     tree = route(turns, policy)

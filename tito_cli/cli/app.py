@@ -19,7 +19,7 @@ __all__ = ["EXIT_CODES_HELP", "app", "err_console", "guarded", "out_console", "p
 EXIT_CODES_HELP = (
     "Exit status: 0 ok; 1 internal error (a bug: please report it with -v output); "
     "2 usage error or unknown session; 3 output written but some sessions were rejected "
-    "(see the rejects report); 4 a log file is unreadable or has the wrong schema (nothing written); "
+    "(see the rejects report); 4 a log file or import source is unreadable or has the wrong schema (nothing written); "
     "5 the output cannot be written (exists without --overwrite, or the OS refused); "
     "6 tito check found a changed, missing or stale golden dump."
 )

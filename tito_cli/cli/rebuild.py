@@ -14,6 +14,7 @@ from ..render.summary import render_rebuild_summary
 from ..run.local import BATCHES_PER_WORKER
 from ..run.rebuild import rebuild as rebuild_logs
 from .app import EXIT_CODES_HELP, app, err_console, guarded, progress_bar
+from .import_traces import REWARDS_HELP, SESSION_HEADER_HELP, TOKENIZER_HELP, VERBATIM_HELP, ImportFormat
 
 
 class RewardChoice(Enum):
@@ -30,7 +31,9 @@ class EngineChoice(Enum):
 @guarded
 def rebuild(
     logs: list[Path] = typer.Argument(
-        ..., help="Turn-log folders or Parquet files; folders are searched recursively for *.parquet."
+        ...,
+        help="Turn-log folders or Parquet files; folders are searched recursively for *.parquet. "
+        "With --from: the trace sources of that format.",
     ),
     out: Path = typer.Option(..., "--out", "-o", help="The samples Parquet file to write (docs/spec.md §5)."),
     fork_threshold: int = typer.Option(
@@ -62,6 +65,16 @@ def rebuild(
         show_default=f"the log split in {BATCHES_PER_WORKER} batches per worker",
         help="Size (MiB of decoded turn columns) of the batches of sessions handed to workers.",
     ),
+    from_format: ImportFormat | None = typer.Option(
+        None,
+        "--from",
+        help="Read LOGS as traces of this capture format (see 'tito import --help'), imported on the fly "
+        "into a temporary turn log.",
+    ),
+    rewards: Path = typer.Option(None, "--rewards", help="With --from: " + REWARDS_HELP),
+    tokenizer: str = typer.Option(None, "--tokenizer", help="With --from: " + TOKENIZER_HELP),
+    session_header: str = typer.Option(None, "--session-header", help="With --from: " + SESSION_HEADER_HELP),
+    verbatim_responses: bool = typer.Option(False, "--verbatim-responses", help="With --from: " + VERBATIM_HELP),
     engine: EngineChoice = typer.Option(
         EngineChoice.local,
         "--engine",
@@ -70,6 +83,8 @@ def rebuild(
     ),
 ) -> None:
     policy = Policy(fork_threshold=fork_threshold, reward_mode=reward_mode.value)
+    if from_format is not None and engine is EngineChoice.ray:
+        raise typer.BadParameter("--from works with the local engine only", param_hint="--from")
     batch_bytes = None if batch_mb is None else batch_mb * (1 << 20)
     if engine is EngineChoice.ray:
         from ..run.ray_data import rebuild_ray
@@ -78,6 +93,28 @@ def rebuild(
         err_console.print(render_rebuild_summary(summary))
         raise typer.Exit(EXIT_REJECTED if summary.rejected else EXIT_OK)
     options: dict[str, Any] = {"overwrite": overwrite, "workers": workers, "batch_bytes": batch_bytes}
+    if from_format is not None:
+        from ..render.import_summary import render_import_summary
+        from ..run.rebuild_from import rebuild_from
+
+        with progress_bar("rebuilding", "sessions") as progress:
+            imported, summary = rebuild_from(
+                from_format.value,
+                logs,
+                out,
+                policy,
+                rewards=rewards,
+                tokenizer=tokenizer,
+                session_header=session_header,
+                align_responses=not verbatim_responses,
+                progress=progress,
+                **options,
+            )
+        # The imported log was temporary: its rejects are in the rebuild's rejects report.
+        err_console.print(render_import_summary(imported, show_out=False), soft_wrap=True)
+        err_console.print("", soft_wrap=True)
+        err_console.print(render_rebuild_summary(summary), soft_wrap=True)
+        raise typer.Exit(EXIT_REJECTED if summary.rejected else EXIT_OK)
 
     with progress_bar("rebuilding", "sessions") as progress:
         summary = rebuild_logs(logs, out, policy, progress=progress, **options)

@@ -217,8 +217,16 @@ def assemble_index(parts: Sequence[FileIndex]) -> LogIndex:
     columns: list[tuple[np.ndarray, ...]] = []
     for number, part in enumerate(parts):
         to_global = np.array([codes.setdefault(sid, len(codes)) for sid in part.session_ids] or [0], dtype=np.int64)
-        columns.append((to_global[part.local], part.seq_null, part.seq_values, part.file_rows,
-                        part.groups + len(row_groups), part.rows))
+        columns.append(
+            (
+                to_global[part.local],
+                part.seq_null,
+                part.seq_values,
+                part.file_rows,
+                part.groups + len(row_groups),
+                part.rows,
+            )
+        )
         row_groups.extend(RowGroup(number, g, *facts) for g, facts in enumerate(part.row_groups))
     places: dict[str, SessionPlace] = {}
     if not columns:

@@ -1,9 +1,9 @@
 """A turn log (SPEC §2) opened for reading: its files, its sessions table, its sessions.
 
-    log = TurnLog.open(["logs/"])          # footers only; bad files fail here (logfiles.py)
-    sessions = log.read_sessions()          # rewards and index fields, conflicts reported
-    for rows in log.iter_sessions():        # one session at a time, in session-id order (readpath.py)
-        turns = parse_session(rows)         # raises InvalidSessionError (validate.py)
+log = TurnLog.open(["logs/"])          # footers only; bad files fail here (logfiles.py)
+sessions = log.read_sessions()          # rewards and index fields, conflicts reported
+for rows in log.iter_sessions():        # one session at a time, in session-id order (readpath.py)
+    turns = parse_session(rows)         # raises InvalidSessionError (validate.py)
 """
 
 from __future__ import annotations
@@ -112,9 +112,7 @@ class TurnLog:
                 previous = infos.get(sid)
                 if previous is not None and _info_values(previous) != _info_values(info):
                     assert previous.source is not None
-                    invalid.setdefault(
-                        sid, (f"conflicting sessions rows (the other is {previous.source})", ref)
-                    )
+                    invalid.setdefault(sid, (f"conflicting sessions rows (the other is {previous.source})", ref))
                     continue
                 infos.setdefault(sid, info)
         for sid in invalid:

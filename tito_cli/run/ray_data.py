@@ -106,9 +106,7 @@ def rebuild_ray(
     tmp = out.with_name(f".{out.name}.ray-tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     if log.turn_files:
-        dataset = ray.data.read_parquet(
-            [str(f.path) for f in log.turn_files], columns=common, include_paths=True
-        )
+        dataset = ray.data.read_parquet([str(f.path) for f in log.turn_files], columns=common, include_paths=True)
         rebuilt = (
             dataset.groupby("session_id", num_partitions=_partitions(log))
             .map_groups(
@@ -158,9 +156,7 @@ def _samples_only(table: pa.Table) -> pa.Table:
 
 
 def _bookkeeping_only(table: pa.Table) -> pa.Table:
-    return table.filter(pc.not_equal(table.column("status"), "completed")).select(
-        ["session_id", "status", "metadata"]
-    )
+    return table.filter(pc.not_equal(table.column("status"), "completed")).select(["session_id", "status", "metadata"])
 
 
 def _rebuild_group(
@@ -175,9 +171,7 @@ def _rebuild_group(
         reason, ref = invalid[sid]
         return _bookkeeping(sid, "rejected", {"reason": reason, "file": ref.file, "row": ref.row})
     # The local reader's order: seq (a null seq last), then file.
-    order = pc.sort_indices(
-        table, sort_keys=[("seq", "ascending"), (_PATH, "ascending")], null_placement="at_end"
-    )
+    order = pc.sort_indices(table, sort_keys=[("seq", "ascending"), (_PATH, "ascending")], null_placement="at_end")
     table = table.take(order)
     paths = table.column(_PATH).to_pylist()
     rows = table.drop_columns([_PATH])

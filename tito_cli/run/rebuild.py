@@ -128,9 +128,7 @@ def rebuild(
         except OSError as exc:
             raise OutputError(f"cannot write ({exc})", file=out) from None
         with writer:
-            outputs = rebuild_outputs(
-                corpus, workers=workers, batch_bytes=batch_bytes, spill_dir=out.parent, pool=pool
-            )
+            outputs = rebuild_outputs(corpus, workers=workers, batch_bytes=batch_bytes, spill_dir=out.parent, pool=pool)
             for done, result in enumerate(outputs, start=1):
                 if isinstance(result, Reject):
                     rejected.append(result)

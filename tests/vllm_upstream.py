@@ -1,0 +1,207 @@
+"""A stand-in for a vLLM server: ``/v1/chat/completions`` answered in vLLM's documented shape.
+
+It renders the prompt with the fixture tokenizer's chat template (the ids a
+real server would see), answers with a scripted reply, and returns what vLLM
+returns when asked for ``return_token_ids`` and ``logprobs``:
+``prompt_token_ids`` at the response root, ``choices[0].token_ids``, logprobs
+in ``choices[0].logprobs.content[]``; streamed, the prompt ids on the first
+chunk and the token ids as per-chunk deltas.  Every answer is also kept in
+``calls`` (what the model saw and generated), for tests to derive the
+expected samples from.  Only what cannot run here (a GPU server) is stood in
+for; it listens on 127.0.0.1 only.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from transformers import AutoTokenizer
+
+from .helpers import REPO
+
+__all__ = ["Upstream"]
+
+#: (request messages, tools) -> the assistant message to produce (content and optional tool_calls).
+Script = Callable[[list[dict[str, Any]], Any], dict[str, Any]]
+
+
+class Upstream:
+    def __init__(self, script: Script) -> None:
+        self.tokenizer = AutoTokenizer.from_pretrained(str(REPO / "fixtures" / "tokenizer"))
+        self.script = script
+        self.calls: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        upstream = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:  # quiet
+                pass
+
+            def do_GET(self) -> None:
+                self._send(200, {"status": "ok"} if self.path == "/health" else {"object": "list", "data": []})
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if self.path != "/v1/chat/completions":
+                    self._send(404, {"error": "not found"})
+                    return
+                answer = upstream.answer(body)
+                if body.get("stream"):
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/event-stream")
+                    self.end_headers()
+                    for chunk in answer:
+                        self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                    self.wfile.write(b"data: [DONE]\n\n")
+                    self.wfile.flush()
+                    self.close_connection = True
+                else:
+                    self._send(200, answer)
+
+            def _send(self, status: int, payload: Any) -> None:
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> Upstream:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self._thread.join(timeout=10)
+
+    # -- the model ---------------------------------------------------------
+
+    def _logprob(self, position: int, token: int) -> float:
+        # Deterministic, distinct, float32-exact values (what a sampler would report).
+        return -float(((token * 7 + position * 13) % 97) + 1) / 64.0
+
+    def answer(self, body: dict[str, Any]) -> Any:
+        messages, tools = body["messages"], body.get("tools")
+        prompt = list(
+            self.tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=True)[
+                "input_ids"
+            ]
+        )
+        reply = self.script(messages, tools)
+        text = reply.get("content") or ""
+        for call in reply.get("tool_calls") or []:
+            f = call["function"]
+            text += (
+                "\n" if text else ""
+            ) + f'<tool_call>\n{{"name": "{f["name"]}", "arguments": {f["arguments"]}}}\n</tool_call>'
+        output = [
+            *self.tokenizer.encode(text, add_special_tokens=False),
+            self.tokenizer.convert_tokens_to_ids("<|im_end|>"),
+        ]
+        logprobs = [self._logprob(i, t) for i, t in enumerate(output)]
+        assert all(math.isfinite(x) for x in logprobs)
+        finish = "tool_calls" if reply.get("tool_calls") else "stop"
+        message = {
+            "role": "assistant",
+            "content": reply.get("content"),
+            "refusal": None,
+            "annotations": None,
+            "audio": None,
+            "function_call": None,
+            "tool_calls": reply.get("tool_calls") or [],
+            "reasoning_content": None,
+        }
+        want_ids, want_logprobs = bool(body.get("return_token_ids")), bool(body.get("logprobs"))
+        with self._lock:
+            self.calls.append(
+                {
+                    "messages": messages,
+                    "tools": tools,
+                    "prompt_ids": prompt,
+                    "output_ids": output,
+                    "logprobs": logprobs,
+                    "finish_reason": finish,
+                    "message": message,
+                    "stream": bool(body.get("stream")),
+                }
+            )
+        content = [
+            {"token": self.tokenizer.convert_ids_to_tokens(t), "logprob": lp, "bytes": None, "top_logprobs": []}
+            for t, lp in zip(output, logprobs, strict=True)
+        ]
+        if body.get("stream"):
+            return self._chunks(body, prompt, output, content, message, finish, want_ids, want_logprobs)
+        choice: dict[str, Any] = {
+            "index": 0,
+            "message": message,
+            "logprobs": {"content": content} if want_logprobs else None,
+            "finish_reason": finish,
+            "stop_reason": None,
+        }
+        response: dict[str, Any] = {
+            "id": f"chatcmpl-{len(self.calls)}",
+            "object": "chat.completion",
+            "created": 1780000000,
+            "model": body.get("model", "fixture"),
+            "choices": [choice],
+            "usage": {
+                "prompt_tokens": len(prompt),
+                "completion_tokens": len(output),
+                "total_tokens": len(prompt) + len(output),
+            },
+            "prompt_logprobs": None,
+        }
+        if want_ids:
+            response["prompt_token_ids"] = prompt
+            choice["token_ids"] = output
+        return response
+
+    def _chunks(
+        self,
+        body: dict[str, Any],
+        prompt: list[int],
+        output: list[int],
+        content: list[dict[str, Any]],
+        message: dict[str, Any],
+        finish: str,
+        want_ids: bool,
+        want_logprobs: bool,
+    ) -> list[dict[str, Any]]:
+        base = {
+            "id": "chatcmpl-stream",
+            "object": "chat.completion.chunk",
+            "created": 1780000000,
+            "model": body.get("model"),
+        }
+        first: dict[str, Any] = {
+            **base,
+            "choices": [
+                {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
+            ],
+        }
+        if want_ids:
+            first["prompt_token_ids"] = prompt
+        chunks = [first]
+        for i, token in enumerate(output):
+            last = i == len(output) - 1
+            piece = "" if last else self.tokenizer.decode([token])
+            choice: dict[str, Any] = {
+                "index": 0,
+                "delta": {"content": piece},
+                "logprobs": {"content": [content[i]]} if want_logprobs else None,
+                "finish_reason": finish if last else None,
+            }
+            if want_ids:
+                choice["token_ids"] = [token]
+            chunks.append({**base, "choices": [choice]})
+        return chunks

@@ -1,0 +1,295 @@
+"""The one interface every importer implements, and what they share.
+
+An importer reads one capture system's files and yields, per session, either
+an :class:`ImportedSession` (its turns in order, the reward the source holds,
+and what the source lacked and how it was filled) or an
+:class:`~tito_cli.errors.InvalidSessionError` naming the file, line or row and
+the reason the session cannot be mapped.  It never writes: the driver
+(:mod:`tito_cli.capture.importing`) checks every turn against the turn-log
+contract and records the sessions through
+:class:`~tito_cli.capture.writer.TurnLogWriter`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, ClassVar
+
+from ...errors import InvalidSessionError, SourceError
+from ...turns import canonical_json
+
+__all__ = [
+    "ImportOptions",
+    "ImportedSession",
+    "ImportedTurn",
+    "Importer",
+    "SessionOutcome",
+    "SessionReject",
+    "SourceRef",
+    "align_responses",
+    "check_turn",
+    "epoch_timestamp",
+    "int_list",
+    "iso_timestamp",
+    "read_json_file",
+    "read_json_lines",
+    "reject",
+]
+
+INT32_MAX = 2**31 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class SessionReject:
+    """A session left out of an import (or export), and why: the shape of the rebuild's rejects."""
+
+    session_id: str
+    reason: str
+    file: str | None
+    row: int | None
+
+    def to_dict(self) -> dict[str, object]:
+        return {"session_id": self.session_id, "file": self.file, "row": self.row, "reason": self.reason}
+
+
+@dataclass(frozen=True, slots=True)
+class SourceRef:
+    """Where a record came from: a file and a 1-based line (JSON Lines) or a row (a database table)."""
+
+    file: str
+    row: int | None = None
+    unit: str = "line"
+
+    def __str__(self) -> str:
+        return self.file if self.row is None else f"{self.file}, {self.unit} {self.row}"
+
+
+@dataclass(slots=True)
+class ImportedTurn:
+    """One generation call, mapped onto the turn-log columns (SPEC §2)."""
+
+    prompt_ids: Sequence[int]
+    output_ids: Sequence[int]
+    output_logprobs: Sequence[float] | None
+    finish_reason: str
+    prompt_messages: list[Any]
+    response_message: Any
+    source: SourceRef
+    tools: Any = None
+    metadata: Any = None
+    timestamp: datetime | None = None
+    #: An explicit seq (kept from the source); ``None``: the session's arrival order.
+    seq: int | None = None
+
+
+@dataclass(slots=True)
+class SessionOutcome:
+    """The sessions row a source holds for a session (its reward)."""
+
+    reward: float | None
+    index: int | None = None
+    group_index: int | None = None
+    label: str | None = None
+    metadata: dict[str, Any] | None = None
+    source: SourceRef | None = None
+
+
+@dataclass(slots=True)
+class ImportedSession:
+    session_id: str
+    turns: list[ImportedTurn]
+    source: SourceRef
+    outcome: SessionOutcome | None = None
+    #: What this session's source lacked, each with how it was filled ("finish_reason: ... set to 'stop'").
+    filled: list[str] = field(default_factory=list)
+
+    def note(self, text: str) -> None:
+        """Record (once) something the source lacked and how it was filled."""
+        if text not in self.filled:
+            self.filled.append(text)
+
+
+@dataclass(frozen=True, slots=True)
+class ImportOptions:
+    """Options some formats read; the rest ignore them."""
+
+    #: ``openai-exchanges``: the request header (captured in the record) that names the session.
+    session_header: str | None = None
+    #: Replace a response message by the equal message the harness sent back (see :func:`align_responses`).
+    align_responses: bool = True
+
+
+class Importer(ABC):
+    """One capture format.  Subclasses live one per module under ``capture/importers/``."""
+
+    #: The FORMAT argument of ``tito import``.
+    name: ClassVar[str]
+    #: One line for ``tito import --help``.
+    summary: ClassVar[str]
+    #: What each source argument is, for error messages (``"JSONL file"``, ``"SQLite database"``).
+    sources_hint: ClassVar[str]
+    #: True when response messages are the server's serialisation, not the harness's own message.
+    server_responses: ClassVar[bool] = False
+
+    def __init__(self, options: ImportOptions | None = None) -> None:
+        self.options = options or ImportOptions()
+
+    @abstractmethod
+    def sessions(self, sources: Sequence[Path]) -> Iterator[ImportedSession | InvalidSessionError]:
+        """Every session the sources hold, or why it cannot be imported; unusable sources raise :class:`SourceError`."""
+
+    def check_sources(self, sources: Sequence[Path]) -> None:
+        if not sources:
+            raise SourceError(f"{self.name}: give at least one {self.sources_hint}")
+        for path in sources:
+            if not path.exists():
+                raise SourceError("no such file or folder", file=path)
+
+
+def reject(message: str, ref: SourceRef, session_id: str) -> InvalidSessionError:
+    """A session that cannot be imported.
+
+    ``row`` is the 1-based line of a JSON Lines file or the table's row; a
+    position of another kind (an ATIF step) goes into the message instead.
+    """
+    if ref.row is not None and ref.unit not in ("line", "row"):
+        return InvalidSessionError(f"{ref.unit} {ref.row}: {message}", file=ref.file, session_id=session_id)
+    return InvalidSessionError(message, file=ref.file, row=ref.row, session_id=session_id)
+
+
+def read_json_lines(path: Path) -> Iterator[tuple[int, Any] | tuple[int, SourceError]]:
+    """``(line number, value)`` per non-blank line; a line that is not JSON yields ``(line, SourceError)``.
+
+    The caller decides whether a broken line rejects a session or the whole source.
+    """
+    try:
+        handle = path.open(encoding="utf-8")
+    except OSError as exc:
+        raise SourceError(f"cannot read ({exc.strerror})", file=path) from None
+    with handle:
+        try:
+            for number, line in enumerate(handle, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    yield number, json.loads(line)
+                except json.JSONDecodeError as exc:
+                    yield number, SourceError(f"not JSON ({exc.msg})", file=path, row=number)
+        except UnicodeDecodeError:
+            raise SourceError("not UTF-8 text", file=path) from None
+
+
+def read_json_file(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise SourceError(f"cannot read ({exc.strerror})", file=path) from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SourceError(f"not a JSON document ({exc})", file=path) from None
+
+
+def check_turn(turn: ImportedTurn) -> str | None:
+    """Why ``turn`` breaks the turn-log contract (SPEC §2, §7), or ``None`` when it is valid."""
+    for name in ("prompt_ids", "output_ids"):
+        ids = getattr(turn, name)
+        if not isinstance(ids, (list, tuple)):
+            return f"{name}: expected a list of token ids, got {type(ids).__name__}"
+        for i, token in enumerate(ids):
+            if type(token) is not int:
+                return f"{name}[{i}]: token id {token!r} is not an integer"
+            if not 0 <= token <= INT32_MAX:
+                return f"{name}[{i}]: token id {token} is outside 0..2^31-1"
+    logprobs = turn.output_logprobs
+    if logprobs is not None:
+        if not isinstance(logprobs, (list, tuple)):
+            return f"output_logprobs: expected a list of numbers, got {type(logprobs).__name__}"
+        if logprobs and len(logprobs) != len(turn.output_ids):
+            return f"length mismatch: {len(logprobs)} logprobs for {len(turn.output_ids)} output token ids"
+        for i, value in enumerate(logprobs):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                return f"output_logprobs[{i}]: {value!r} is not a finite number"
+    if not isinstance(turn.finish_reason, str) or not turn.finish_reason:
+        return f"finish_reason: expected a non-empty string, got {turn.finish_reason!r}"
+    if not isinstance(turn.prompt_messages, list):
+        return f"prompt messages: expected a list, got {type(turn.prompt_messages).__name__}"
+    for i, message in enumerate(turn.prompt_messages):
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            return f"prompt message {i} has no role"
+    if turn.response_message is not None and not isinstance(turn.response_message, dict):
+        return f"response message: expected an object, got {type(turn.response_message).__name__}"
+    return None
+
+
+def _without_nulls(value: Any) -> Any:
+    """``value`` without null-valued keys and empty ``tool_calls`` lists, at any depth."""
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None and not (k == "tool_calls" and v == [])}
+    if isinstance(value, list):
+        return [_without_nulls(v) for v in value]
+    return value
+
+
+def align_responses(session: ImportedSession) -> int:
+    """Use, as a turn's response message, the message the harness sent back for it; returns how many changed.
+
+    A server serialises the assistant message with null fields (vLLM:
+    ``refusal``, ``audio``, ``function_call``, ``reasoning_content`` …, and
+    ``tool_calls: []``); a harness usually sends it back without them.  The
+    turn-log contract wants the message as the harness will send it (SPEC §3
+    matches prompt messages to response messages by identity), so when a
+    later turn's prompt holds an assistant message equal to this response
+    once null fields are dropped on both sides, that message replaces the
+    response.  A harness that changed anything else is left alone.
+    """
+    sent_back: dict[str, list[tuple[int, Any]]] = {}
+    for position, turn in enumerate(session.turns):
+        if not isinstance(turn.prompt_messages, list):
+            continue
+        for message in turn.prompt_messages:
+            if isinstance(message, dict) and message.get("role") == "assistant":
+                sent_back.setdefault(canonical_json(_without_nulls(message)), []).append((position, message))
+    changed = 0
+    for position, turn in enumerate(session.turns):
+        response = turn.response_message
+        if not isinstance(response, dict):
+            continue
+        exact = canonical_json(response)
+        for later, message in sent_back.get(canonical_json(_without_nulls(response)), ()):
+            if later > position:
+                if canonical_json(message) != exact:
+                    turn.response_message = message
+                    changed += 1
+                break
+    return changed
+
+
+def epoch_timestamp(value: Any) -> datetime | None:
+    """Seconds since the epoch (int or float) as a UTC datetime; anything else: ``None``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    try:
+        return datetime.fromtimestamp(value, tz=timezone.utc)
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
+def iso_timestamp(value: Any) -> datetime | None:
+    """An ISO 8601 string as a UTC datetime (naive times are taken as UTC); anything else: ``None``."""
+    if not isinstance(value, str):
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
+
+
+def int_list(value: Any) -> list[int] | None:
+    """``value`` when it is a list (checked later by :func:`check_turn`), else ``None``."""
+    return value if isinstance(value, list) else None

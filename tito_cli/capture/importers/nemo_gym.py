@@ -1,0 +1,283 @@
+"""``nemo-gym``: NVIDIA NeMo Gym token-capture folders, with rewards from a rollouts JSONL.
+
+Per rollout, the capture folder holds ``<rollout>.tokens.jsonl`` (one
+``TokenEntry`` per model call: ``prompt_token_ids``, ``generation_token_ids``,
+``generation_log_probs``, ``model_call_id``; entry order carries no meaning)
+and ``<rollout>.capture.jsonl`` (the exchanges: ``model_call_id``, ``dialect``
+responses|chat|messages, ``started_at``, ``request``, ``response``).  Entries
+join exchanges by ``model_call_id`` and are ordered by ``started_at``.  A rollout
+whose capture failed for a call (``<rollout>.tokens.incomplete``, an
+``incomplete`` state, or an intent without an entry) is rejected.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from ...errors import InvalidSessionError, SourceError
+from .base import (
+    ImportedSession,
+    ImportedTurn,
+    Importer,
+    SessionOutcome,
+    SourceRef,
+    epoch_timestamp,
+    iso_timestamp,
+    read_json_lines,
+    reject,
+)
+
+__all__ = ["NemoGymImporter", "responses_messages"]
+
+#: The newest TokenEntry schema this importer understands (NeMo Gym's records.py).
+MAX_SCHEMA_VERSION = 3
+
+_TOKENS = ".tokens.jsonl"
+
+
+class NemoGymImporter(Importer):
+    name = "nemo-gym"
+    summary = "NeMo Gym token-capture folders (<rollout>.tokens.jsonl + .capture.jsonl), rewards from a rollouts JSONL."
+    sources_hint = "token-capture folder (and optionally the rollouts JSONL)"
+    server_responses = True
+
+    def sessions(self, sources: Sequence[Path]) -> Iterator[ImportedSession | InvalidSessionError]:
+        self.check_sources(sources)
+        folders = [p for p in sources if p.is_dir()]
+        if not folders:
+            raise SourceError("give the token-capture folder", file=sources[0])
+        rewards: dict[str, SessionOutcome] = {}
+        for path in sources:
+            if path.is_file():
+                rewards.update(_rollout_rewards(path))
+        for folder in folders:
+            files = sorted(folder.rglob(f"*{_TOKENS}"))
+            if not files:
+                raise SourceError(f"no *{_TOKENS} in this folder", file=folder)
+            for tokens in files:
+                rid = tokens.name[: -len(_TOKENS)]
+                session = _rollout(tokens.parent, rid)
+                if isinstance(session, ImportedSession):
+                    session.outcome = rewards.get(rid)
+                    if session.outcome is None and rewards:
+                        session.note("reward: the rollouts file has no row for this rollout: no sessions row")
+                yield session
+
+
+def _rollout_rewards(path: Path) -> dict[str, SessionOutcome]:
+    rewards: dict[str, SessionOutcome] = {}
+    for number, row in read_json_lines(path):
+        if isinstance(row, SourceError):
+            raise row
+        rid = row.get("rollout_id") if isinstance(row, dict) else None
+        reward = row.get("reward") if isinstance(row, dict) else None
+        if not isinstance(rid, str):
+            raise SourceError("a rollouts row needs a rollout_id", file=path, row=number)
+        if reward is not None and (isinstance(reward, bool) or not isinstance(reward, (int, float))):
+            raise SourceError(f"reward must be a number, got {reward!r}", file=path, row=number)
+        rewards[rid] = SessionOutcome(
+            reward=None if reward is None else float(reward), source=SourceRef(str(path), number)
+        )
+    return rewards
+
+
+def _rollout(folder: Path, rid: str) -> ImportedSession | InvalidSessionError:
+    tokens_path = folder / f"{rid}{_TOKENS}"
+    capture_path = folder / f"{rid}.capture.jsonl"
+    tokens_ref = SourceRef(str(tokens_path))
+    incomplete = folder / f"{rid}.tokens.incomplete"
+    if incomplete.exists():
+        calls = [c for c in incomplete.read_text(encoding="utf-8", errors="replace").split() if c]
+        listed = f" (calls {', '.join(calls)})" if calls else ""
+        return reject(f"rollout marked incomplete: capture failed for a call{listed}", SourceRef(str(incomplete)), rid)
+    state_path = folder / f"{rid}.tokens.state.json"
+    if state_path.exists():
+        try:
+            state = json.loads(state_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            state = None
+        if isinstance(state, dict) and state.get("incomplete"):
+            return reject("rollout marked incomplete in its capture state", SourceRef(str(state_path)), rid)
+    entries: dict[str, tuple[SourceRef, dict[str, Any]]] = {}
+    for number, entry in read_json_lines(tokens_path):
+        ref = SourceRef(str(tokens_path), number)
+        if isinstance(entry, SourceError):
+            return reject(entry.message, ref, rid)
+        if not isinstance(entry, dict) or not isinstance(entry.get("model_call_id"), str):
+            return reject("a token entry needs a model_call_id", ref, rid)
+        version = entry.get("schema_version", 1)
+        if type(version) is not int or version > MAX_SCHEMA_VERSION:
+            return reject(f"token entry schema_version {version!r} is newer than {MAX_SCHEMA_VERSION}", ref, rid)
+        entries[entry["model_call_id"]] = (ref, entry)
+    intents = folder / f"{rid}.tokens.intents"
+    if intents.exists():
+        for number, line in enumerate(intents.read_text(encoding="utf-8", errors="replace").splitlines(), start=1):
+            call = _intent_call(line)
+            if call and call not in entries:
+                return reject(
+                    f"rollout incomplete: intent for call {call} has no token entry",
+                    SourceRef(str(intents), number),
+                    rid,
+                )
+    if not capture_path.exists():
+        return reject(f"no {capture_path.name} beside the token entries (messages unknown)", tokens_ref, rid)
+    exchanges: dict[str, tuple[SourceRef, dict[str, Any]]] = {}
+    for number, exchange in read_json_lines(capture_path):
+        ref = SourceRef(str(capture_path), number)
+        if isinstance(exchange, SourceError):
+            return reject(exchange.message, ref, rid)
+        if isinstance(exchange, dict) and isinstance(exchange.get("model_call_id"), str):
+            exchanges[exchange["model_call_id"]] = (ref, exchange)
+    session = ImportedSession(rid, [], tokens_ref)
+    order = []
+    for call, (ref, _entry) in entries.items():
+        if call not in exchanges:
+            return reject(f"model call {call}: no capture exchange (messages unknown)", ref, rid)
+        started = exchanges[call][1].get("started_at")
+        order.append((_sort_key(started), ref.row or 0, call))
+    for _, _, call in sorted(order):
+        ref, entry = entries[call]
+        exchange_ref, exchange = exchanges[call]
+        mapped = _exchange(exchange)
+        if isinstance(mapped, str):
+            return reject(f"model call {call}: {mapped}", exchange_ref, rid)
+        messages, tools, response, finish = mapped
+        if finish is None:
+            session.note("finish_reason: not in the exchange: recorded as 'stop'")
+        session.turns.append(
+            ImportedTurn(
+                prompt_ids=entry.get("prompt_token_ids"),  # type: ignore[arg-type]  # checked by the driver
+                output_ids=entry.get("generation_token_ids"),  # type: ignore[arg-type]
+                output_logprobs=entry.get("generation_log_probs"),
+                finish_reason=finish or "stop",
+                prompt_messages=messages,
+                response_message=response,
+                source=ref,
+                tools=tools,
+                metadata={"model_call_id": call, "dialect": exchange.get("dialect")},
+                timestamp=epoch_timestamp(exchange.get("completed_at")) or iso_timestamp(exchange.get("completed_at")),
+            )
+        )
+    return session
+
+
+def _sort_key(started: Any) -> tuple[int, float, str]:
+    if isinstance(started, (int, float)) and not isinstance(started, bool):
+        return (0, float(started), "")
+    parsed = iso_timestamp(started)
+    if parsed is not None:
+        return (0, parsed.timestamp(), "")
+    return (1, 0.0, str(started))
+
+
+def _intent_call(line: str) -> str | None:
+    line = line.strip()
+    if not line:
+        return None
+    try:
+        value = json.loads(line)
+    except ValueError:
+        return line
+    if isinstance(value, dict) and isinstance(value.get("model_call_id"), str):
+        return str(value["model_call_id"])
+    return line if not isinstance(value, str) else value
+
+
+_RESPONSES_FINISH = {"max_output_tokens": "length", "content_filter": "content_filter"}
+_MESSAGES_FINISH = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length", "tool_use": "tool_calls"}
+
+
+def _exchange(exchange: dict[str, Any]) -> tuple[list[Any], Any, Any, str | None] | str:
+    """An exchange as (prompt messages, tools, response message, finish reason), or why it cannot be."""
+    request, response = exchange.get("request"), exchange.get("response")
+    if not isinstance(request, dict) or not isinstance(response, dict):
+        return "the exchange has no request or response object"
+    dialect = exchange.get("dialect", "chat")
+    if dialect == "chat":
+        choices = response.get("choices") or [{}]
+        choice = choices[0] if isinstance(choices[0], dict) else {}
+        return request.get("messages") or [], request.get("tools"), choice.get("message"), choice.get("finish_reason")
+    if dialect == "responses":
+        items = request.get("input")
+        if isinstance(items, str):
+            items = [{"type": "message", "role": "user", "content": items}]
+        messages = responses_messages(items or [])
+        if request.get("instructions"):
+            messages.insert(0, {"role": "system", "content": request["instructions"]})
+        output = responses_messages(response.get("output") or [])
+        message = output[0] if len(output) == 1 else {"role": "assistant", "content": ""}
+        finish = None
+        if response.get("status") == "completed":
+            finish = "tool_calls" if message.get("tool_calls") else "stop"
+        elif response.get("status") == "incomplete":
+            reason = (response.get("incomplete_details") or {}).get("reason")
+            finish = _RESPONSES_FINISH.get(reason, "abort") if isinstance(reason, str) else "abort"
+        return messages, request.get("tools"), message, finish
+    if dialect == "messages":
+        messages = list(request.get("messages") or [])
+        if request.get("system"):
+            messages.insert(0, {"role": "system", "content": request["system"]})
+        message = {"role": "assistant", "content": response.get("content")}
+        stop = response.get("stop_reason")
+        return messages, request.get("tools"), message, _MESSAGES_FINISH.get(stop) if isinstance(stop, str) else None
+    return f"unknown dialect {dialect!r}"
+
+
+def _text(content: Any) -> Any:
+    """Responses content parts joined to text; other content as it is."""
+    if isinstance(content, list) and all(isinstance(p, dict) and isinstance(p.get("text"), str) for p in content):
+        return "".join(p["text"] for p in content)
+    return content
+
+
+def responses_messages(items: list[Any]) -> list[dict[str, Any]]:
+    """Responses-API items projected onto chat messages.
+
+    A run of model-side items (reasoning, an assistant message, function
+    calls) becomes one assistant message, so that a response's output and the
+    same items sent back in the next request's input project identically.
+    """
+    messages: list[dict[str, Any]] = []
+    assistant: dict[str, Any] | None = None
+
+    def close() -> None:
+        nonlocal assistant
+        if assistant is not None:
+            messages.append(assistant)
+            assistant = None
+
+    def open_assistant() -> dict[str, Any]:
+        nonlocal assistant
+        if assistant is None:
+            assistant = {"role": "assistant", "content": ""}
+        return assistant
+
+    for item in items:
+        if not isinstance(item, dict):
+            continue
+        kind = item.get("type", "message")
+        if kind == "reasoning":
+            summary = "".join(p.get("text", "") for p in item.get("summary") or [] if isinstance(p, dict))
+            current = open_assistant()
+            current["reasoning_content"] = current.get("reasoning_content", "") + summary
+        elif kind == "function_call":
+            call = {
+                "id": item.get("call_id"),
+                "type": "function",
+                "function": {"name": item.get("name"), "arguments": item.get("arguments")},
+            }
+            open_assistant().setdefault("tool_calls", []).append(call)
+        elif kind == "function_call_output":
+            close()
+            messages.append({"role": "tool", "tool_call_id": item.get("call_id"), "content": _text(item.get("output"))})
+        elif kind == "message" and item.get("role") == "assistant":
+            current = open_assistant()
+            current["content"] += _text(item.get("content")) or ""
+        elif kind == "message":
+            close()
+            messages.append({"role": item.get("role"), "content": _text(item.get("content"))})
+    close()
+    return messages

@@ -1,0 +1,340 @@
+"""``import_traces``: another capture system's traces in, a tito turn log out.
+
+The library function behind ``tito import``; it never prints.  An importer
+(:mod:`tito_cli.capture.importers`) maps the source's records to turns; this
+module checks each session against the turn-log contract, records the valid
+ones through :class:`~tito_cli.capture.writer.TurnLogWriter` (so every
+guarantee of the writer holds: atomic files, the schema, the tokenizer name),
+attaches rewards, and reports every session: imported (with what the source
+lacked and how it was filled) or rejected (file, line or row, reason).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+import shutil
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .._atomic import atomic_path
+from ..errors import OutputError, SourceError, TitoError
+from .importers import FORMATS, importer_for
+from .importers.base import (
+    ImportedSession,
+    ImportedTurn,
+    Importer,
+    ImportOptions,
+    SessionOutcome,
+    SessionReject,
+    SourceRef,
+    check_turn,
+    read_json_lines,
+    reject,
+)
+from .importers.base import (
+    align_responses as _align,
+)
+from .writer import TurnLogWriter
+
+__all__ = ["ImportSummary", "ImportedSessionReport", "import_traces", "read_rewards"]
+
+#: The per-session report written beside the imported log (one JSON object a line).
+REPORT_NAME = "import-report.jsonl"
+#: The writer's file names: turns-import-000001.parquet, sessions-import-000001.parquet.
+WRITER_NAME = "import"
+
+
+@dataclass(slots=True)
+class ImportedSessionReport:
+    session_id: str
+    turns: int
+    #: Where the reward came from: "source", "rewards file", or None (no sessions row).
+    reward_from: str | None
+    filled: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "session_id": self.session_id,
+            "status": "imported",
+            "turns": self.turns,
+            "reward_from": self.reward_from,
+            "filled": self.filled,
+        }
+
+
+@dataclass(slots=True)
+class ImportSummary:
+    format: str
+    out: Path
+    report_file: Path
+    sessions: list[ImportedSessionReport] = field(default_factory=list)
+    rejected: list[SessionReject] = field(default_factory=list)
+    #: Sessions of the rewards file that no imported session matched.
+    unused_rewards: list[str] = field(default_factory=list)
+    files_written: list[Path] = field(default_factory=list)
+
+    @property
+    def turns(self) -> int:
+        return sum(s.turns for s in self.sessions)
+
+    @property
+    def sessions_without_reward(self) -> int:
+        return sum(s.reward_from is None for s in self.sessions)
+
+    def filled_counts(self) -> list[tuple[str, int]]:
+        """Each note on what the source lacked, with the number of sessions it applies to."""
+        counts = Counter(note for s in self.sessions for note in s.filled)
+        return sorted(counts.items())
+
+
+def read_rewards(path: str | os.PathLike[str]) -> dict[str, SessionOutcome]:
+    """A rewards file: JSON Lines of ``session_id``, ``reward`` and optional ``index``,
+    ``group_index``, ``label``, ``metadata``.  Any unusable line is an error (nothing is imported)."""
+    path = Path(path)
+    if not path.is_file():
+        raise SourceError("no such rewards file", file=path)
+    outcomes: dict[str, SessionOutcome] = {}
+    for number, record in read_json_lines(path):
+        if isinstance(record, SourceError):
+            raise record
+        ref = SourceRef(str(path), number)
+        problem = _rewards_problem(record)
+        if problem:
+            raise SourceError(problem, file=path, row=number, tip='each line: {"session_id": ..., "reward": ...}')
+        sid = record["session_id"]
+        if sid in outcomes:
+            raise SourceError(f"session {sid!r} appears twice", file=path, row=number)
+        outcomes[sid] = SessionOutcome(
+            reward=None if record.get("reward") is None else float(record["reward"]),
+            index=record.get("index"),
+            group_index=record.get("group_index"),
+            label=record.get("label"),
+            metadata=record.get("metadata"),
+            source=ref,
+        )
+    return outcomes
+
+
+def _rewards_problem(record: Any) -> str | None:
+    if not isinstance(record, dict):
+        return "a line must be a JSON object"
+    if not isinstance(record.get("session_id"), str):
+        return "session_id must be a string"
+    reward = record.get("reward")
+    if reward is not None and (
+        isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward)
+    ):
+        return f"reward must be a finite number, got {reward!r}"
+    for key in ("index", "group_index"):
+        if record.get(key) is not None and type(record.get(key)) is not int:
+            return f"{key} must be an integer"
+    if record.get("label") is not None and not isinstance(record["label"], str):
+        return "label must be a string"
+    if record.get("metadata") is not None and not isinstance(record["metadata"], dict):
+        return "metadata must be a JSON object"
+    return None
+
+
+def import_traces(
+    format: str,
+    sources: Iterable[str | os.PathLike[str]],
+    out: str | os.PathLike[str],
+    *,
+    rewards: str | os.PathLike[str] | None = None,
+    tokenizer: str | None = None,
+    session_header: str | None = None,
+    align_responses: bool = True,
+    overwrite: bool = False,
+) -> ImportSummary:
+    """Import ``sources`` of ``format`` (a key of :data:`~.importers.FORMATS`) into the log folder ``out``.
+
+    Invalid sessions are left out and reported (``summary.rejected`` and
+    ``<out>/import-report.jsonl``); every other session is written.  A source
+    that cannot be read at all raises :class:`~tito_cli.errors.SourceError`
+    and leaves no log behind (what was written is removed).  Sessions stream
+    from the importer to the writer, which flushes every ``max_rows`` rows.  ``align_responses``: where the source holds
+    the server's serialisation of the response message, use the equal message
+    the harness sent back instead (:func:`~.importers.base.align_responses`).
+    """
+    if format not in FORMATS:
+        raise SourceError(f"unknown format {format!r}", tip=f"formats: {', '.join(FORMATS)}")
+    out = Path(out)
+    _prepare_out(out, overwrite)
+    outcomes = read_rewards(rewards) if rewards is not None else {}
+    importer = importer_for(format, ImportOptions(session_header=session_header))
+    paths = [Path(p) for p in sources]
+    items = importer.sessions(paths)
+    # The first session is read before the folder is made: a source that is not the format leaves nothing.
+    first = next(items, None)
+    summary = ImportSummary(format=format, out=out, report_file=out / REPORT_NAME)
+    created = not out.exists()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"cannot create the folder ({exc.strerror})", file=out) from None
+    writer = TurnLogWriter(out, tokenizer=tokenizer, max_age=None, name=WRITER_NAME)
+    try:
+        every = itertools.chain([] if first is None else [first], items)
+        _import_sessions(summary, writer, every, importer, outcomes, align_responses)
+        writer.close()
+    except BaseException:
+        # A source that turns out unreadable midway (or an interrupt): remove what was written.  The
+        # writer is not closed, so the rows it still buffers are never written.
+        for path in writer.files_written:
+            path.unlink(missing_ok=True)
+        if created:
+            shutil.rmtree(out, ignore_errors=True)
+        raise
+    summary.files_written = list(writer.files_written)
+    summary.unused_rewards = sorted(set(outcomes) - {s.session_id for s in summary.sessions})
+    summary.rejected.sort(key=lambda r: r.session_id)
+    _write_report(summary)
+    return summary
+
+
+def _import_sessions(
+    summary: ImportSummary,
+    writer: TurnLogWriter,
+    items: Iterable[ImportedSession | TitoError],
+    importer: Importer,
+    outcomes: dict[str, SessionOutcome],
+    align_responses: bool,
+) -> None:
+    seen: set[str] = set()
+    for item in items:
+        if isinstance(item, TitoError):
+            summary.rejected.append(SessionReject(item.session_id or "", item.message, item.file, item.row))
+            continue
+        if item.session_id in seen:
+            ref = item.source
+            summary.rejected.append(
+                SessionReject(item.session_id, "session id appears in two sources", ref.file, ref.row)
+            )
+            continue
+        seen.add(item.session_id)
+        if not item.turns:
+            ref = item.source
+            summary.rejected.append(SessionReject(item.session_id, "no generation call to import", ref.file, ref.row))
+            continue
+        if importer.server_responses and align_responses:
+            aligned = _align(item)
+            if aligned:
+                item.note(
+                    "response messages: the server's replaced by the equal message the harness sent back "
+                    "(null fields dropped)"
+                )
+        problem = _check_session(item)
+        if problem is not None:
+            reason, ref = problem
+            error = reject(reason, ref, item.session_id)
+            summary.rejected.append(SessionReject(item.session_id, error.message, error.file, error.row))
+            continue
+        try:
+            summary.sessions.append(_record(writer, item, outcomes))
+        except _WriterRefused as refused:
+            ref = refused.turn.source
+            error = reject(f"the capture writer refused the turn: {refused.reason}", ref, item.session_id)
+            summary.rejected.append(SessionReject(item.session_id, error.message, error.file, error.row))
+
+
+def _prepare_out(out: Path, overwrite: bool) -> None:
+    if out.exists() and not out.is_dir():
+        raise OutputError("the output must be a folder", file=out)
+    if not out.is_dir():
+        return  # created once the sources have been read
+    existing = sorted(p for p in out.iterdir() if p.name.endswith(".parquet") or p.name == REPORT_NAME)
+    if existing and not overwrite:
+        raise OutputError("the folder already holds a log", file=out, tip="pass --overwrite to replace it")
+    for path in existing:
+        try:
+            path.unlink()
+        except OSError as exc:
+            raise OutputError(f"cannot remove {path.name} ({exc.strerror})", file=out) from None
+
+
+def _check_session(session: ImportedSession) -> tuple[str, SourceRef] | None:
+    """The first reason the session breaks the turn-log contract, with the record it is about."""
+    seqs: set[int] = set()
+    for turn in session.turns:
+        problem = check_turn(turn)
+        if problem is not None:
+            return problem, turn.source
+        if turn.seq is not None:
+            if turn.seq < 0:
+                return f"seq {turn.seq} is negative", turn.source
+            if turn.seq in seqs:
+                return f"seq {turn.seq} appears twice", turn.source
+            seqs.add(turn.seq)
+    return None
+
+
+class _WriterRefused(Exception):
+    def __init__(self, turn: ImportedTurn, reason: str) -> None:
+        super().__init__(reason)
+        self.turn, self.reason = turn, reason
+
+
+def _record(
+    writer: TurnLogWriter, session: ImportedSession, outcomes: dict[str, SessionOutcome]
+) -> ImportedSessionReport:
+    """Record a checked session.  The writer validates each turn too: should it refuse the first
+    turn, nothing of the session is buffered and it is rejected; refusing a later one would leave
+    part of the session in the log, which :func:`check_turn` (the same contract) rules out."""
+    next_seq = 0
+    for position, turn in enumerate(session.turns):
+        seq = turn.seq if turn.seq is not None else next_seq
+        next_seq = max(next_seq, seq + 1)
+        try:
+            _record_turn(writer, session.session_id, turn, seq)
+        except (ValueError, TypeError, OverflowError, TitoError) as exc:
+            if position:
+                raise RuntimeError(
+                    f"session {session.session_id!r}: the capture writer refused turn {position} "
+                    f"after accepting the earlier ones ({exc}); the turn-log check missed what it checks"
+                ) from exc
+            raise _WriterRefused(turn, str(exc)) from exc
+    outcome = session.outcome
+    reward_from: str | None = "source"
+    if outcome is None:
+        outcome = outcomes.get(session.session_id)
+        reward_from = "rewards file" if outcome is not None else None
+    if outcome is not None:
+        writer.finish_session(
+            session.session_id,
+            outcome.reward,
+            index=outcome.index,
+            group_index=outcome.group_index,
+            label=outcome.label,
+            metadata=outcome.metadata,
+        )
+    return ImportedSessionReport(session.session_id, len(session.turns), reward_from, list(session.filled))
+
+
+def _record_turn(writer: TurnLogWriter, session_id: str, turn: ImportedTurn, seq: int) -> None:
+    writer.record_turn(
+        session_id,
+        turn.prompt_ids,
+        turn.output_ids,
+        turn.output_logprobs or None,
+        turn.finish_reason,
+        turn.prompt_messages,
+        turn.response_message,
+        tools=turn.tools,
+        metadata=turn.metadata,
+        seq=seq,
+        timestamp=turn.timestamp,
+    )
+
+
+def _write_report(summary: ImportSummary) -> None:
+    lines = [s.to_dict() for s in summary.sessions]
+    lines += [{"status": "rejected", **r.to_dict()} for r in summary.rejected]
+    lines.sort(key=lambda line: (str(line["session_id"]), str(line["status"])))
+    with atomic_path(summary.report_file) as tmp:
+        tmp.write_text("".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines), encoding="utf-8")

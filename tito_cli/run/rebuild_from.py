@@ -1,0 +1,69 @@
+"""``rebuild_from``: import another capture system's traces into a temporary log, then rebuild it.
+
+The library function behind ``tito rebuild --from FORMAT``.  The sessions the
+import rejects join the rebuild's rejects report, so one report lists every
+session left out, whichever step left it out.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from .._atomic import atomic_path
+from ..algorithm.policy import Policy
+from ..capture.importing import ImportSummary, import_traces
+from ..errors import OutputError
+from .corpus import Reject
+from .rebuild import RebuildSummary, rebuild
+
+__all__ = ["rebuild_from"]
+
+
+def rebuild_from(
+    format: str,
+    sources: Iterable[str | os.PathLike[str]],
+    out: str | os.PathLike[str],
+    policy: Policy | None = None,
+    *,
+    rewards: str | os.PathLike[str] | None = None,
+    tokenizer: str | None = None,
+    session_header: str | None = None,
+    align_responses: bool = True,
+    overwrite: bool = False,
+    **rebuild_options: Any,
+) -> tuple[ImportSummary, RebuildSummary]:
+    """Import ``sources`` (see :func:`~tito_cli.capture.importing.import_traces`) and rebuild them into ``out``.
+
+    ``rebuild_options`` are :func:`~tito_cli.run.rebuild.rebuild`'s (``workers``,
+    ``batch_bytes``, ``progress``).  The temporary log lives beside ``out`` and
+    is removed afterwards.
+    """
+    out = Path(out)
+    if out.exists() and not overwrite:
+        raise OutputError("output exists", file=out, tip="pass --overwrite to replace it")
+    if not out.parent.is_dir():
+        raise OutputError("the output's folder does not exist", file=out)
+    with tempfile.TemporaryDirectory(prefix=f".{out.name}.import-", dir=out.parent) as scratch:
+        log = Path(scratch) / "log"
+        imported = import_traces(
+            format,
+            sources,
+            log,
+            rewards=rewards,
+            tokenizer=tokenizer,
+            session_header=session_header,
+            align_responses=align_responses,
+        )
+        rebuilt = rebuild([log], out, policy, overwrite=overwrite, **rebuild_options)
+    if imported.rejected:
+        rejected = [Reject(r.session_id, r.reason, r.file, r.row) for r in imported.rejected]
+        rebuilt.rejected = sorted([*rejected, *rebuilt.rejected], key=lambda r: r.session_id)
+        with atomic_path(rebuilt.rejects_file) as tmp:
+            lines = (json.dumps(r.to_dict(), ensure_ascii=False) + "\n" for r in rebuilt.rejected)
+            tmp.write_text("".join(lines), encoding="utf-8")
+    return imported, rebuilt
