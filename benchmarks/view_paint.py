@@ -145,11 +145,12 @@ def screenshots(browser: Any, demo_all: Path, folder: Path) -> None:
     page.goto(demo_all.as_uri())
     data = page.evaluate("JSON.parse(document.getElementById('tito-data').textContent).sessions")
 
-    # The session with the most drift points that show in a sample.
-    def shown(s: dict[str, Any]) -> int:
-        return len([d for d in s.get("drift", []) if d["sample"] is not None])
+    # A session with a realign, and of those the one with the most drift points that show in a sample.
+    def shown(s: dict[str, Any]) -> tuple[bool, int]:
+        points = [d for d in s.get("drift", []) if d["sample"] is not None]
+        return any(d["kind"] == "realign" for d in points), len(points)
 
-    session = max(data.values(), key=lambda s: (shown(s), s["id"]))
+    session = max(data.values(), key=lambda s: (*shown(s), s["id"]))
     # A realign if there is one: the trained output, the cut and the realigned prompt tokens side by side.
     points = [d for d in session["drift"] if d["sample"] is not None]
     point = next((d for d in points if d["kind"] == "realign"), points[0])
