@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Group, RenderableType
+from rich.table import Table
 from rich.text import Text
 
 from .tokens import TokenText
@@ -21,17 +22,27 @@ __all__ = ["render_drift"]
 _KIND_STYLE = {"fork": "bold red", "realign": "bold yellow"}
 
 
-def _window(text: TokenText, ids: list[int], marked: int, plain: bool, label: str) -> Text:
-    line = Text()
-    line.append(f"  {label:<7}", style="dim")
+def _window(text: TokenText, ids: list[int], marked: int, plain: bool, held: bool) -> Text:
+    line = Text(overflow="fold")
     for i, token in enumerate(ids):
         piece = text.piece(token) if text.decodes else f"{token} "
         if i == marked:
             line.append(f"⟦{piece}⟧" if plain else piece, style="reverse bold")
         else:
-            line.append(piece, style="" if i < marked else "dim" if label == "held" else "")
+            line.append(piece, style="dim" if held and i > marked else "")
     line.highlight_regex("[␣↵⇥]", "dim")
     return line
+
+
+def _windows(text: TokenText, point: dict[str, Any], plain: bool) -> Table:
+    """Labels in a column of their own, so a window wraps (on a terminal) under its own start."""
+    grid = Table.grid(padding=0)
+    grid.add_column(no_wrap=True, style="dim")
+    grid.add_column(overflow="fold")
+    marked = point["index"] - point["window_start"]
+    grid.add_row("  held   ", _window(text, point["held_ids"], marked, plain, True))
+    grid.add_row("  prompt ", _window(text, point["prompt_ids"], marked, plain, False))
+    return grid
 
 
 def render_drift(points: list[dict[str, Any]], text: TokenText, *, plain: bool) -> RenderableType:
@@ -54,7 +65,5 @@ def render_drift(points: list[dict[str, Any]], text: TokenText, *, plain: bool) 
             style="dim",
         )
         parts.append(head)
-        marked = p["index"] - p["window_start"]
-        parts.append(_window(text, p["held_ids"], marked, plain, "held"))
-        parts.append(_window(text, p["prompt_ids"], marked, plain, "prompt"))
+        parts.append(_windows(text, p, plain))
     return Group(*parts)
