@@ -245,9 +245,17 @@ def test_stats_plain(agent_logs: Path) -> None:
         "no sessions row             1  sessions rebuilt with reward 0.0",
     ]
     assert "prompt tokens per turn     64    245    245    245" in lines
-    assert lines[-2:] == [
+    groups = lines.index("groups")
+    assert lines[groups - 3 : groups - 1] == [
         "every output is empty                                            1  e.g. s-81d0-empty",
         "rejected: output_logprobs length differs from output_ids length  1  e.g. s-9e44-bad",
+    ]
+    # GRPO group integrity: the session that forked into 4 samples breaks its group's count.
+    assert lines[groups + 1 :] == [
+        "1 group by group_index (sessions per group: 2 in 1 group)",
+        "1 group where samples ≠ sessions (n_samples_per_prompt breaks):",
+        "group  sessions  expected  samples  sessions ≠ 1 sample",
+        "    0         2         2        5  s-7f3a-fix-tests: 4",
     ]
 
 

@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 
 from tito_cli.algorithm.policy import Policy
 from tito_cli.algorithm.session import SessionResult, rebuild_session
-from tito_cli.export.parquet import provenance
+from tito_cli.export.base import provenance
 from tito_cli.read.rows import RawTurn, SessionRows
 from tito_cli.read.validate import parse_session
 from tito_cli.run.rebuild import rebuild

@@ -1,4 +1,4 @@
-"""The Ray Data engine: the conformance corpus, rebuilt on a local Ray, gives the local engine's samples.
+"""The Ray Data engine: the conformance corpus, rebuilt on a local Ray, gives the local engine's files, byte for byte.
 
 Skipped when Ray is not installed (``pip install 'tito[ray]'``); CI installs it.
 """
@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tito_cli.algorithm.policy import Policy
+from tito_cli.export.base import ExportOptions
 from tito_cli.run.rebuild import rebuild
 
 from .helpers import conformance_folders, read_jsonl, write_log
@@ -34,17 +35,39 @@ def local_ray() -> Iterator[None]:
 
 @pytest.mark.parametrize("folder", FOLDERS, ids=[f.name for f in FOLDERS])
 def test_ray_matches_local_engine(folder: Path, tmp_path: Path) -> None:
-    from tito_cli.run.ray_data import read_samples, rebuild_ray
+    from tito_cli.run.ray_data import rebuild_ray
 
     logs = tmp_path / "logs"
     write_log(logs, read_jsonl(folder / "turns.jsonl"), read_jsonl(folder / "sessions.jsonl"), max_rows=97)
     policy = Policy(fork_threshold=int((folder / "threshold").read_text()))
 
     local = rebuild([logs], tmp_path / "local.parquet", policy, workers=1)
-    on_ray = rebuild_ray([logs], tmp_path / "ray", policy)
+    on_ray = rebuild_ray([logs], tmp_path / "ray.parquet", policy)
 
-    assert read_samples(tmp_path / "ray").to_pylist() == pq.read_table(tmp_path / "local.parquet").to_pylist()
+    # The same sink: the same schema metadata, compression and row groups.
+    assert (tmp_path / "ray.parquet").read_bytes() == (tmp_path / "local.parquet").read_bytes()
+    assert pq.read_table(tmp_path / "ray.parquet").num_rows == local.samples_written
     assert [r.to_dict() for r in on_ray.rejected] == [r.to_dict() for r in local.rejected]
     assert on_ray.sessions == local.sessions
     assert on_ray.totals == local.totals
-    assert (tmp_path / "ray.rejects.jsonl").read_text() == (tmp_path / "local.parquet.rejects.jsonl").read_text()
+    assert (tmp_path / "ray.parquet.rejects.jsonl").read_text() == (
+        tmp_path / "local.parquet.rejects.jsonl"
+    ).read_text()
+
+
+@pytest.mark.parametrize("fmt", ["skyrl", "slime"])
+def test_ray_writes_the_trainer_formats_through_the_same_sink(fmt: str, tmp_path: Path) -> None:
+    from tito_cli.run.ray_data import rebuild_ray
+
+    if fmt == "slime":
+        pytest.importorskip("torch", reason="--format slime writes torch files: pip install 'tito[slime]'")
+    folder = FOLDERS[0]
+    logs = tmp_path / "logs"
+    write_log(logs, read_jsonl(folder / "turns.jsonl"), read_jsonl(folder / "sessions.jsonl"), max_rows=97)
+    policy = Policy(fork_threshold=int((folder / "threshold").read_text()))
+    # --logprobs keep: the conformance corpus mixes sessions with and without recorded logprobs.
+    options = ExportOptions(logprobs="keep")
+
+    rebuild([logs], tmp_path / "local.out", policy, workers=1, output_format=fmt, options=options)
+    rebuild_ray([logs], tmp_path / "ray.out", policy, output_format=fmt, options=options)
+    assert (tmp_path / "ray.out").read_bytes() == (tmp_path / "local.out").read_bytes()

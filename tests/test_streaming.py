@@ -16,7 +16,7 @@ import pytest
 from tito_cli.algorithm.policy import Policy
 from tito_cli.algorithm.session import rebuild_session
 from tito_cli.errors import InvalidSessionError, SchemaError
-from tito_cli.export.parquet import session_table
+from tito_cli.export.base import session_table
 from tito_cli.read import rows as readpath
 from tito_cli.read import turnlog
 from tito_cli.read.rows import ReadBatch, read_batch

@@ -8,7 +8,9 @@ The public API, in the order data flows through it::
     export_exchanges     a turn log -> openai-exchanges JSONL and a rewards file (export/openai_exchanges.py)
     Corpus               a turn log opened for rebuilding, one session at a time (run/corpus.py)
     rebuild_session      one session's turns -> routing tree -> samples, plus a report (algorithm/session.py)
-    rebuild              a whole log -> samples.parquet + rejects report (run/rebuild.py)
+    rebuild              a whole log -> samples.parquet (or a trainer format) + rejects report (run/rebuild.py)
+    export_samples       a samples file -> slime / SkyRL / TRL files (run/export.py; docs/export.md)
+    ExportOptions        the trainer formats' options: split, forked sessions, logprobs, labels (export/base.py)
     rebuild_from         another system's traces -> samples, through a temporary log (run/rebuild_from.py)
     Policy               the algorithm's knobs: fork threshold, reward mode (algorithm/policy.py)
 
@@ -28,6 +30,7 @@ if typing.TYPE_CHECKING:
     from .capture.importing import ImportSummary, import_traces
     from .capture.writer import TurnLogWriter
     from .errors import (
+        ExportError,
         InvalidSessionError,
         LogError,
         OutputError,
@@ -38,8 +41,10 @@ if typing.TYPE_CHECKING:
         UnknownSessionError,
         UnreadableLogError,
     )
+    from .export.base import ExportOptions
     from .export.openai_exchanges import export_exchanges
     from .run.corpus import Corpus, Reject
+    from .run.export import ExportSummary, export_samples
     from .run.rebuild import RebuildSummary, rebuild
     from .run.rebuild_from import rebuild_from
     from .turns import SessionInfo, Turn
@@ -60,6 +65,10 @@ _HOME = {
     "SessionReport": "algorithm.session",
     "SessionResult": "algorithm.session",
     "rebuild_session": "algorithm.session",
+    "ExportError": "errors",
+    "ExportOptions": "export.base",
+    "ExportSummary": "run.export",
+    "export_samples": "run.export",
     "InvalidSessionError": "errors",
     "LogError": "errors",
     "OutputError": "errors",
@@ -93,6 +102,9 @@ def __dir__() -> list[str]:
 __all__ = [
     "DEFAULT_FORK_THRESHOLD",
     "Corpus",
+    "ExportError",
+    "ExportOptions",
+    "ExportSummary",
     "ImportSummary",
     "InvalidSessionError",
     "LogError",
@@ -113,6 +125,7 @@ __all__ = [
     "UnreadableLogError",
     "__version__",
     "export_exchanges",
+    "export_samples",
     "import_traces",
     "rebuild",
     "rebuild_from",

@@ -23,7 +23,7 @@ try:
 except ImportError:  # pragma: no cover - Windows: no locks, no stale-file cleanup
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["atomic_path", "fsync_directory", "remove_stale_temporaries"]
+__all__ = ["StagedFile", "atomic_path", "fsync_directory", "publish", "remove_stale_temporaries"]
 
 
 def fsync_directory(directory: Path) -> None:
@@ -83,6 +83,83 @@ def atomic_path(target: str | os.PathLike[str]) -> Iterator[Path]:
         if lock_fd is not None:
             os.close(lock_fd)
     fsync_directory(target.parent)
+
+
+class StagedFile:
+    """A file written under a locked temporary name beside its ``target``, published by :func:`publish`.
+
+    :func:`atomic_path` publishes one file at the end of a ``with`` block;
+    files that must appear together (a samples file and its rejects report)
+    are staged first, each written completely, and then published in one
+    step, so that a failure while writing any of them leaves every target as
+    it was.
+    """
+
+    def __init__(self, target: str | os.PathLike[str]) -> None:
+        self.target = Path(target)
+        self.path = _temporary_name(self.target)
+        self._lock_fd = _create_locked(self.path)
+
+    def discard(self) -> None:
+        """Remove the temporary (the target is untouched); safe to call twice."""
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
+        self._release()
+
+    def _release(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+
+def publish(staged: list[StagedFile]) -> None:
+    """Move every staged file over its target: all of them, or (on an error) none.
+
+    Each temporary is made durable before the first rename.  The targets
+    that exist are hard-linked aside first, so that when a later rename
+    fails the earlier ones are rolled back to the previous files.  Only a
+    process killed between two renames (microseconds) can leave a mix.
+    """
+    try:
+        for file in staged:
+            fd = os.open(file.path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        # Named like a temporary, unlocked: a killed publisher's leftovers are swept as stale.
+        backups: list[Path | None] = []
+        for file in staged:
+            backup: Path | None = _temporary_name(file.target)
+            try:
+                os.link(file.target, backup)  # type: ignore[arg-type]
+            except OSError:  # no previous file (or no hard links here: then no roll-back either)
+                backup = None
+            backups.append(backup)
+        done: list[int] = []
+        try:
+            for i, file in enumerate(staged):
+                os.replace(file.path, file.target)
+                done.append(i)
+        except BaseException:
+            for i in reversed(done):
+                previous = backups[i]
+                with contextlib.suppress(OSError):
+                    if previous is not None:
+                        os.replace(previous, staged[i].target)
+                    else:
+                        staged[i].target.unlink()
+            raise
+        finally:
+            for backup in backups:
+                if backup is not None:
+                    with contextlib.suppress(FileNotFoundError):
+                        backup.unlink()
+    finally:
+        for file in staged:
+            file.discard()
+    for folder in sorted({file.target.parent for file in staged}):
+        fsync_directory(folder)
 
 
 def remove_stale_temporaries(target: str | os.PathLike[str]) -> list[Path]:

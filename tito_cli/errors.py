@@ -10,7 +10,8 @@ Every error tito raises on purpose derives from :class:`TitoError`::
      ├── InvalidSessionError      one session's rows are unusable (the session is rejected)
      ├── UnknownSessionError      a session id (or prefix) matches nothing, or too much
      ├── TokenizerError           the tokenizer to decode with is missing or cannot be loaded
-     └── OutputError              the output cannot be written where asked
+     ├── OutputError              the output cannot be written where asked
+     └── ExportError              the samples cannot be written in the asked format as they are
 
 Each carries the file, row and session it is about when those are known, so
 that the message can name them.  Exceptions become exit codes in one place:
@@ -29,6 +30,7 @@ __all__ = [
     "EXIT_OUTPUT",
     "EXIT_REJECTED",
     "EXIT_USAGE",
+    "ExportError",
     "InvalidSessionError",
     "LogError",
     "OutputError",
@@ -143,3 +145,9 @@ class OutputError(TitoError):
     """The output cannot be written (exists without overwrite, or the OS refused)."""
 
     exit_code = EXIT_OUTPUT
+
+
+class ExportError(TitoError):
+    """The samples cannot be written in the asked trainer format as they are (an option decides how)."""
+
+    exit_code = EXIT_USAGE

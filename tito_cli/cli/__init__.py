@@ -15,6 +15,7 @@ from . import native_env  # noqa: F401
 # Importing a command module registers its command (in help order, not sorted).
 from . import (  # noqa: F401
     rebuild,
+    export,
     import_traces,
     inspect,
     view,

@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from ..errors import EXIT_INTERNAL, TitoError, UnknownSessionError
 
@@ -60,13 +61,14 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def report_error(error: TitoError) -> None:
-    err_console.print(f"[bold red]ERROR[/] {error}", markup=True, highlight=False, soft_wrap=True)
+    # Escaped: messages and tips hold brackets of their own ("pip install 'tito[slime]'").
+    err_console.print(f"[bold red]ERROR[/] {escape(str(error))}", markup=True, highlight=False, soft_wrap=True)
     if isinstance(error, UnknownSessionError) and error.candidates:
         err_console.print("candidates:", soft_wrap=True)
         for candidate in error.candidates:
             err_console.print(f"  {candidate}", markup=False, soft_wrap=True)
     if error.tip:
-        err_console.print(f"[bold]TIP[/] {error.tip}", soft_wrap=True)
+        err_console.print(f"[bold]TIP[/] {escape(error.tip)}", soft_wrap=True)
 
 
 def guarded(command: F) -> F:

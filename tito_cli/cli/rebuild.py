@@ -10,10 +10,12 @@ import typer
 
 from ..algorithm.policy import DEFAULT_FORK_THRESHOLD, Policy
 from ..errors import EXIT_OK, EXIT_REJECTED
+from ..export.base import format_names
 from ..render.summary import render_rebuild_summary
 from ..run.local import BATCHES_PER_WORKER
 from ..run.rebuild import rebuild as rebuild_logs
 from .app import EXIT_CODES_HELP, app, err_console, guarded, progress_bar
+from .export import FORKED, LABELS, LOGPROBS, SPLIT_BY, ForkedChoice, LogprobsChoice, check_format, export_options
 from .import_traces import REWARDS_HELP, SESSION_HEADER_HELP, TOKENIZER_HELP, VERBATIM_HELP, ImportFormat
 
 
@@ -35,7 +37,19 @@ def rebuild(
         help="Turn-log folders or Parquet files; folders are searched recursively for *.parquet. "
         "With --from: the trace sources of that format.",
     ),
-    out: Path = typer.Option(..., "--out", "-o", help="The samples Parquet file to write (docs/spec.md §5)."),
+    out: Path = typer.Option(
+        ...,
+        "--out",
+        "-o",
+        help="The samples Parquet file to write (docs/spec.md §5), or the --format file "
+        "(for slime with --split-by, a pattern holding {rollout_id}).",
+    ),
+    format: str = typer.Option(
+        "parquet",
+        "--format",
+        help=f"What to write: {', '.join(format_names())}. 'parquet' is the samples file; the others are "
+        "trainer formats, written from the rebuilt sessions directly (docs/export.md).",
+    ),
     fork_threshold: int = typer.Option(
         DEFAULT_FORK_THRESHOLD,
         "--fork-threshold",
@@ -78,21 +92,28 @@ def rebuild(
     engine: EngineChoice = typer.Option(
         EngineChoice.local,
         "--engine",
-        help="'local': this machine's processes, one samples file. 'ray': a Ray Data pipeline "
-        "(pip install 'tito[ray]'); --out is then a folder of Parquet files, see docs/performance.md.",
+        help="'local': this machine's processes. 'ray': a Ray Data pipeline (pip install 'tito[ray]') that "
+        "rebuilds sessions across a cluster; the files written are the same, see docs/performance.md.",
     ),
+    split_by: int = SPLIT_BY,
+    forked: ForkedChoice = FORKED,
+    logprobs: LogprobsChoice = LOGPROBS,
+    labels: bool = LABELS,
 ) -> None:
+    check_format(format, format_names(), "--format")
     policy = Policy(fork_threshold=fork_threshold, reward_mode=reward_mode.value)
     if from_format is not None and engine is EngineChoice.ray:
         raise typer.BadParameter("--from works with the local engine only", param_hint="--from")
     batch_bytes = None if batch_mb is None else batch_mb * (1 << 20)
+    sink_options = export_options(format, split_by, forked, logprobs, labels)
     if engine is EngineChoice.ray:
         from ..run.ray_data import rebuild_ray
 
-        summary = rebuild_ray(logs, out, policy, overwrite=overwrite)
-        err_console.print(render_rebuild_summary(summary))
+        summary = rebuild_ray(logs, out, policy, overwrite=overwrite, output_format=format, options=sink_options)
+        err_console.print(render_rebuild_summary(summary), soft_wrap=True)
         raise typer.Exit(EXIT_REJECTED if summary.rejected else EXIT_OK)
     options: dict[str, Any] = {"overwrite": overwrite, "workers": workers, "batch_bytes": batch_bytes}
+    options.update(output_format=format, options=sink_options)
     if from_format is not None:
         from ..render.import_summary import render_import_summary
         from ..run.rebuild_from import rebuild_from

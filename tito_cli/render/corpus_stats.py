@@ -86,4 +86,34 @@ def render_corpus_stats(s: dict[str, Any]) -> RenderableType:
         for reason, entry in zero.items():
             why.add_row(reason, _n(entry["sessions"]), "e.g. " + ", ".join(entry["examples"]))
         parts.append(why)
+    if s["groups"]["groups"]:
+        parts.extend(_groups(s["groups"]))
     return Group(*parts)
+
+
+def _groups(g: dict[str, Any]) -> list[RenderableType]:
+    """GRPO group integrity: groups whose sample count is not their session count."""
+    sizes = ", ".join(f"{n} in {_n(c)} group{'' if c == 1 else 's'}" for n, c in g["sessions_per_group"].items())
+    parts: list[RenderableType] = [
+        _section("groups"),
+        Text(f"{_n(g['groups'])} group{'' if g['groups'] == 1 else 's'} by group_index (sessions per group: {sizes})"),
+    ]
+    bad = g["mismatched"]
+    if not bad:
+        parts.append(Text("every group has one sample per session"))
+        return parts
+    which = "group where samples ≠ sessions" if len(bad) == 1 else "groups where samples ≠ sessions"
+    parts.append(Text(f"{_n(len(bad))} {which} (n_samples_per_prompt breaks):"))
+    grid = Table.grid(padding=(0, 2))
+    for justify in ("right", "right", "right", "right", "left"):
+        grid.add_column(justify=justify)
+    grid.add_row(*(Text(h, style="bold") for h in ("group", "sessions", "expected", "samples", "sessions ≠ 1 sample")))
+    for fact in bad[:10]:
+        odd = ", ".join(f"{sid}: {n}" for sid, n in fact["sessions_not_one_sample"].items())
+        grid.add_row(
+            str(fact["group_index"]), _n(fact["sessions"]), _n(fact["expected_samples"]), _n(fact["samples"]), odd
+        )
+    parts.append(grid)
+    if len(bad) > 10:
+        parts.append(Text(f"… and {len(bad) - 10} more (see --json)", style="dim"))
+    return parts

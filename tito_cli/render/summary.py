@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
 from ..report.session_facts import FORK_PHRASES
+from ..run.export import ExportSummary
 from ..run.rebuild import RebuildSummary
 
-__all__ = ["render_rebuild_summary"]
+__all__ = ["render_export_summary", "render_rebuild_summary"]
 
 
 def render_rebuild_summary(summary: RebuildSummary) -> RenderableType:
@@ -59,5 +62,35 @@ def render_rebuild_summary(summary: RebuildSummary) -> RenderableType:
         if len(summary.notes) > 10:
             parts.append(Text(f"  … and {len(summary.notes) - 10} more"))
     parts.append(Text(""))
-    parts.append(Text(f"wrote {summary.out}", style="bold"))
+    parts.extend(_warnings(summary.warnings))
+    parts.extend(_wrote(summary.files or [summary.out], summary.format))
+    return Group(*parts)
+
+
+def _warnings(lines: list[str]) -> list[RenderableType]:
+    """The first line is the warning, the others its details."""
+    return [Text(f"WARNING {line}", style="yellow") if i == 0 else Text(f"  {line}") for i, line in enumerate(lines)]
+
+
+def _wrote(files: list[Path], format: str) -> list[RenderableType]:
+    what = "" if format == "parquet" else f" ({format})"
+    if len(files) == 1:
+        return [Text(f"wrote {files[0]}{what}", style="bold")]
+    return [Text(f"wrote {len(files)} files{what}:", style="bold"), *(Text(f"  {f}") for f in files)]
+
+
+def render_export_summary(summary: ExportSummary) -> RenderableType:
+    groups = summary.groups
+    mismatched = groups.mismatched()
+    n = groups.ungrouped_sessions
+    ungrouped = f", {n:,} session{'' if n == 1 else 's'} without a group_index" if n else ""
+    lines = [
+        f"read {summary.samples_read:,} samples of {summary.sessions:,} sessions from {summary.source}",
+        f"groups: {len(groups.groups()):,} by group_index, {len(mismatched):,} whose sample count is not "
+        f"their session count{ungrouped}",
+        f"samples written: {summary.samples_written:,}",
+    ]
+    parts: list[RenderableType] = [Text(line) for line in lines]
+    parts.extend(_warnings(summary.warnings))
+    parts.extend(_wrote(summary.files, summary.format))
     return Group(*parts)

@@ -19,6 +19,7 @@ import numpy as np
 
 from ..algorithm.linearize import ForkCause
 from ..algorithm.session import SessionReport, SessionResult
+from ..export.groups import GroupCounts
 from ..run.corpus import Reject
 from .session_facts import NO_SAMPLES_REASONS
 
@@ -277,6 +278,8 @@ class CorpusStats:
     prompt_lengths: list[int] = field(default_factory=list)
     output_lengths: list[int] = field(default_factory=list)
     turns_per_session: list[int] = field(default_factory=list)
+    #: Sessions and samples per ``group_index`` (GRPO group integrity).
+    groups: GroupCounts = field(default_factory=GroupCounts)
 
     def to_dict(self) -> dict[str, Any]:
         t = self.totals
@@ -320,6 +323,7 @@ class CorpusStats:
             "turns_per_session": percentiles(self.turns_per_session),
             "prompt_tokens": percentiles(self.prompt_lengths),
             "output_tokens": percentiles(self.output_lengths),
+            "groups": self.groups.to_dict(),
         }
 
 
@@ -347,6 +351,7 @@ def corpus_stats(items: Iterable[SessionResult | Reject]) -> CorpusStats:
         stats.sessions_with_realigns += r.realigns > 0
         stats.sessions_without_row += r.missing_sessions_row
         stats.turns_per_session.append(r.turns)
+        stats.groups.add(item.session_id, item.info.group_index, len(item.samples))
         if not item.samples:
             _note(stats.zero_samples, zero_sample_reason(item), item.session_id)
         for turn in item.tree.turns:

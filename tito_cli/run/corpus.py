@@ -1,8 +1,12 @@
 """Many sessions: open a log once, then rebuild its sessions one by one.
 
-``rebuild`` (samples file), ``inspect``, ``ls``, ``stats`` and the golden
-dumps all go through :func:`iter_session_results`, so every command sees
-exactly the samples ``rebuild`` writes.
+The one per-session step is :func:`rebuild_rows` (rows → validated turns →
+session result, or a :class:`Reject`) and :func:`session_output` (… → the
+samples table a sink receives).  ``Corpus.results`` (``inspect``, ``ls``,
+``stats``, the golden dumps), the local runner's workers and the Ray
+runner all call them, so every command sees exactly the samples ``rebuild``
+writes, and the rule "an invalid sessions row rejects its session" is
+written once, here.
 """
 
 from __future__ import annotations
@@ -12,15 +16,18 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import pyarrow as pa
+
 from ..algorithm.policy import Policy
-from ..algorithm.session import SessionResult, rebuild_session
+from ..algorithm.session import SessionReport, SessionResult, rebuild_session
 from ..errors import InvalidSessionError, UnknownSessionError
+from ..export.base import session_table
 from ..read.rows import FileMap, SessionRows
 from ..read.turnlog import SessionsTable, TurnLog
 from ..read.validate import parse_session
 from ..turns import RowRef, SessionInfo
 
-__all__ = ["Corpus", "Reject", "find_session_id", "rebuild_rows"]
+__all__ = ["Corpus", "Reject", "SessionOutput", "find_session_id", "rebuild_rows", "session_output"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +41,19 @@ class Reject:
 
     def to_dict(self) -> dict[str, object]:
         return {"session_id": self.session_id, "file": self.file, "row": self.row, "reason": self.reason}
+
+
+@dataclass(slots=True)
+class SessionOutput:
+    """What a sink and the run's summary need from one rebuilt session."""
+
+    session_id: str
+    #: The session's sample rows (:func:`~tito_cli.export.base.session_table`); ``None`` while
+    #: parked in a spill file or on its way from a worker (``handoff``).
+    table: pa.Table | None
+    report: SessionReport
+    #: (file, first record batch, record batches) of the rows in a worker's handoff file.
+    handoff: tuple[str, int, int] | None = None
 
 
 class Corpus:
@@ -103,6 +123,35 @@ def rebuild_rows(
     except InvalidSessionError as exc:
         return Reject(sid, exc.message, exc.file, exc.row)
     return rebuild_session(sid, turns, infos.get(sid), policy)
+
+
+def session_output(
+    rows: SessionRows,
+    infos: dict[str, SessionInfo],
+    invalid: dict[str, tuple[str, RowRef]],
+    policy: Policy,
+) -> SessionOutput | Reject:
+    """One session's raw rows → its samples table and counts (what runners hand on), or a :class:`Reject`."""
+    result = rebuild_rows(rows, infos, invalid, policy)
+    if isinstance(result, Reject):
+        return result
+    output = SessionOutput(result.session_id, session_table(result), result.report)
+    _drop(result)
+    return output
+
+
+def _drop(result: SessionResult) -> None:
+    """Break the routing tree's parent/child cycles.
+
+    The tree's nodes hold the turns, whose ids are views into decoded row
+    groups.  Without cycles, reference counting frees them as soon as the
+    session is done, instead of at the next full garbage collection, which
+    may come many sessions (hundreds of megabytes) later.
+    """
+    for node in list(result.tree.root.walk()):
+        node.parent = None
+        node.children = []
+        node._index = {}
 
 
 def find_session_id(session_ids: list[str], query: str) -> str:

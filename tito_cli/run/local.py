@@ -25,20 +25,17 @@ import tempfile
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor, wait
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 import pyarrow as pa
 
 from ..algorithm.policy import Policy
-from ..algorithm.session import SessionReport, SessionResult
-from ..export.parquet import session_table
 from ..read.files import LogFile
 from ..read.rows import FileMap, LogIndex, ReadBatch, read_batch
 from ..schema import SAMPLES_SCHEMA
 from ..turns import RowRef, SessionInfo
-from .corpus import Corpus, Reject, rebuild_rows
+from .corpus import Corpus, Reject, SessionOutput, session_output
 
 __all__ = [
     "SessionOutput",
@@ -68,19 +65,6 @@ MIN_PARALLEL_BYTES = 64 << 20
 #: reaches it).  A worker holds its batch's sample rows until the batch is
 #: done, so batches must not grow with the log.
 MAX_BATCH_BYTES = 512 << 20
-
-
-@dataclass(slots=True)
-class SessionOutput:
-    """What the writer and the summary need from one rebuilt session."""
-
-    session_id: str
-    #: The session's sample rows (``samples.session_table``); ``None`` while parked in the spill
-    #: file or on its way from a worker (``handoff``).
-    table: pa.Table | None
-    report: SessionReport
-    #: (file, first record batch, record batches) of the rows in a worker's handoff file.
-    handoff: tuple[str, int, int] | None = None
 
 
 #: Batches per worker: more keep every core busy to the end (a batch runs on one
@@ -150,13 +134,8 @@ def iter_batch(
 ) -> Iterator[SessionOutput | Reject]:
     """Read, validate, route and linearize one batch, session by session, in batch order."""
     for rows in read_batch(files, batch):
-        result = rebuild_rows(rows, infos, invalid, policy)
-        if isinstance(result, Reject):
-            yield result
-            continue
-        output = SessionOutput(result.session_id, session_table(result), result.report)
-        _drop(result)
-        del rows, result
+        output = session_output(rows, infos, invalid, policy)
+        del rows
         yield output
 
 
@@ -221,20 +200,6 @@ class _Handoff:
                 [reader.get_batch(i) for i in range(first, first + count)], schema=SAMPLES_SCHEMA
             )
             output.handoff = None
-
-
-def _drop(result: SessionResult) -> None:
-    """Break the routing tree's parent/child cycles.
-
-    The tree's nodes hold the turns, whose ids are views into decoded row
-    groups.  Without cycles, reference counting frees them as soon as the
-    session is done, instead of at the next full garbage collection, which
-    may come many sessions (hundreds of megabytes) later.
-    """
-    for node in list(result.tree.root.walk()):
-        node.parent = None
-        node.children = []
-        node._index = {}
 
 
 def rebuild_outputs(

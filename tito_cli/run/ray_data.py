@@ -1,30 +1,29 @@
-"""``tito rebuild --engine ray``: the same per-session rebuild as a Ray Data pipeline.
+"""``tito rebuild --engine ray``: the same per-session step as a Ray Data pipeline, the same sink.
 
     ray.data.read_parquet(turn files)        # the columns a rebuild reads, plus each row's file
       .groupby("session_id")
-      .map_groups(_rebuild_group)            # parse_session → rebuild_session → session_table
-      .write_parquet(OUT/)                   # one folder of Parquet files
+      .map_groups(_rebuild_group)            # run/corpus.py's session_output, per session
+      .sort(["session_id", "sample_index"])
+      .iter_batches()  →  sink.add(...)      # in the driver, as the local runner does
 
-For corpora beyond one machine: Ray reads, shuffles and writes in parallel
-across a cluster (``ray.init`` joins the cluster named by ``RAY_ADDRESS``,
-else starts a local one).  Each group's function is exactly what the local
-engine runs per session, so the samples are the same; only their order
-differs: Ray writes sessions in whatever order its groups finish, spread over
-several files.  :func:`read_samples` reads the folder back in the local
-engine's order (session id, then sample index).
+For corpora beyond one machine: Ray reads, shuffles and rebuilds in
+parallel across a cluster (``ray.init`` joins the cluster named by
+``RAY_ADDRESS``, else starts a local one).  Each group runs exactly the
+local runner's per-session step, and the sorted sessions stream to the
+driver, which hands them to the same sink (``tito_cli/export/``), so the
+written files are byte for byte the local runner's.
 
 Besides the samples, each group emits one bookkeeping row (``status`` =
-``session`` or ``rejected``, details as JSON in ``metadata``) from which the
-driver builds the summary and the rejects report; those rows are not
-written to the samples folder.
+``session`` or ``rejected``, details as JSON in ``metadata``, sorted before
+the session's samples by its ``sample_index`` of -1) from which the driver
+builds the summary and the rejects report.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -36,28 +35,21 @@ import pyarrow.parquet as pq
 
 from .._arrow import list_array, primitive_array, string_array
 from ..algorithm.policy import Policy
-from ..algorithm.session import SessionReport, rebuild_session
-from ..errors import InvalidSessionError, OutputError, TitoError
-from ..export.parquet import session_table
+from ..algorithm.session import SessionReport
+from ..errors import OutputError, TitoError
+from ..export.base import ExportOptions, SinkContext, open_sink
 from ..read.files import READ_COLUMNS
 from ..read.rows import rows_from_table
 from ..read.turnlog import TurnLog
-from ..read.validate import parse_session
 from ..schema import SAMPLES_SCHEMA
 from ..turns import RowRef, SessionInfo
-from .corpus import Reject
-from .rebuild import RebuildSummary, rejects_path
+from .corpus import Reject, session_output
+from .export import tables_by_session
+from .rebuild import RebuildSummary, deliver, rejects_path
 
-__all__ = ["read_samples", "rebuild_ray"]
+__all__ = ["rebuild_ray"]
 
 _PATH = "path"  # the column ray.data.read_parquet(include_paths=True) adds
-
-
-def read_samples(folder: str | os.PathLike[str]) -> pa.Table:
-    """A Ray-written samples folder as one table, in the local engine's order (session id, sample index)."""
-    table = pq.read_table(folder)
-    order = pc.sort_indices(table, sort_keys=[("session_id", "ascending"), ("sample_index", "ascending")])
-    return table.take(order)
 
 
 def rebuild_ray(
@@ -66,8 +58,10 @@ def rebuild_ray(
     policy: Policy | None = None,
     *,
     overwrite: bool = False,
+    output_format: str = "parquet",
+    options: ExportOptions | None = None,
 ) -> RebuildSummary:
-    """Rebuild every session under ``inputs`` into the folder ``out`` with Ray Data."""
+    """Rebuild every session under ``inputs`` into ``out`` with Ray Data (the same files as :func:`rebuild`)."""
     try:
         import ray
         import ray.data
@@ -79,20 +73,50 @@ def rebuild_ray(
     policy = policy or Policy()
     out = Path(out)
     rejects_file = rejects_path(out)
-    if out.exists():
-        if not overwrite:
-            raise OutputError("output exists", file=out, tip="pass --overwrite to replace it")
-        if not out.is_dir():
-            raise OutputError("the ray engine writes a folder, and this is a file", file=out)
+    if out.exists() and not overwrite:
+        raise OutputError("output exists", file=out, tip="pass --overwrite to replace it")
     if not out.parent.is_dir():
         raise OutputError("the output's folder does not exist", file=out)
 
     # Indexed as it is classified (one open a file): the session ids below need the index.
     log = TurnLog.open([Path(p) for p in inputs], exclude=[out], index=True)
     sessions = log.read_sessions()
-    summary = RebuildSummary(out=out, rejects_file=rejects_file, policy=policy, tokenizer=log.tokenizer)
+    summary = RebuildSummary(
+        out=out, rejects_file=rejects_file, policy=policy, tokenizer=log.tokenizer, format=output_format
+    )
     session_ids = log.session_ids()
+    sink = open_sink(output_format, out, SinkContext(policy, log.tokenizer, options or ExportOptions(), overwrite))
+    rejected: list[Reject] = []
+    try:
+        for table in _rebuilt_sessions(ray, log, sessions.infos, sessions.invalid, policy):
+            sid = table.column("session_id")[0].as_py()
+            status = table.column("status")[0].as_py()
+            detail = json.loads(table.column("metadata")[0].as_py())
+            if status == "rejected":
+                rejected.append(Reject(sid, detail["reason"], detail["file"], detail["row"]))
+                continue
+            summary.add_session(sid, SessionReport(**detail))
+            # The samples as the local runner makes them (Ray's blocks keep the types, not the
+            # schema's non-null flags).
+            samples = table.slice(1)
+            sink.add(pa.Table.from_arrays(samples.columns, schema=SAMPLES_SCHEMA))
+    except BaseException:
+        sink.abort()
+        raise
+    deliver(sink, summary, session_ids, sessions, rejected)
+    return summary
 
+
+def _rebuilt_sessions(
+    ray: Any,
+    log: TurnLog,
+    infos: dict[str, SessionInfo],
+    invalid: dict[str, tuple[str, RowRef]],
+    policy: Policy,
+) -> Iterator[pa.Table]:
+    """Each session's bookkeeping row and sample rows, one table a session, in session-id order."""
+    if not log.turn_files:
+        return
     if not ray.is_initialized():
         ray.init(log_to_driver=False, configure_logging=False)
     context = ray.data.DataContext.get_current()
@@ -103,40 +127,17 @@ def rebuild_ray(
 
     # Columns every turns file has (optional ones missing somewhere are read as null).
     common = [c for c in READ_COLUMNS if all(c in f.columns for f in log.turn_files)]
-    tmp = out.with_name(f".{out.name}.ray-tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    if log.turn_files:
-        dataset = ray.data.read_parquet([str(f.path) for f in log.turn_files], columns=common, include_paths=True)
-        rebuilt = (
-            dataset.groupby("session_id", num_partitions=_partitions(log))
-            .map_groups(
-                _rebuild_group,  # type: ignore[arg-type, unused-ignore]  # extra arguments come from fn_kwargs
-                batch_format="pyarrow",
-                fn_kwargs={"infos": sessions.infos, "invalid": sessions.invalid, "policy": policy},
-            )
-            .materialize()
+    dataset = ray.data.read_parquet([str(f.path) for f in log.turn_files], columns=common, include_paths=True)
+    rebuilt = (
+        dataset.groupby("session_id", num_partitions=_partitions(log))
+        .map_groups(
+            _rebuild_group,
+            batch_format="pyarrow",
+            fn_kwargs={"infos": infos, "invalid": invalid, "policy": policy},
         )
-        rebuilt.map_batches(_samples_only, batch_format="pyarrow").write_parquet(str(tmp))
-        bookkeeping = rebuilt.map_batches(_bookkeeping_only, batch_format="pyarrow").take_all()
-    else:
-        tmp.mkdir()
-        bookkeeping = []
-
-    rejected: list[Reject] = []
-    for row in sorted(bookkeeping, key=lambda r: r["session_id"]):
-        detail = json.loads(row["metadata"])
-        if row["status"] == "rejected":
-            rejected.append(Reject(row["session_id"], detail["reason"], detail["file"], detail["row"]))
-            continue
-        summary.add_session(row["session_id"], SessionReport(**detail))
-
-    # Move the finished folder into place (the old one goes only once the new one is complete).
-    if out.exists():
-        shutil.rmtree(out)
-    os.replace(tmp, out)
-
-    summary.finish(session_ids, sessions, rejected)
-    return summary
+        .sort(["session_id", "sample_index"])
+    )
+    yield from tables_by_session(rebuilt.iter_batches(batch_format="pyarrow", batch_size=None))
 
 
 def _partitions(log: TurnLog) -> int:
@@ -151,45 +152,29 @@ def _partitions(log: TurnLog) -> int:
     return max(cpus, min(1000, size // (256 << 20) + 1))
 
 
-def _samples_only(table: pa.Table) -> pa.Table:
-    return table.filter(pc.equal(table.column("status"), "completed"))
-
-
-def _bookkeeping_only(table: pa.Table) -> pa.Table:
-    return table.filter(pc.not_equal(table.column("status"), "completed")).select(["session_id", "status", "metadata"])
-
-
 def _rebuild_group(
     table: pa.Table,
     infos: dict[str, SessionInfo],
     invalid: dict[str, tuple[str, RowRef]],
     policy: Policy,
 ) -> pa.Table:
-    """One session's rows (any order) → its sample rows plus one bookkeeping row."""
+    """One session's rows (any order) → its bookkeeping row plus its sample rows."""
     sid = table.column("session_id")[0].as_py()
-    if sid in invalid:
-        reason, ref = invalid[sid]
-        return _bookkeeping(sid, "rejected", {"reason": reason, "file": ref.file, "row": ref.row})
     # The local reader's order: seq (a null seq last), then file.
     order = pc.sort_indices(table, sort_keys=[("seq", "ascending"), (_PATH, "ascending")], null_placement="at_end")
     table = table.take(order)
     paths = table.column(_PATH).to_pylist()
     rows = table.drop_columns([_PATH])
-    try:
-        # Ray does not say which row of its file a row was: name rows by position for now,
-        turns = parse_session(rows_from_table(sid, rows, [RowRef(path, -1) for path in paths]))
-    except InvalidSessionError:
-        # and look the file rows up only for a rejected session (rare), then validate again.
+    # Ray does not say which row of its file a row was: name rows by position for now,
+    output = session_output(rows_from_table(sid, rows, [RowRef(path, -1) for path in paths]), infos, invalid, policy)
+    if isinstance(output, Reject) and sid not in invalid:
+        # and look the file rows up only for a rejected session (rare), then rebuild again.
         sources = _file_rows(sid, paths, table.column("seq").to_pylist())
-        try:
-            parse_session(rows_from_table(sid, rows, sources))
-        except InvalidSessionError as exc:
-            return _bookkeeping(sid, "rejected", {"reason": exc.message, "file": exc.file, "row": exc.row})
-        raise  # pragma: no cover - the same rows fail the same way
-    result = rebuild_session(sid, turns, infos.get(sid), policy)
-    report = asdict(result.report)
-    samples = session_table(result)
-    return pa.concat_tables([samples, _bookkeeping(sid, "session", report)])
+        output = session_output(rows_from_table(sid, rows, sources), infos, invalid, policy)
+    if isinstance(output, Reject):
+        return _bookkeeping(sid, "rejected", {"reason": output.reason, "file": output.file, "row": output.row})
+    assert output.table is not None
+    return pa.concat_tables([_bookkeeping(sid, "session", asdict(output.report)), output.table])
 
 
 def _file_rows(sid: str, paths: list[str], seqs: list[int | None]) -> list[RowRef]:

@@ -1,28 +1,31 @@
-"""``rebuild``: a turn log in, a samples file and a rejects report out.
+"""``rebuild``: a turn log in, a samples file (or a trainer's format) and a rejects report out.
 
 This is the library function behind ``tito rebuild``; it never prints.
 Progress reaches the caller through ``progress(done, total)`` (sessions).
+The output goes through a sink (``tito_cli/export/``), and the sink's files
+and the rejects report are published together by :func:`deliver`, which the
+Ray runner uses too.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .._atomic import atomic_path, remove_stale_temporaries
+from .._atomic import StagedFile, publish, remove_stale_temporaries
 from ..algorithm.policy import Policy
 from ..algorithm.session import SessionReport
 from ..errors import OutputError
-from ..export.parquet import SamplesWriter
+from ..export.base import ExportOptions, Sink, SinkContext, open_sink
+from ..export.rejects import RejectsReport, rejects_path
 from ..read.files import discover_files
 from ..read.turnlog import SessionsTable
 from .corpus import Corpus, Reject
 from .local import default_workers, early_pool, file_map, rebuild_outputs
 
-__all__ = ["RebuildSummary", "Reject", "rebuild", "rejects_path"]
+__all__ = ["RebuildSummary", "Reject", "deliver", "rebuild", "rejects_path"]
 
 Progress = Callable[[int, int], None]
 
@@ -47,6 +50,11 @@ class RebuildSummary:
     tokenizer: str | None = None
     #: Leftover temporaries of a killed earlier rebuild of the same output, removed.
     stale_temporaries_removed: list[Path] = field(default_factory=list)
+    #: The output format (a module of ``tito_cli/export/``), the files it wrote, and its warnings.
+    format: str = "parquet"
+    files: list[Path] = field(default_factory=list)
+    samples_written: int = 0
+    warnings: list[str] = field(default_factory=list)
 
     def add_session(self, session_id: str, report: SessionReport) -> None:
         """Count one rebuilt session (the local and the Ray engine both report through here)."""
@@ -57,7 +65,7 @@ class RebuildSummary:
         self.notes.extend((session_id, note) for note in report.notes())
 
     def finish(self, session_ids: Iterable[str], sessions_table: SessionsTable, rejected: list[Reject]) -> None:
-        """Close the summary and write the rejects report (atomically).
+        """Close the summary: the notes and the complete, sorted list of rejects.
 
         ``session_ids`` are the sessions with turns; sessions rows without turns
         become notes, and unusable sessions rows of sessions with no turns are
@@ -74,13 +82,34 @@ class RebuildSummary:
             if sid not in rejected_ids
         ]
         self.rejected = sorted([*rejected, *extra], key=lambda r: r.session_id)
-        with atomic_path(self.rejects_file) as tmp:
-            lines = (json.dumps(r.to_dict(), ensure_ascii=False) + "\n" for r in self.rejected)
-            tmp.write_text("".join(lines), encoding="utf-8")
 
 
-def rejects_path(out: Path) -> Path:
-    return out.with_name(out.name + ".rejects.jsonl")
+def deliver(
+    sink: Sink,
+    summary: RebuildSummary,
+    session_ids: Iterable[str],
+    sessions_table: SessionsTable,
+    rejected: list[Reject],
+) -> None:
+    """Finish ``summary``, then publish the sink's files and the rejects report together, or neither.
+
+    Everything is written to temporaries first: a failure anywhere (the
+    sink's last write, the rejects report) leaves the previous run's files
+    as they were, never new samples beside an old rejects report.
+    """
+    report = RejectsReport(summary.rejects_file)
+    try:
+        summary.finish(session_ids, sessions_table, rejected)
+        staged: list[StagedFile] = sink.close()
+        staged.append(report.close([r.to_dict() for r in summary.rejected]))
+        publish(staged)
+    except BaseException:
+        sink.abort()
+        report.abort()
+        raise
+    summary.files = list(sink.files)
+    summary.samples_written = sink.samples_written
+    summary.warnings = list(sink.warnings)
 
 
 def rebuild(
@@ -92,13 +121,21 @@ def rebuild(
     progress: Progress | None = None,
     workers: int | None = None,
     batch_bytes: float | None = None,
+    output_format: str = "parquet",
+    options: ExportOptions | None = None,
+    extra_rejects: Iterable[Reject] = (),
 ) -> RebuildSummary:
-    """Rebuild every session under ``inputs`` into ``out`` (Parquet, SPEC §5).
+    """Rebuild every session under ``inputs`` into ``out`` (Parquet, docs/spec.md §5, or ``output_format``).
 
     Invalid sessions are left out and listed in ``<out>.rejects.jsonl``;
     unreadable files raise :class:`~tito_cli.errors.LogError` before anything
-    is written.  Both files appear atomically: the samples file first, then
-    the rejects report.
+    is written.  The output and the rejects report appear together, each
+    atomically, or (on an error) neither does.
+
+    ``output_format`` names a sink in ``tito_cli/export/`` (``parquet``, ``slime``,
+    ``skyrl``, ``trl``; see docs/export.md) and ``options`` its options.
+    ``extra_rejects`` (sessions an earlier step left out, e.g. an import)
+    join the rejects report, which is published with the output.
 
     ``workers`` processes rebuild sessions in parallel (default: this
     machine's cores; small logs are rebuilt in-process); the output is the
@@ -115,29 +152,34 @@ def rebuild(
 
     files = discover_files([Path(p) for p in inputs], exclude=[out])
     workers = default_workers() if workers is None else workers
-    rejected: list[Reject] = []
+    rejected: list[Reject] = list(extra_rejects)
     with early_pool(len(files), workers) as pool:
         corpus = Corpus.open(files, policy, map_files=file_map(pool, len(files), workers))
         # Temporaries of a rebuild that was killed (SIGKILL, OOM) before it could clean up.
         stale = remove_stale_temporaries(out) + remove_stale_temporaries(rejects_file)
         session_ids = corpus.session_ids()
-        summary = RebuildSummary(out=out, rejects_file=rejects_file, policy=policy, tokenizer=corpus.tokenizer)
+        summary = RebuildSummary(
+            out=out, rejects_file=rejects_file, policy=policy, tokenizer=corpus.tokenizer, format=output_format
+        )
         summary.stale_temporaries_removed = stale
+        context = SinkContext(policy, corpus.tokenizer, options or ExportOptions(), overwrite)
+        sink = open_sink(output_format, out, context)
         try:
-            writer = SamplesWriter(out, policy, tokenizer=corpus.tokenizer)
-        except OSError as exc:
-            raise OutputError(f"cannot write ({exc})", file=out) from None
-        with writer:
-            outputs = rebuild_outputs(corpus, workers=workers, batch_bytes=batch_bytes, spill_dir=out.parent, pool=pool)
+            outputs = rebuild_outputs(
+                corpus, workers=workers, batch_bytes=batch_bytes, spill_dir=out.parent, pool=pool
+            )
             for done, result in enumerate(outputs, start=1):
                 if isinstance(result, Reject):
                     rejected.append(result)
                 else:
                     assert result.table is not None
-                    writer.add_table(result.table)
+                    sink.add(result.table)
                     summary.add_session(result.session_id, result.report)
                 if progress is not None:
                     progress(done, len(session_ids))
+        except BaseException:
+            sink.abort()
+            raise
 
-    summary.finish(session_ids, corpus.sessions_table, rejected)
+    deliver(sink, summary, session_ids, corpus.sessions_table, rejected)
     return summary

@@ -7,14 +7,12 @@ session left out, whichever step left it out.
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from .._atomic import atomic_path
 from ..algorithm.policy import Policy
 from ..capture.importing import ImportSummary, import_traces
 from ..errors import OutputError
@@ -59,11 +57,7 @@ def rebuild_from(
             session_header=session_header,
             align_responses=align_responses,
         )
-        rebuilt = rebuild([log], out, policy, overwrite=overwrite, **rebuild_options)
-    if imported.rejected:
+        # In the rebuild's own rejects report, published together with its output.
         rejected = [Reject(r.session_id, r.reason, r.file, r.row) for r in imported.rejected]
-        rebuilt.rejected = sorted([*rejected, *rebuilt.rejected], key=lambda r: r.session_id)
-        with atomic_path(rebuilt.rejects_file) as tmp:
-            lines = (json.dumps(r.to_dict(), ensure_ascii=False) + "\n" for r in rebuilt.rejected)
-            tmp.write_text("".join(lines), encoding="utf-8")
+        rebuilt = rebuild([log], out, policy, overwrite=overwrite, extra_rejects=rejected, **rebuild_options)
     return imported, rebuilt

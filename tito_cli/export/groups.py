@@ -1,0 +1,103 @@
+"""GRPO group integrity: per ``group_index``, how many sessions and how many samples.
+
+A trainer that normalizes rewards per group (slime reshapes them to
+``(-1, n_samples_per_prompt)``) expects one sample per session.  A session
+that forked into several samples, or one that yielded none, changes its
+group's count; ``tito stats`` and ``tito export`` report those groups with
+the expected and the actual counts.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["GroupCounts", "GroupFact"]
+
+
+@dataclass(slots=True)
+class GroupFact:
+    group_index: int
+    #: session id -> its samples, in session-id order.
+    sessions: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def samples(self) -> int:
+        return sum(self.sessions.values())
+
+    @property
+    def expected_samples(self) -> int:
+        """One sample per session, as ``n_samples_per_prompt`` assumes."""
+        return len(self.sessions)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "group_index": self.group_index,
+            "sessions": len(self.sessions),
+            "expected_samples": self.expected_samples,
+            "samples": self.samples,
+            "sessions_not_one_sample": {sid: n for sid, n in self.sessions.items() if n != 1},
+        }
+
+    def describe(self) -> str:
+        odd = ", ".join(
+            f"{sid} forked into {n}" if n > 1 else f"{sid} has no sample"
+            for sid, n in self.sessions.items()
+            if n != 1
+        )
+        return (
+            f"group {self.group_index}: {len(self.sessions)} sessions, expected {self.expected_samples} "
+            f"samples, got {self.samples} ({odd})"
+        )
+
+
+class GroupCounts:
+    """Accumulates sessions' sample counts by group, one session at a time."""
+
+    def __init__(self) -> None:
+        self._groups: dict[int, GroupFact] = {}
+        self.ungrouped_sessions = 0
+
+    def add(self, session_id: str, group_index: int | None, samples: int) -> None:
+        if group_index is None:
+            self.ungrouped_sessions += 1
+            return
+        fact = self._groups.setdefault(group_index, GroupFact(group_index))
+        fact.sessions[session_id] = fact.sessions.get(session_id, 0) + samples
+
+    def groups(self) -> list[GroupFact]:
+        return [self._groups[g] for g in sorted(self._groups)]
+
+    def mismatched(self) -> list[GroupFact]:
+        """Groups whose sample count is not their session count."""
+        return [g for g in self.groups() if g.samples != g.expected_samples]
+
+    def sessions_per_group(self) -> Counter[int]:
+        return Counter(len(g.sessions) for g in self._groups.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "groups": len(self._groups),
+            "ungrouped_sessions": self.ungrouped_sessions,
+            "sessions_per_group": {str(n): c for n, c in sorted(self.sessions_per_group().items())},
+            "mismatched": [g.to_dict() for g in self.mismatched()],
+        }
+
+    def size_warning(self) -> str | None:
+        """A line when groups hold different numbers of sessions (one ``n_samples_per_prompt`` cannot fit all)."""
+        sizes = self.sessions_per_group()
+        if len(sizes) <= 1:
+            return None
+        listed = ", ".join(f"{n} in {c} group{'' if c == 1 else 's'}" for n, c in sorted(sizes.items()))
+        return f"groups differ in size (sessions per group: {listed})"
+
+    def warnings(self, limit: int = 10) -> list[str]:
+        """The size line, then one line per group whose counts break ``n_samples_per_prompt`` (the first ``limit``)."""
+        size = self.size_warning()
+        lines = [size] if size else []
+        bad = self.mismatched()
+        lines.extend(g.describe() for g in bad[:limit])
+        if len(bad) > limit:
+            lines.append(f"… and {len(bad) - limit} more groups whose sample count differs from their session count")
+        return lines

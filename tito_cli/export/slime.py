@@ -1,0 +1,286 @@
+"""``--to slime``: rollout dumps that slime trains on with ``--load-debug-rollout-data PATH``.
+
+One dump is ``torch.save({"rollout_id": k, "samples": [dict, ...]})``, the
+payload slime's ``--save-debug-rollout-data`` writes: each dict has the
+fields of slime's ``Sample`` (``slime/utils/types.py``), ``status`` as its
+value string and ``metadata`` as a dict, so that ``Sample.from_dict``
+rebuilds every record.  slime loads ``PATH.format(rollout_id=k)`` for
+training step ``k``; ``--split-by N`` writes one dump per N groups, named by
+the ``{rollout_id}`` pattern in ``--out``.
+
+slime reads the samples as one flat list and, for GRPO-style reward
+normalization, cuts the rewards into consecutive groups of
+``n_samples_per_prompt``.  So the samples of a group are written together
+(groups in ``group_index`` order, a group's sessions in session-id order, a
+session's samples in emission order), a group is never split across dumps,
+and a session that forked into several samples is handled as ``forked``
+says (docs/export.md).  Sessions without a ``group_index`` are groups of
+one, after the others.
+
+The sessions' tables are parked in an anonymous spill file as they arrive
+and read back one dump at a time: memory holds one dump's samples, which
+is what ``torch.save`` needs anyway.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+import pyarrow as pa
+
+from .._atomic import StagedFile
+from ..errors import ExportError, OutputError
+from .base import Sink, SinkContext
+from .groups import GroupCounts
+
+__all__ = ["SINK", "RolloutDump", "rollout_id_of"]
+
+PATTERN = "{rollout_id}"
+
+
+def rollout_id_of(table: pa.Table) -> list[int | None]:
+    """Each row's ``rollout_id`` (SPEC §8.8): the samples column when present and not null, else ``index``."""
+    index: list[int | None] = table.column("index").to_pylist()
+    if "rollout_id" not in table.column_names:
+        return index
+    return [i if r is None else r for r, i in zip(table.column("rollout_id").to_pylist(), index, strict=True)]
+
+
+@dataclass(slots=True)
+class _Parked:
+    session_id: str
+    group_index: int | None
+    offset: int
+    size: int
+
+
+class RolloutDump(Sink):
+    """Writes slime rollout dumps (see the module's docstring)."""
+
+    def __init__(self, out: Path, context: SinkContext) -> None:
+        super().__init__(out, context)
+        try:
+            import torch  # noqa: F401 - checked now, before any rebuilding
+        except ImportError:
+            raise ExportError(
+                "--to slime writes torch files, and torch is not installed",
+                tip="pip install 'tito[slime]'  (on these machines: pip install torch==2.13.0, a CPU build)",
+            ) from None
+        options = context.options
+        if options.split_by is not None:
+            if options.split_by < 1:
+                raise ExportError(f"--split-by must be at least 1, got {options.split_by}")
+            if PATTERN not in out.name:
+                raise ExportError(
+                    "--split-by writes one file per N groups: --out must name them with {rollout_id}",
+                    file=out,
+                    tip="e.g. --out 'rollout_{rollout_id}.pt', and give slime the same pattern",
+                )
+        else:
+            self.check_target(self.path_of(0))
+        if not out.parent.is_dir():
+            raise OutputError("the output's folder does not exist", file=out)
+        self.groups = GroupCounts()
+        self._parked: list[_Parked] = []
+        self._spill: IO[bytes] | None = None
+        self._staged: list[StagedFile] = []
+        #: Samples with trained tokens whose rollout logprobs are all 0.0 (none recorded), and the others.
+        self._without_logprobs: list[str] = []
+        self._with_logprobs = 0
+
+    def path_of(self, rollout_id: int) -> Path:
+        return self.out.with_name(self.out.name.replace(PATTERN, str(rollout_id)))
+
+    def add(self, table: pa.Table) -> None:
+        if table.num_rows == 0:
+            return
+        sid = table.column("session_id")[0].as_py()
+        group_index = table.column("group_index")[0].as_py()
+        self.groups.add(sid, group_index, table.num_rows)
+        self._note_logprobs(sid, table)
+        if self._spill is None:
+            # Anonymous (unlinked at once): nothing is left behind, whatever happens.
+            self._spill = tempfile.TemporaryFile(prefix=".tito-spill-", dir=self.out.parent)  # noqa: SIM115
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, table.schema) as stream:
+            stream.write_table(table)
+        data = sink.getvalue()
+        offset = self._spill.seek(0, os.SEEK_END)
+        self._spill.write(data)
+        self._parked.append(_Parked(sid, group_index, offset, data.size))
+
+    def _note_logprobs(self, sid: str, table: pa.Table) -> None:
+        masks = table.column("loss_mask").to_pylist()
+        logprobs = table.column("rollout_log_probs").to_pylist()
+        for mask, values in zip(masks, logprobs, strict=True):
+            trained = np.asarray(mask, dtype=bool)
+            if not trained.any():
+                continue
+            if np.any(np.asarray(values, dtype=np.float32)[trained] != 0.0):
+                self._with_logprobs += 1
+            else:
+                self._without_logprobs.append(sid)
+
+    def _keep_logprobs(self) -> bool:
+        choice = self.context.options.logprobs
+        if choice != "auto":
+            return choice == "keep"
+        if self._without_logprobs and self._with_logprobs:
+            raise ExportError(
+                f"{len(self._without_logprobs)} samples have no rollout logprobs (all 0.0 on their trained "
+                f"tokens, e.g. session {self._without_logprobs[0]!r}) while {self._with_logprobs} have them; "
+                "slime uses rollout logprobs for every sample or for none",
+                tip="--logprobs drop (slime recomputes them) or --logprobs keep (write the 0.0s as they are)",
+            )
+        return not self._without_logprobs
+
+    def close(self) -> list[StagedFile]:
+        keep_logprobs = self._keep_logprobs()
+        groups = self._grouped()
+        per_file = self.context.options.split_by or max(len(groups), 1)
+        chunks = [groups[i : i + per_file] for i in range(0, len(groups), per_file)] or [[]]
+        forked = self.context.options.forked
+        for rollout_id, chunk in enumerate(chunks):
+            path = self.path_of(rollout_id)
+            self.check_target(path)
+            samples: list[dict[str, Any]] = []
+            for group in chunk:
+                tables = [self._unpark(p) for p in group]
+                samples.extend(self._group_samples(tables, keep_logprobs))
+            staged = StagedFile(path)
+            self._staged.append(staged)
+            self._save({"rollout_id": rollout_id, "samples": samples}, staged.path)
+            self.samples_written += len(samples)
+            self.files.append(path)
+        if self._spill is not None:
+            self._spill.close()
+            self._spill = None
+        bad = self.groups.mismatched()
+        if bad and forked == "keep":
+            self.warnings.append(
+                f"{len(bad)} groups have more or fewer samples than sessions: slime's n_samples_per_prompt "
+                "no longer holds for them (--forked leaf keeps one sample a session; --forked regroup "
+                "marks each sample's group for a reward post-process)"
+            )
+            self.warnings.extend(self.groups.warnings())
+        elif (size := self.groups.size_warning()) is not None:
+            # One sample a session, but not one n_samples_per_prompt for every group.
+            self.warnings.append(size)
+        return list(self._staged)
+
+    def abort(self) -> None:
+        if self._spill is not None:
+            self._spill.close()
+            self._spill = None
+        for staged in self._staged:
+            staged.discard()
+
+    def _grouped(self) -> list[list[_Parked]]:
+        """The parked sessions cut into groups, in the order they are written."""
+        by_group: dict[int, list[_Parked]] = {}
+        alone: list[list[_Parked]] = []
+        for parked in self._parked:
+            if parked.group_index is None:
+                alone.append([parked])
+            else:
+                by_group.setdefault(parked.group_index, []).append(parked)
+        ordered = [sorted(by_group[g], key=lambda p: p.session_id) for g in sorted(by_group)]
+        return ordered + sorted(alone, key=lambda group: group[0].session_id)
+
+    def _unpark(self, parked: _Parked) -> pa.Table:
+        assert self._spill is not None
+        self._spill.seek(parked.offset)
+        return pa.ipc.open_stream(pa.py_buffer(self._spill.read(parked.size))).read_all()
+
+    def _group_samples(self, tables: list[pa.Table], keep_logprobs: bool) -> list[dict[str, Any]]:
+        forked = self.context.options.forked
+        sessions = [_session_samples(t, keep_logprobs) for t in tables]
+        if forked == "leaf":
+            split = self.context.policy.reward_mode == "split"
+            sessions = [[_ending_sample(samples, split)] for samples in sessions]
+        elif forked == "regroup":
+            for samples in sessions:
+                for sample in samples:
+                    sample["metadata"].setdefault("tito", {})["group"] = {
+                        "group_index": sample["group_index"],
+                        "sessions": len(sessions),
+                        "session_samples": len(samples),
+                    }
+        return [sample for samples in sessions for sample in samples]
+
+    @staticmethod
+    def _save(payload: dict[str, Any], path: Path) -> None:
+        import torch
+
+        try:
+            # Through a file object: given a path, torch names the archive's records after the file
+            # (here a random temporary name), so the same samples would not give the same bytes.
+            with path.open("wb") as file:
+                torch.save(payload, file)
+        except OSError as exc:
+            raise OutputError(f"cannot write ({exc})", file=path) from None
+
+
+def _session_samples(table: pa.Table, keep_logprobs: bool) -> list[dict[str, Any]]:
+    """One session's rows as slime ``Sample.to_dict()`` records."""
+    columns = table.to_pydict()
+    rollout_ids = rollout_id_of(table)
+    samples = []
+    for i in range(table.num_rows):
+        samples.append(
+            {
+                "group_index": columns["group_index"][i],
+                "index": columns["index"][i],
+                "rollout_id": rollout_ids[i],
+                # tito rebuilds token ids; the text is not part of a samples file.
+                "prompt": "",
+                "tokens": columns["tokens"][i],
+                "multimodal_inputs": None,
+                "multimodal_train_inputs": None,
+                "response": "",
+                "response_length": columns["response_length"][i],
+                "label": columns["label"][i],
+                "reward": columns["reward"][i],
+                "loss_mask": columns["loss_mask"][i],
+                "weight_versions": [],
+                "rollout_log_probs": columns["rollout_log_probs"][i] if keep_logprobs else None,
+                "rollout_routed_experts": None,
+                "remove_sample": False,
+                "teacher_log_probs": None,
+                "status": columns["status"][i],
+                "metadata": json.loads(columns["metadata"][i]),
+                "generate_function_path": None,
+                "train_metadata": None,
+                "session_id": columns["session_id"][i],
+                "non_generation_time": 0.0,
+                "spec_info": {
+                    "spec_accept_token_num": 0,
+                    "spec_draft_token_num": 0,
+                    "spec_verify_ct": 0,
+                    "completion_token_num": 0,
+                },
+                "prefix_cache_info": {"cached_tokens": 0, "total_prompt_tokens": 0},
+            }
+        )
+    return samples
+
+
+def _ending_sample(samples: list[dict[str, Any]], split_reward: bool) -> dict[str, Any]:
+    """The sample that holds the session's last turn (the leaf that ends it), with the session's whole reward."""
+    last_seq = max(max(s["metadata"].get("tito", {}).get("turns") or [-1]) for s in samples)
+    ending = [s for s in samples if last_seq in (s["metadata"].get("tito", {}).get("turns") or [])]
+    chosen = dict(ending[-1] if ending else samples[-1])
+    if split_reward:
+        # Under --reward-mode split each sample got reward / samples: the one kept gets it all back.
+        chosen["reward"] = math.fsum(s["reward"] for s in samples)
+    return chosen
+
+
+SINK = RolloutDump

@@ -1,0 +1,52 @@
+"""``--to trl``: a pretokenized dataset for Hugging Face TRL's ``SFTTrainer``.
+
+One row per sample: ``input_ids`` (unpadded) and ``assistant_masks`` over the
+whole sequence (1 on trained tokens, 0 over the first prompt and every
+other context token).  TRL treats a dataset with ``input_ids`` as
+pretokenized and applies ``assistant_masks`` whenever it is present; a
+``completion_mask`` would apply only with ``completion_only_loss=True``, so
+it is not what tito writes.  With ``labels`` (``--labels``), a third column
+holds the token where trained and -100 elsewhere, which TRL's collator uses
+as it is.  SFT only: rewards and logprobs are not written.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from .._arrow import list_array
+from ._pretokenized import PretokenizedParquet, full_length_masks
+from .base import SinkContext
+
+__all__ = ["IGNORE_INDEX", "SINK", "TRLDataset"]
+
+#: The label PyTorch's cross-entropy (and TRL) ignores.
+IGNORE_INDEX = -100
+
+
+class TRLDataset(PretokenizedParquet):
+    table_name = "trl"
+
+    def __init__(self, out: Path, context: SinkContext) -> None:
+        fields = [
+            pa.field("input_ids", pa.list_(pa.int32()), nullable=False),
+            pa.field("assistant_masks", pa.list_(pa.int8()), nullable=False),
+        ]
+        if context.options.labels:
+            fields.append(pa.field("labels", pa.list_(pa.int64()), nullable=False))
+        self.schema = pa.schema(fields)
+        super().__init__(out, context)
+
+    def columns(self, samples: pa.Table) -> dict[str, pa.Array]:
+        tokens, masks = full_length_masks(samples)
+        columns = {"input_ids": list_array(tokens, pa.int32()), "assistant_masks": list_array(masks, pa.int8())}
+        if self.context.options.labels:
+            labels = [np.where(m == 1, t.astype(np.int64), IGNORE_INDEX) for t, m in zip(tokens, masks, strict=True)]
+            columns["labels"] = list_array(labels, pa.int64())
+        return columns
+
+
+SINK = TRLDataset

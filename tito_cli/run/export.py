@@ -1,0 +1,133 @@
+"""``export``: a samples file in, a trainer's format out (``tito export``), through the same sinks as ``rebuild``.
+
+The samples file is read one row group at a time and cut into sessions
+(a session's rows are contiguous in a samples file), which go to the sink
+as ``rebuild`` hands them over, so ``tito export samples.parquet --to X``
+and ``tito rebuild LOGS --format X`` write the same files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .._atomic import publish
+from ..algorithm.policy import Policy
+from ..errors import OutputError, SchemaError, UnreadableLogError
+from ..export.base import ExportOptions, SinkContext, open_sink
+from ..export.groups import GroupCounts
+from ..schema import META_TABLE, META_TOKENIZER, SAMPLES_SCHEMA
+
+__all__ = ["ExportSummary", "export_samples", "tables_by_session"]
+
+
+@dataclass(slots=True)
+class ExportSummary:
+    source: Path
+    format: str
+    files: list[Path] = field(default_factory=list)
+    sessions: int = 0
+    samples_read: int = 0
+    samples_written: int = 0
+    groups: GroupCounts = field(default_factory=GroupCounts)
+    warnings: list[str] = field(default_factory=list)
+
+
+def tables_by_session(tables: Iterable[pa.Table]) -> Iterator[pa.Table]:
+    """Cut a stream of tables whose rows are grouped by ``session_id`` into one table per session."""
+    pending: list[pa.Table] = []
+    current: str | None = None
+    for table in tables:
+        ids = table.column("session_id").to_pylist()
+        start = 0
+        for end in range(1, len(ids) + 1):
+            if end < len(ids) and ids[end] == ids[start]:
+                continue
+            if ids[start] != current and pending:
+                yield pa.concat_tables(pending)
+                pending = []
+            current = ids[start]
+            pending.append(table.slice(start, end - start))
+            start = end
+    if pending:
+        yield pa.concat_tables(pending)
+
+
+def _policy_of(meta: dict[bytes, bytes]) -> Policy:
+    """The policy a samples file was rebuilt with (its ``tito.policy`` metadata), as far as a sink needs it."""
+    try:
+        described = json.loads(meta.get(b"tito.policy", b"{}"))
+        return Policy(reward_mode=described.get("reward_mode", "split"))
+    except (ValueError, TypeError, AttributeError):
+        return Policy()
+
+
+def open_samples(path: Path) -> pq.ParquetFile:
+    """A samples file (SPEC §5), checked: a tito samples table with the columns a sink reads."""
+    try:
+        file = pq.ParquetFile(path)
+    except FileNotFoundError:
+        raise UnreadableLogError("no such file", file=path) from None
+    except (OSError, pa.ArrowException) as exc:
+        raise UnreadableLogError(f"not a readable Parquet file ({exc})", file=path) from None
+    schema = file.schema_arrow
+    kind = (schema.metadata or {}).get(META_TABLE.encode())
+    if kind is not None and kind != b"samples":
+        raise SchemaError(f"this is a tito {kind.decode()} table, not a samples file", file=path)
+    for wanted in SAMPLES_SCHEMA:
+        if wanted.name not in schema.names:
+            raise SchemaError(f"not a samples file: no {wanted.name!r} column", file=path)
+        if schema.field(wanted.name).type != wanted.type:
+            raise SchemaError(
+                f"column {wanted.name!r} is {schema.field(wanted.name).type}, expected {wanted.type}", file=path
+            )
+    return file
+
+
+def export_samples(
+    samples: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    format: str,
+    options: ExportOptions | None = None,
+    *,
+    overwrite: bool = False,
+) -> ExportSummary:
+    """Write the samples file ``samples`` as ``format`` (a module of ``tito_cli/export/``) to ``out``.
+
+    Memory stays bounded by a row group of the input (and, for ``slime``,
+    one dump); the output appears atomically, all its files together.
+    """
+    source, out = Path(samples), Path(out)
+    if source.resolve() == out.resolve():
+        raise OutputError("the output would replace the samples file being read", file=out)
+    file = open_samples(source)
+    meta = file.schema_arrow.metadata or {}
+    tokenizer = meta.get(META_TOKENIZER.encode())
+    context = SinkContext(
+        _policy_of(meta), tokenizer.decode() if tokenizer else None, options or ExportOptions(), overwrite
+    )
+    summary = ExportSummary(source=source, format=format)
+    sink = open_sink(format, out, context)
+    try:
+        columns = [c for c in (*SAMPLES_SCHEMA.names, "rollout_id") if c in file.schema_arrow.names]
+        row_groups = (file.read_row_group(i, columns=columns) for i in range(file.num_row_groups))
+        for table in tables_by_session(row_groups):
+            summary.sessions += 1
+            summary.samples_read += table.num_rows
+            sid, group_index = table.column("session_id")[0].as_py(), table.column("group_index")[0].as_py()
+            summary.groups.add(sid, group_index, table.num_rows)
+            sink.add(table)
+        publish(sink.close())
+    except BaseException:
+        sink.abort()
+        raise
+    summary.files = list(sink.files)
+    summary.samples_written = sink.samples_written
+    summary.warnings = list(sink.warnings)
+    return summary
