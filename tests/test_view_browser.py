@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 from tito_cli.cli import app
 from tito_cli.errors import EXIT_OK
 from tito_cli.report.facts import session_row
-from tito_cli.run.corpus import Corpus
+from tito_cli.run.corpus import Corpus, Reject
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = ROOT / "fixtures" / "logs"
@@ -274,3 +274,24 @@ def test_screenshots(tab: Tab, tmp_path: Path) -> None:
         tab.page.screenshot(path=str(path))
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert path.stat().st_size > 10_000  # a drawn page, not a blank one
+
+
+def test_a_log_without_tokenizer_shows_token_ids(browser: Any, tmp_path: Path) -> None:
+    from .scenario_logs import scenario_log
+
+    logs = scenario_log("agent", tmp_path / "logs", tokenizer=None)
+    out = tmp_path / "ids.html"
+    result = CliRunner().invoke(app, ["view", "--all", "--logs", str(logs), "--out", str(out)])
+    assert result.exit_code == EXIT_OK, result.stderr
+    session = next(r for r in Corpus.open([logs]).results() if not isinstance(r, Reject) and r.samples)
+    context = browser.new_context(offline=True)
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(out.as_uri() + f"#/s/{session.session_id}/sample/0")
+    tokens = page.locator("#sample-0 .tokens").first.locator(".t")
+    ids = session.samples[0].tokens.tolist()
+    assert tokens.count() == len(ids)
+    assert [t.strip() for t in tokens.all_inner_texts()[:20]] == [str(i) for i in ids[:20]]
+    context.close()
+    assert errors == []

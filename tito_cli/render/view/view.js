@@ -82,7 +82,7 @@
     span._id = id;
     span.className = "t " + cls + (special.has(id) ? " sp" : "");
     const text = piece(id);
-    if (special.has(id) || !/[ \n\t]/.test(text)) {
+    if (!DATA.decodes || special.has(id) || !/[ \n\t]/.test(text)) { // ids: separated by a plain space
       span.textContent = text;
     } else {
       let plain = "";
