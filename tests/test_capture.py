@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -168,3 +169,136 @@ def test_sigkill_leaves_only_readable_files(tmp_path: Path) -> None:
     assert by_session
     for seqs in by_session.values():
         assert sorted(seqs) == list(range(len(seqs)))
+
+
+# -- hostile records (issue #22): refused at record time, never corrupting or losing the buffer --
+
+BAD_TURNS = [
+    pytest.param({"session_id": None}, "session_id must be a str", id="none-session-id"),
+    pytest.param({"session_id": 7}, "session_id must be a str", id="int-session-id"),
+    pytest.param({"prompt_ids": 5}, "must be 1-D", id="scalar-ids"),
+    pytest.param({"output_ids": [[1, 2], [3, 4]]}, "must be 1-D", id="2d-ids"),
+    pytest.param({"prompt_ids": [1.7, 2.0]}, "must hold integers", id="float-ids"),
+    pytest.param({"prompt_ids": __import__("numpy").array([2**32 + 5], dtype="int64")}, "outside", id="int64-wraps"),
+    pytest.param({"prompt_ids": [2**70]}, "outside", id="huge-python-int"),
+    pytest.param({"output_ids": [-1]}, "outside", id="negative-id"),
+    pytest.param({"finish_reason": 3}, "finish_reason must be a str", id="int-finish-reason"),
+    pytest.param({"output_logprobs": [float("nan")]}, "NaN", id="nan-logprob"),
+    pytest.param({"metadata": {"x": float("inf")}}, "cannot be stored as JSON", id="infinite-metadata"),
+    pytest.param({"metadata": {"x": object()}}, "cannot be stored as JSON", id="unserialisable-metadata"),
+    pytest.param({"seq": -1}, "seq must not be negative", id="negative-seq"),
+]
+
+
+@pytest.mark.parametrize(("bad", "message"), BAD_TURNS)
+def test_a_bad_record_raises_at_record_turn_and_keeps_every_other_row(
+    tmp_path: Path, bad: dict[str, object], message: str
+) -> None:
+    w = TurnLogWriter(tmp_path, max_age=None)
+    record(w, "good")
+    w.finish_session("good", 1.0)
+    args: dict[str, object] = {
+        "session_id": "bad", "prompt_ids": [1, 2], "output_ids": [3], "output_logprobs": [-0.5],
+        "finish_reason": "stop", "prompt_messages": MESSAGES, "response_message": RESPONSE,
+    }
+    args.update(bad)
+    with pytest.raises(ValueError, match=message):
+        w.record_turn(**args)  # type: ignore[arg-type]
+    w.close()
+    rows = all_rows(tmp_path)
+    assert [(r["session_id"], r.get("seq")) for r in rows if "seq" in r] == [("good", 0)]
+    assert [r["session_id"] for r in rows if "reward" in r] == ["good"]
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        ({"session_id": None}, "session_id must be a str"),
+        ({"reward": float("nan")}, "reward must be a finite number"),
+        ({"reward": "1.0"}, "reward must be a finite number"),
+        ({"index": 2**64}, "beyond int64"),
+        ({"label": 3}, "label must be a str"),
+        ({"metadata": [1, 2]}, "metadata must be a JSON object"),
+        ({"metadata": {"s": "\ud800"}}, "not encodable as UTF-8"),
+    ],
+)
+def test_a_bad_sessions_row_raises_at_finish_session(tmp_path: Path, bad: dict[str, object], message: str) -> None:
+    w = TurnLogWriter(tmp_path, max_age=None)
+    record(w, "good")
+    args: dict[str, object] = {"session_id": "s", "reward": 1.0}
+    args.update(bad)
+    with pytest.raises(ValueError, match=message):
+        w.finish_session(**args)  # type: ignore[arg-type]
+    w.close()
+    assert [r["session_id"] for r in all_rows(tmp_path)] == ["good"]
+
+
+def test_ids_are_stored_exactly(tmp_path: Path) -> None:
+    import numpy as np
+
+    with TurnLogWriter(tmp_path, max_age=None) as w:
+        w.record_turn("a", np.array([2**31 - 1, 0], dtype=np.uint64), (5, 6), None, "stop", MESSAGES, None)
+    (row,) = all_rows(tmp_path)
+    assert row["prompt_ids"] == [2**31 - 1, 0] and row["output_ids"] == [5, 6]
+
+
+def test_a_failed_flush_keeps_its_rows_for_the_next(tmp_path: Path) -> None:
+    folder = tmp_path / "log"
+    w = TurnLogWriter(folder, max_age=None)
+    record(w, "a")
+    w.finish_session("a", 1.0)
+    folder.rename(tmp_path / "gone")  # the folder vanishes: the write fails
+    with pytest.raises(OSError):
+        w.flush()
+    record(w, "b")
+    folder.mkdir()
+    w.close()
+    rows = all_rows(folder)
+    assert sorted(r["session_id"] for r in rows if "seq" in r) == ["a", "b"]
+    assert [r["session_id"] for r in rows if "reward" in r] == ["a"]
+
+
+def test_the_age_thread_survives_a_failed_flush(tmp_path: Path) -> None:
+    folder = tmp_path / "log"
+    w = TurnLogWriter(folder, max_age=0.1)
+    folder.rmdir()
+    record(w, "a")
+    deadline = time.monotonic() + 10
+    while w.last_flush_error is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert isinstance(w.last_flush_error, OSError)
+    folder.mkdir()
+    while not w.files_written and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert w.files_written, "age-based flushing stopped after one failure"
+    w.close()
+    assert [r["session_id"] for r in all_rows(folder)] == ["a"]
+
+
+def test_a_restarted_writer_with_the_same_name_never_replaces_files(tmp_path: Path) -> None:
+    for run in range(2):
+        with TurnLogWriter(tmp_path, max_age=None, name="fixed") as w:
+            record(w, f"run{run}")
+    rows = all_rows(tmp_path)
+    assert sorted(r["session_id"] for r in rows) == ["run0", "run1"]
+    assert len(list(tmp_path.glob("turns-fixed-*.parquet"))) == 2
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork() is POSIX")
+def test_a_writer_shared_across_fork_keeps_both_processes_rows(tmp_path: Path) -> None:
+    w = TurnLogWriter(tmp_path, max_age=None, name="shared")
+    record(w, "before-fork")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # 3.12+: fork() of a process with threads
+        pid = os.fork()
+    if pid == 0:  # the child: its own rows only
+        try:
+            record(w, "child")
+            w.close()
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    record(w, "parent")
+    w.close()
+    rows = all_rows(tmp_path)
+    assert sorted(r["session_id"] for r in rows) == ["before-fork", "child", "parent"]

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -199,3 +200,64 @@ def test_capture_killed_while_threads_record_keeps_every_flushed_turn(tmp_path: 
         for n in range(count):
             assert (f"t{t}-s{n // 10}", n % 10) in present, (t, n)
     assert sum(snapshot) > 0
+
+
+def _children(pid: int) -> list[int]:
+    """The live (not zombie) child processes of ``pid``, from /proc."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _wait_for(condition: Callable[[], bool], seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return condition()
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads processes from /proc")
+@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
+def test_workers_die_with_a_killed_rebuild_and_its_handoff_folder_is_swept(tmp_path: Path, how: int) -> None:
+    log = tmp_path / "logs"
+    write_workload(log, copies=6)
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = {**ENV, "TMPDIR": str(scratch)}
+    args = [sys.executable, "-m", "tito_cli", "rebuild", str(log), "-j", "2", "--batch-mb", "0.001"]
+    proc = subprocess.Popen(
+        [*args, "--out", str(tmp_path / "a.parquet")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env
+    )
+    try:
+        assert _wait_for(lambda: len(_children(proc.pid)) >= 2 and any(scratch.glob("tito-handoff-*")), TIMEOUT)
+        workers = _children(proc.pid)
+        proc.send_signal(how)
+        proc.wait(TIMEOUT)
+        # Killed before any cleanup could run: the workers must go by themselves.
+        assert _wait_for(lambda: not any(_alive(w) for w in workers), 15), "workers outlived their rebuild"
+    finally:
+        proc.kill()
+        proc.wait(TIMEOUT)
+    assert list(scratch.glob("tito-handoff-*")), "the killed run's handoff folder is left (no cleanup ran)"
+
+    # The next rebuild with workers sweeps it (and removes its own on the way out).
+    done = subprocess.run([*args, "--out", str(tmp_path / "b.parquet")], capture_output=True, env=env, timeout=TIMEOUT)
+    assert done.returncode == 0, done.stderr
+    assert list(scratch.iterdir()) == []

@@ -22,6 +22,7 @@ from tito_cli.read import turnlog
 from tito_cli.read.rows import ReadBatch, read_batch
 from tito_cli.read.turnlog import TurnLog
 from tito_cli.read.validate import _all_finite, _MessageParser, parse_session
+from tito_cli.run.corpus import Reject
 from tito_cli.schema import TURNS_SCHEMA, table_metadata
 from tito_cli.turns import message_key
 
@@ -263,3 +264,34 @@ def test_sample_rows_keep_the_linearized_arrays(tmp_path: Path) -> None:
             assert entries[row] == pytest.approx(array.tolist())
             values = chunks[row].values
             assert values.buffers()[1].address == array.ctypes.data, (column, row)
+
+
+def test_the_samples_writer_buffers_a_bounded_number_of_sessions(tmp_path: Path) -> None:
+    """Row groups are cut by sessions as well as tokens: tiny sessions never pile up (issue #22).
+
+    Each buffered session is a small Arrow table of its own (kilobytes of
+    objects, however few tokens); by the token budget alone, 40,000 tiny
+    sessions were all held until the end.
+    """
+    from tito_cli._atomic import publish
+    from tito_cli.export.base import SinkContext
+    from tito_cli.export.parquet import SamplesWriter
+    from tito_cli.run.corpus import Corpus
+
+    from .bad_input.kit import case, write_turns
+
+    write_turns(tmp_path / "logs" / "turns.parquet", case("cases-threshold-1024/case-2.7", "tiny"))
+    (result,) = Corpus.open([tmp_path / "logs"]).results()
+    assert not isinstance(result, Reject)
+    table = session_table(result)
+    out = tmp_path / "samples.parquet"
+    most = 0
+    writer = SamplesWriter(out, SinkContext(Policy()), row_group_sessions=8)
+    for _ in range(50):
+        writer.add(table)
+        most = max(most, len(writer._tables))
+    publish(writer.close())
+    assert most < 8
+    meta = pq.ParquetFile(out).metadata
+    assert meta.num_row_groups == 7  # 6 of 8 sessions, then the last 2
+    assert meta.num_rows == 50 * table.num_rows

@@ -22,6 +22,7 @@ from tito_cli.errors import EXIT_OK, EXIT_OUTPUT, EXIT_USAGE
 from tito_cli.render.html import bar_chart
 from tito_cli.run.corpus import Corpus
 
+from .helpers import write_log
 from .scenario_logs import scenario_log
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -163,3 +164,25 @@ def test_bar_chart_scales_bars_and_escapes_labels() -> None:
     assert "t&lt;1&gt;" in svg and "a&amp;b" in svg
     widths = [int(w) for w in re.findall(r'<rect [^>]*width="(\d+)"', svg)]
     assert widths[0] == 2 * widths[1] and widths[2] == 0
+
+
+def test_log_text_cannot_break_out_of_the_page(tmp_path: Path) -> None:
+    hostile = "</script><img src=x onerror=alert(1)><!--"
+    turns = [
+        {
+            "session_id": hostile,
+            "prompt_ids": [1, 2, 3],
+            "output_ids": [4, 5],
+            "prompt_messages": [{"role": "user", "content": hostile}],
+            "response_message": {"role": "assistant", "content": hostile},
+        }
+    ]
+    write_log(tmp_path / "logs", turns, [{"session_id": hostile, "reward": 1.0}])
+    out = tmp_path / "hostile.html"
+    code, _, err = run("view", "--all", "--logs", str(tmp_path / "logs"), "--out", str(out))
+    assert code == EXIT_OK, err
+    page = out.read_text(encoding="utf-8")
+    assert "<img" not in page and "<!--" not in page
+    data = page_data(page)
+    assert list(data["sessions"]) == [hostile]
+    assert data["sessions"][hostile]["tree"][0]["preview"] == hostile

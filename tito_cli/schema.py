@@ -9,6 +9,7 @@ __all__ = [
     "META_FORMAT",
     "META_TABLE",
     "META_TOKENIZER",
+    "PROVENANCE_KEY",
     "SAMPLES_SCHEMA",
     "SESSIONS_SCHEMA",
     "TURNS_SCHEMA",
@@ -19,6 +20,8 @@ __all__ = [
 META_TABLE = "tito.table"
 META_FORMAT = "tito.format"
 META_TOKENIZER = "tito.tokenizer"
+#: The key of each sample's metadata that holds its provenance; a sessions row may not use it.
+PROVENANCE_KEY = "tito"
 FORMAT_VERSION = "1"
 
 TURNS_SCHEMA = pa.schema(

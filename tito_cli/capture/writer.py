@@ -12,15 +12,29 @@ leaves only readable files and loses at most the rows not yet flushed.  A
 flush happens when the buffer reaches ``max_rows`` rows or ``max_bytes``
 bytes, when its oldest row is ``max_age`` seconds old (checked by a
 background thread), on :meth:`flush`, and on :meth:`close`.
+
+Every record is checked when it is recorded (ids are 1-D sequences of
+integers in 0..2**31-1, exactly; texts are strings; JSON is strict JSON), so
+that a bad record raises in the caller and never reaches the buffer: a flush
+cannot fail on one bad row and take every other session's rows with it.  A
+flush that fails anyway (a full disk) keeps its rows buffered for the next
+one.  Files never replace each other: a name already taken (a restarted
+harness with the same ``name=``, a writer shared across ``fork()``) moves on
+to the next free number, and a forked child starts with an empty buffer of
+its own (its parent still holds the rows buffered before the fork).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
+import numbers
 import os
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
@@ -31,19 +45,107 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .._arrow import list_array
-from .._atomic import atomic_path
-from ..schema import SESSIONS_SCHEMA, TURNS_SCHEMA, table_metadata
+from .._atomic import fsync_directory
+from ..schema import PROVENANCE_KEY, SESSIONS_SCHEMA, TURNS_SCHEMA, table_metadata
 
 __all__ = ["TurnLogWriter"]
 
 JsonLike = str | dict[str, Any] | list[Any] | None
 
 
-def _json_text(value: JsonLike) -> str | None:
-    """Store strings as given (already JSON); serialise anything else."""
+_INT32_MAX = 2**31 - 1
+_INT64_MAX = 2**63 - 1
+
+
+def _json_text(value: JsonLike, what: str) -> str | None:
+    """Store strings as given (already JSON); serialise anything else as strict JSON."""
     if value is None or isinstance(value, str):
         return value
-    return json.dumps(value, ensure_ascii=False)
+    try:
+        # allow_nan=False: NaN and Infinity are not JSON, and no reader of the log would accept them.
+        return json.dumps(value, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise ValueError(f"{what} cannot be stored as JSON ({exc})") from None
+
+
+def _token_ids(value: Sequence[int] | np.ndarray, what: str) -> np.ndarray:
+    """``value`` as int32 ids, exactly: a 1-D sequence of integers in 0..2**31-1, or ``ValueError``.
+
+    ``np.asarray(value, dtype=np.int32)`` would wrap 2**32 + 5 to 5, truncate
+    1.7 to 1 and take a row of a 2-D array: ids that were never generated.
+    """
+    try:
+        array = np.asarray(value)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{what} is not a sequence of integers ({exc})") from None
+    if array.ndim != 1:
+        raise ValueError(f"{what} must be 1-D, got {array.ndim} dimensions")
+    if array.size == 0:
+        return np.zeros(0, dtype=np.int32)
+    if array.dtype.kind == "O" and all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in array):
+        # Python ints beyond int64: out of range, said below with the value itself.
+        bad = next((int(v) for v in array if not 0 <= int(v) <= _INT32_MAX), None)
+        if bad is not None:
+            raise ValueError(f"{what} holds {bad}, outside 0..{_INT32_MAX}")
+        return array.astype(np.int32)
+    if array.dtype.kind not in "iu":
+        raise ValueError(f"{what} must hold integers, got {array.dtype}")
+    if int(array.min()) < 0 or int(array.max()) > _INT32_MAX:
+        bad = array[(array < 0) | (array > _INT32_MAX)][0]
+        raise ValueError(f"{what} holds {int(bad)}, outside 0..{_INT32_MAX}")
+    return array.astype(np.int32, copy=False)
+
+
+def _logprobs(value: Sequence[float] | np.ndarray | None) -> np.ndarray | None:
+    if value is None:
+        return None
+    try:
+        array = np.asarray(value)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"output_logprobs is not a sequence of numbers ({exc})") from None
+    if array.ndim != 1:
+        raise ValueError(f"output_logprobs must be 1-D, got {array.ndim} dimensions")
+    if array.size == 0:
+        return np.zeros(0, dtype=np.float32)
+    if array.dtype.kind not in "iuf":
+        raise ValueError(f"output_logprobs must hold numbers, got {array.dtype}")
+    result = array.astype(np.float32)
+    if not np.isfinite(result).all():
+        raise ValueError("output_logprobs holds NaN or infinity (or a value beyond float32)")
+    return result
+
+
+def _check_text(value: object, what: str, *, required: bool) -> None:
+    if value is None and not required:
+        return
+    if not isinstance(value, str):
+        raise ValueError(f"{what} must be a str, got {type(value).__name__}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"{what} is not encodable as UTF-8 ({exc.reason} at {exc.start})") from None
+
+
+def _check_int(value: object, what: str) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ValueError(f"{what} must be an int, got {type(value).__name__}")
+    if not -_INT64_MAX - 1 <= int(value) <= _INT64_MAX:
+        raise ValueError(f"{what} {int(value)} is beyond int64")
+
+
+#: Live writers, so that a forked child can give each a fresh buffer (see _after_fork_in_child).
+_WRITERS: weakref.WeakSet[TurnLogWriter] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for writer in list(_WRITERS):
+        writer._reset_after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class TurnLogWriter:
@@ -85,14 +187,42 @@ class TurnLogWriter:
         self._next_seq: dict[str, int] = {}
         self._file_counter = 0
         # File names: <table>-<name>-<counter>.parquet.  The default name is
-        # unique per writer; pass a fixed one for reproducible logs.
+        # unique per writer; pass a fixed one for reproducible logs (a name
+        # already taken in the folder moves on to the next free counter).
+        self._name = name
         self._run_id = name or f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self._closed = False
+        #: The last error of a flush the age thread started (the rows stayed buffered).
+        self.last_flush_error: BaseException | None = None
         self._stop = threading.Event()
         self._ager: threading.Thread | None = None
-        if max_age is not None:
+        self._start_ager()
+        _WRITERS.add(self)
+
+    def _start_ager(self) -> None:
+        if self.max_age is not None:
             self._ager = threading.Thread(target=self._age_loop, name="tito-capture-flush", daemon=True)
             self._ager.start()
+
+    def _reset_after_fork(self) -> None:
+        """In a forked child: an empty buffer, fresh locks, a name of its own, and its own age thread.
+
+        The parent still holds (and will write) the rows buffered before the
+        fork; writing them here too would record every one of them twice.
+        Locks are made anew: another thread of the parent may have held them.
+        """
+        self._lock = threading.Lock()
+        self._write_lock = threading.Lock()
+        self._turns, self._sessions = [], []
+        self._buffered_bytes = 0
+        self._oldest = None
+        self.files_written = []
+        if self._name is None:
+            self._run_id = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self._stop = threading.Event()
+        self._ager = None
+        if not self._closed:
+            self._start_ager()
 
     # -- the harness API -------------------------------------------------
 
@@ -111,19 +241,35 @@ class TurnLogWriter:
         seq: int | None = None,
         timestamp: datetime | None = None,
     ) -> int:
-        """Buffer one generation call; returns the ``seq`` it was recorded with."""
-        prompt = np.asarray(prompt_ids, dtype=np.int32)
-        output = np.asarray(output_ids, dtype=np.int32)
-        logprobs = None if output_logprobs is None else np.asarray(output_logprobs, dtype=np.float32)
-        messages = _json_text(prompt_messages)
+        """Buffer one generation call; returns the ``seq`` it was recorded with.
+
+        Raises ``ValueError`` (recording nothing) for a record the log cannot
+        hold exactly: ids that are not a 1-D sequence of integers in
+        0..2**31-1, non-finite logprobs, a ``session_id`` or ``finish_reason``
+        that is not a str, a ``seq`` that is not a non-negative int, or JSON
+        values that are not strict JSON.
+        """
+        _check_text(session_id, "session_id", required=True)
+        prompt = _token_ids(prompt_ids, "prompt_ids")
+        output = _token_ids(output_ids, "output_ids")
+        logprobs = _logprobs(output_logprobs)
+        _check_text(finish_reason, "finish_reason", required=True)
+        _check_int(seq, "seq")
+        if seq is not None and seq < 0:
+            raise ValueError(f"seq must not be negative, got {seq}")
+        if timestamp is not None and not isinstance(timestamp, datetime):
+            raise ValueError(f"timestamp must be a datetime, got {type(timestamp).__name__}")
+        messages = _json_text(prompt_messages, "prompt_messages")
         if messages is None:
             raise ValueError("prompt_messages is required (an empty list is allowed)")
         texts = {
             "prompt_messages": messages,
-            "response_message": _json_text(response_message),
-            "tools": _json_text(tools),
-            "metadata": _json_text(metadata),
+            "response_message": _json_text(response_message, "response_message"),
+            "tools": _json_text(tools, "tools"),
+            "metadata": _json_text(metadata, "metadata"),
         }
+        for name, text in texts.items():
+            _check_text(text, name, required=False)
         size = 4 * (prompt.size + output.size) + (0 if logprobs is None else 4 * logprobs.size)
         size += sum(len(text or "") for text in texts.values())
         row: dict[str, Any] = {
@@ -156,8 +302,21 @@ class TurnLogWriter:
         label: str | None = None,
         metadata: JsonLike = None,
     ) -> None:
-        """Buffer the sessions row that carries the session's reward."""
-        meta_text = _json_text(metadata)
+        """Buffer the sessions row that carries the session's reward (``ValueError`` for a bad one)."""
+        _check_text(session_id, "session_id", required=True)
+        if reward is not None and (
+            isinstance(reward, bool) or not isinstance(reward, numbers.Real) or not math.isfinite(reward)
+        ):
+            raise ValueError(f"reward must be a finite number or None, got {reward!r}")
+        _check_int(index, "index")
+        _check_int(group_index, "group_index")
+        _check_text(label, "label", required=False)
+        if metadata is not None and not isinstance(metadata, (str, dict)):
+            raise ValueError(f"metadata must be a JSON object, got {type(metadata).__name__}")
+        if isinstance(metadata, dict) and PROVENANCE_KEY in metadata:
+            raise ValueError(f"metadata key {PROVENANCE_KEY!r} is reserved for the samples' provenance")
+        meta_text = _json_text(metadata, "metadata")
+        _check_text(meta_text, "metadata", required=False)
         row: dict[str, Any] = {
             "session_id": session_id,
             "reward": reward,
@@ -174,18 +333,34 @@ class TurnLogWriter:
             self.flush()
 
     def flush(self) -> list[Path]:
-        """Write everything buffered; returns the files written (none when empty)."""
+        """Write everything buffered; returns the files written (none when empty).
+
+        If writing fails (a full disk, a vanished folder), the rows not
+        written go back into the buffer, ahead of rows recorded since, and the
+        error is raised: the next flush tries them again.
+        """
         with self._write_lock:
             with self._lock:
                 turns, self._turns = self._turns, []
                 sessions, self._sessions = self._sessions, []
-                self._buffered_bytes = 0
-                self._oldest = None
+                size, self._buffered_bytes = self._buffered_bytes, 0
+                oldest, self._oldest = self._oldest, None
             written = []
-            if turns:
-                written.append(self._write("turns", _turns_table(turns, self.tokenizer)))
-            if sessions:
-                written.append(self._write("sessions", _sessions_table(sessions)))
+            try:
+                if turns:
+                    written.append(self._write("turns", _turns_table(turns, self.tokenizer)))
+                    turns = []
+                if sessions:
+                    written.append(self._write("sessions", _sessions_table(sessions)))
+                    sessions = []
+            except BaseException:
+                with self._lock:
+                    self._turns[:0] = turns
+                    self._sessions[:0] = sessions
+                    self._buffered_bytes += size
+                    if oldest is not None:
+                        self._oldest = oldest if self._oldest is None else min(oldest, self._oldest)
+                raise
             return written
 
     def close(self) -> None:
@@ -226,13 +401,47 @@ class TurnLogWriter:
             with self._lock:
                 due = self._oldest is not None and time.monotonic() - self._oldest >= self.max_age
             if due:
-                self.flush()
+                try:
+                    self.flush()
+                except Exception as exc:
+                    # The thread must survive: it is the only thing flushing an idle writer.
+                    self.last_flush_error = exc
+                else:
+                    self.last_flush_error = None
 
     def _write(self, kind: str, table: pa.Table) -> Path:
-        self._file_counter += 1
-        target = self.directory / f"{kind}-{self._run_id}-{self._file_counter:06d}.parquet"
-        with atomic_path(target) as tmp:
+        """Write ``table`` as a new file of the folder, never over an existing one.
+
+        The file is written under a hidden temporary name, fsynced, then
+        linked to its final name: a link fails where a rename would replace,
+        so a taken name (another process, an earlier run with the same
+        ``name=``) moves on to the next counter.
+        """
+        tmp = self.directory / f".{kind}-{self._run_id}-{uuid.uuid4().hex[:12]}.tmp"
+        try:
             pq.write_table(table, tmp, compression=self.compression)
+            fd = os.open(tmp, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            while True:
+                self._file_counter += 1
+                target = self.directory / f"{kind}-{self._run_id}-{self._file_counter:06d}.parquet"
+                try:
+                    os.link(tmp, target)
+                except FileExistsError:
+                    continue
+                except OSError:
+                    # A filesystem without hard links: rename, after looking (a race only there).
+                    if target.exists():
+                        continue
+                    os.rename(tmp, target)
+                break
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+        fsync_directory(self.directory)
         self.files_written.append(target)
         return target
 

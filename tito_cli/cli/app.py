@@ -10,10 +10,10 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 
 from ..errors import EXIT_INTERNAL, TitoError, UnknownSessionError
+from ..render.visible import SafeConsole, one_line
 
 __all__ = ["EXIT_CODES_HELP", "app", "err_console", "guarded", "out_console", "progress_bar", "state"]
 
@@ -39,8 +39,9 @@ app = typer.Typer(
 #: Data goes to stdout, diagnostics (progress, summaries of what happened, errors) to stderr.
 #: No emoji codes: a path or reason holding ":name:" is printed as it is (and rich's emoji
 #: table, a few milliseconds of every command's start-up, is never loaded).
-out_console = Console(highlight=False, emoji=False)
-err_console = Console(stderr=True, highlight=False, emoji=False)
+#: Both escape control characters in what they show (render/visible.py): logs are untrusted.
+out_console = SafeConsole(highlight=False, emoji=False)
+err_console = SafeConsole(stderr=True, highlight=False, emoji=False)
 
 
 class _State:
@@ -61,14 +62,15 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def report_error(error: TitoError) -> None:
-    # Escaped: messages and tips hold brackets of their own ("pip install 'tito[slime]'").
-    err_console.print(f"[bold red]ERROR[/] {escape(str(error))}", markup=True, highlight=False, soft_wrap=True)
+    # The message names files and sessions from the log: one line, no markup of its own.
+    message = escape(one_line(str(error)))
+    err_console.print(f"[bold red]ERROR[/] {message}", markup=True, highlight=False, soft_wrap=True)
     if isinstance(error, UnknownSessionError) and error.candidates:
         err_console.print("candidates:", soft_wrap=True)
         for candidate in error.candidates:
-            err_console.print(f"  {candidate}", markup=False, soft_wrap=True)
+            err_console.print(f"  {one_line(candidate)}", markup=False, soft_wrap=True)
     if error.tip:
-        err_console.print(f"[bold]TIP[/] {escape(error.tip)}", soft_wrap=True)
+        err_console.print(f"[bold]TIP[/] {escape(one_line(error.tip))}", soft_wrap=True)
 
 
 def guarded(command: F) -> F:
@@ -94,7 +96,7 @@ def guarded(command: F) -> F:
             if state.verbose:
                 traceback.print_exc(file=sys.stderr)
             err_console.print(
-                f"[bold red]ERROR[/] internal error: {type(error).__name__}: {error}",
+                f"[bold red]ERROR[/] internal error: {type(error).__name__}: {escape(one_line(str(error)))}",
                 markup=True,
                 soft_wrap=True,
             )

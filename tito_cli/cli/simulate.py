@@ -42,7 +42,11 @@ def simulate(
         help="Tokenizer folder (with a chat template) to render and tokenize with; recorded in the log. "
         "The default is the one shipped in the repository.",
     ),
-    overwrite: bool = typer.Option(False, "--overwrite", help="Delete Parquet files already in --out first."),
+    overwrite: bool = typer.Option(
+        False,
+        "--overwrite",
+        help="Replace the Parquet files already in --out (once the new log is complete: a failed run keeps them).",
+    ),
 ) -> None:
     # The simulator (and transformers, through it) is imported only when simulating.
     from ..render.simulation import render_simulation_summary

@@ -28,11 +28,12 @@ import pyarrow as pa
 
 from .._arrow import list_column, primitive_array, string_array
 from .._atomic import StagedFile
+from .._paths import check_output_target
 from ..algorithm.linearize import LinearizedSample
 from ..algorithm.policy import Policy
 from ..algorithm.session import SessionResult
-from ..errors import ExportError, OutputError
-from ..schema import SAMPLES_SCHEMA
+from ..errors import ExportError
+from ..schema import PROVENANCE_KEY, SAMPLES_SCHEMA
 
 __all__ = [
     "ExportOptions",
@@ -64,10 +65,14 @@ def provenance(sample: LinearizedSample) -> dict[str, Any]:
 
 
 def sample_metadata(result: SessionResult, sample: LinearizedSample) -> str:
-    """The session's metadata plus provenance under ``"tito"``, as deterministic JSON."""
+    """The session's metadata plus provenance under ``"tito"``, as deterministic, strict JSON.
+
+    A sessions row whose metadata has its own ``"tito"`` key, or anything
+    that is not strict JSON, was rejected when the sessions table was read.
+    """
     meta = dict(result.info.metadata or {})
-    meta["tito"] = provenance(sample)
-    return json.dumps(meta, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    meta[PROVENANCE_KEY] = provenance(sample)
+    return json.dumps(meta, sort_keys=True, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
 def session_table(result: SessionResult) -> pa.Table:
@@ -166,13 +171,8 @@ class Sink(ABC):
         """Drop every temporary; safe after a failed :meth:`close`."""
 
     def check_target(self, path: Path) -> None:
-        """Refuse to replace an existing file without ``overwrite``."""
-        if path.exists() and not self.context.overwrite:
-            raise OutputError("output exists", file=path, tip="pass --overwrite to replace it")
-        if path.is_dir():
-            raise OutputError("the output is a folder", file=path)
-        if not path.parent.is_dir():
-            raise OutputError("the output's folder does not exist", file=path)
+        """Refuse to replace an existing file without ``overwrite``, and anything but a regular file ever."""
+        check_output_target(path, overwrite=self.context.overwrite)
 
 
 #: A format module's sink, as it is written at the top level of the module.

@@ -21,16 +21,23 @@ class SamplesWriter(Sink):
     """Streams sessions' samples into a Parquet file, staged beside ``out`` until published.
 
     Rows are buffered and written as row groups of about ``row_group_tokens``
-    tokens, so memory stays bounded by a row group, not the corpus.  Row
-    groups are cut between sessions, after the session that reaches the
-    size, so the file's bytes depend only on the sessions written and their
-    order (not on how many workers produced them, nor on the runner).
+    tokens, or ``row_group_sessions`` sessions, whichever comes first, so
+    memory stays bounded by a row group, not the corpus (each buffered
+    session is a small Arrow table of its own, some kilobytes of objects and
+    buffers however few its tokens: by tokens alone, a log of many tiny
+    sessions was buffered whole).  Row groups are cut between sessions,
+    after the session that reaches either size, so the file's bytes depend
+    only on the sessions written and their order (not on how many workers
+    produced them, nor on the runner).
     """
 
-    def __init__(self, out: Path, context: SinkContext, *, row_group_tokens: int = 2 << 20) -> None:
+    def __init__(
+        self, out: Path, context: SinkContext, *, row_group_tokens: int = 2 << 20, row_group_sessions: int = 1024
+    ) -> None:
         super().__init__(out, context)
         self.check_target(out)
         self.row_group_tokens = row_group_tokens
+        self.row_group_sessions = row_group_sessions
         meta = table_metadata("samples", context.tokenizer)
         policy = context.policy
         meta[b"tito.policy"] = json.dumps(
@@ -61,7 +68,7 @@ class SamplesWriter(Sink):
             return
         self._tables.append(table)
         self._buffered_tokens += token_count(table)
-        if self._buffered_tokens >= self.row_group_tokens:
+        if self._buffered_tokens >= self.row_group_tokens or len(self._tables) >= self.row_group_sessions:
             self._write_row_group()
 
     def _write_row_group(self) -> None:

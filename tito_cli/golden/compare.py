@@ -23,7 +23,15 @@ from ..algorithm.policy import Policy
 from ..errors import OutputError
 from ..render.tokens import TokenText
 from ..run.corpus import Corpus, find_session_id
-from .serialize import DumpStyle, TokenWords, dump_file_name, dump_session, escape_invisible, golden_token_text
+from .serialize import (
+    DUMP_HEADER,
+    DumpStyle,
+    TokenWords,
+    dump_file_name,
+    dump_session,
+    escape_invisible,
+    golden_token_text,
+)
 
 __all__ = [
     "CheckReport",
@@ -155,12 +163,12 @@ def iter_dumps(
     search_from = [p if p.is_dir() else p.parent for p in paths]
     tokens = golden_token_text(corpus.tokenizer, search_from, override=options.tokenizer, decode=options.decode)
     known_files = [str(f.path) for f in corpus.log.files]
+    ids = wanted if wanted is not None else corpus.session_ids()
+    # Before any dump is made, so that a clash never leaves a partial golden set behind.
+    _check_names(ids)
     if options.workers > 1:
-        ids = wanted if wanted is not None else corpus.session_ids()
-        dumps = _parallel_dumps(paths, options, ids, search_from)
-    else:
-        dumps = _dumps(corpus, wanted, options, tokens, known_files)
-    return _check_names(dumps)
+        return _parallel_dumps(paths, options, ids, search_from)
+    return _dumps(corpus, wanted, options, tokens, known_files)
 
 
 def _dumps(
@@ -172,18 +180,21 @@ def _dumps(
         yield SessionDump(result.session_id, dump_file_name(result.session_id), text)
 
 
-def _check_names(dumps: Iterator[SessionDump]) -> Iterator[SessionDump]:
+def _check_names(session_ids: Iterable[str]) -> None:
+    """Raise if two sessions would share a dump file, on any file system."""
     names: dict[str, str] = {}
-    for dump in dumps:
+    for session_id in session_ids:
         # safe_filename never maps two ids to one name, but a case-insensitive
-        # file system (macOS, Windows) would still merge "A.txt" and "a.txt".
-        other = names.setdefault(dump.file_name.lower(), dump.session_id)
-        if other != dump.session_id:
+        # file system (macOS, Windows; and Linux folders with casefold) would still
+        # merge "A.txt" and "a.txt".
+        file_name = dump_file_name(session_id)
+        other = names.setdefault(file_name.casefold(), session_id)
+        if other != session_id:
             raise OutputError(
-                f"sessions {other!r} and {dump.session_id!r} would share the dump file {dump.file_name!r} "
-                "on a case-insensitive file system"
+                f"sessions {other!r} and {session_id!r} would share the dump file {file_name!r} "
+                "on a case-insensitive file system; nothing was written",
+                tip="dump them one at a time (tito dump LOGS --session ID --out -)",
             )
-        yield dump
 
 
 # Per worker process: the log opened once and the decoder loaded once (_start_worker).
@@ -324,7 +335,10 @@ def check_goldens(
         for path in sorted(golden.glob("*.txt"), key=lambda p: p.name):
             if path.name.startswith(".") or not path.is_file() or path.name in expected:
                 continue
-            checks.append(SessionCheck(_golden_session_id(path), Status.STALE, path, _read(path), None))
+            stored = _read(path)
+            if not stored.startswith(DUMP_HEADER):
+                continue  # not a dump (a README.txt, notes): not tito's to judge or remove
+            checks.append(SessionCheck(_golden_session_id(path), Status.STALE, path, stored, None))
 
     report = CheckReport(golden, checks, stale_checked=stale_checked, golden_existed=golden.is_dir())
     if update and report.failures:

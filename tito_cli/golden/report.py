@@ -11,6 +11,7 @@ from typing import Any
 
 from rich.text import Text
 
+from ..render.visible import one_line
 from .compare import CheckReport, DiffLine, SessionCheck, Status
 
 __all__ = ["check_report_dict", "render_check_report"]
@@ -39,16 +40,16 @@ def _failure(check: SessionCheck, diff_lines: int, out: Text) -> None:
     label, style = _LABELS[check.status]
     out.append(f"{label:<8}", style=style)
     if check.status is Status.CHANGED:
-        out.append(f" {check.session_id}: the rebuilt dump differs from {check.file}\n")
+        out.append(f" {one_line(check.session_id)}: the rebuilt dump differs from {check.file}\n")
         shown, cut = capped(check.diff(), diff_lines)
         for line in shown:
             out.append(_diff_text(line) + "\n", style=_DIFF_STYLES[line.kind])
         if cut:
             out.append(f"⋯ {cut} more diff lines (--diff-lines 0 shows them all) ⋯\n", style="dim")
     elif check.status is Status.NEW:
-        out.append(f" {check.session_id}: no golden dump ({check.file} does not exist)\n")
+        out.append(f" {one_line(check.session_id)}: no golden dump ({check.file} does not exist)\n")
     else:
-        out.append(f" {check.session_id}: {check.file} has no session in the log\n")
+        out.append(f" {one_line(check.session_id)}: {check.file} has no session in the log\n")
 
 
 def render_check_report(report: CheckReport, *, diff_lines: int = 200, accept_command: str | None = None) -> Text:
@@ -61,7 +62,7 @@ def render_check_report(report: CheckReport, *, diff_lines: int = 200, accept_co
         for check in failures:
             verb = _UPDATED[check.status]
             out.append(f"{verb:<8}", style="bold green" if check.status is not Status.STALE else "bold yellow")
-            out.append(f" {check.session_id}: {check.file}\n")
+            out.append(f" {one_line(check.session_id)}: {check.file}\n")
         if failures:
             out.append(f"golden dumps updated in {report.golden_dir}: {tally}\n", style="bold")
         else:

@@ -54,6 +54,7 @@ from ..turns import canonical_json
 
 __all__ = [
     "DUMP_FORMAT",
+    "DUMP_HEADER",
     "DumpStyle",
     "dump_file_name",
     "dump_session",
@@ -65,6 +66,8 @@ __all__ = [
 
 #: Bumped when the layout changes, so old goldens fail on their first line, not mid-file.
 DUMP_FORMAT = 1
+#: How every dump begins (any format): ``tito check --update`` removes only files that begin so.
+DUMP_HEADER = "tito golden dump ("
 
 DumpStyle = Literal["full", "compact"]
 
@@ -204,7 +207,7 @@ def dump_session(
     """
     words = tokens if isinstance(tokens, TokenWords) else TokenWords(tokens)
     lines = [
-        f"tito golden dump (format {DUMP_FORMAT}, style {style})",
+        f"{DUMP_HEADER}format {DUMP_FORMAT}, style {style})",
         f"session: {_one_line(result.session_id)}",
         f"policy: fork threshold {policy.fork_threshold}, reward {policy.reward_mode}",
         f"tokenizer: {tokenizer_identity(words.tokens)}",

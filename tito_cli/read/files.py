@@ -7,6 +7,7 @@ anything is rebuilt.
 
 from __future__ import annotations
 
+import os
 import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import SchemaError, UnreadableLogError
-from ..schema import META_TABLE, META_TOKENIZER
+from ..schema import FORMAT_VERSION, META_FORMAT, META_TABLE, META_TOKENIZER
 
 __all__ = ["READ_COLUMNS", "LogFile", "classify_file", "discover_files", "open_parquet"]
 
@@ -87,28 +88,57 @@ class LogFile:
 
 
 def discover_files(paths: Iterable[str | Path], *, exclude: Iterable[Path] = ()) -> list[Path]:
-    """Every ``*.parquet`` file under ``paths`` (files given directly are taken as they are).
+    """Every ``*.parquet`` file under ``paths`` (files given directly are taken as they are), each real file once.
 
-    ``exclude``: files to leave out (a rebuild's own output, when it is
-    written into the log's folder), however they are reached.  Files are
-    told apart by device and inode, one ``stat`` each (resolving every path
-    costs a system call per path component; docs/performance.md).
+    Folders are searched recursively, following symbolic links to folders
+    (a folder reached twice, as by a link loop, is searched once); a folder
+    that cannot be listed raises naming it, since its sessions would
+    otherwise be missing without a word.  A file reached by two spellings
+    (``logs`` and ``$PWD/logs``, or a symlink to a file of the log) is read
+    once, by the first spelling in sorted order.  ``exclude``: files to
+    leave out (a rebuild's own output).  Files are told apart by device and
+    inode, one ``stat`` each (resolving every path costs a system call per
+    path component; docs/performance.md).
     """
     excluded = {_file_id(p) for p in exclude}
-    found: set[Path] = set()
+    found: dict[tuple[int, int], Path] = {}
+    seen_folders: set[tuple[int, int]] = set()
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
-            candidates = [p for p in path.rglob("*.parquet") if not p.name.startswith(".")]
+            candidates = _parquet_files(path, seen_folders)
         elif path.is_file():
             candidates = [path]
+        elif path.exists() or path.is_symlink():
+            raise UnreadableLogError("not a regular file or folder (a broken link, a device, a FIFO?)", file=path)
         else:
             raise UnreadableLogError("no such file or directory", file=path)
         for candidate in candidates:
             file_id = _file_id(candidate)
-            if file_id is not None and file_id not in excluded:
-                found.add(candidate)
-    return sorted(found, key=lambda p: str(p))
+            if file_id is None or file_id in excluded:
+                continue
+            if file_id not in found or str(candidate) < str(found[file_id]):
+                found[file_id] = candidate
+    return sorted(found.values(), key=lambda p: str(p))
+
+
+def _parquet_files(folder: Path, seen_folders: set[tuple[int, int]]) -> list[Path]:
+    """The non-hidden ``*.parquet`` files under ``folder``, following folder links, each folder once."""
+
+    def unreadable(error: OSError) -> None:
+        raise UnreadableLogError(f"cannot list this folder ({error.strerror or error})", file=error.filename)
+
+    files: list[Path] = []
+    for top, folders, names in os.walk(folder, onerror=unreadable, followlinks=True):
+        status = os.stat(top)
+        key = (status.st_dev, status.st_ino)
+        if key in seen_folders:
+            folders[:] = []  # reached before (a link loop, or two links to one folder)
+            continue
+        seen_folders.add(key)
+        folders.sort()
+        files.extend(Path(top, name) for name in names if name.endswith(".parquet") and not name.startswith("."))
+    return files
 
 
 def _file_id(path: Path) -> tuple[int, int] | None:
@@ -169,6 +199,14 @@ def classify_file(path: Path, parquet: pq.ParquetFile | None = None) -> LogFile:
             f"holds a {table!r} table, not turns or sessions",
             file=path,
             tip="keep rebuilt samples outside the log folder, or pass the log files explicitly",
+        )
+    # Format 1 is what this reader understands; a file recognised by its columns carries no format.
+    file_format = meta.get(META_FORMAT)
+    if file_format is not None and file_format != FORMAT_VERSION:
+        raise SchemaError(
+            f"turn-log format {file_format!r} is not one this tito reads (format {FORMAT_VERSION})",
+            file=path,
+            tip="upgrade tito to read this log",
         )
     expected = _TURNS_COLUMNS if table == "turns" else _SESSIONS_COLUMNS
     for name, (kind, required) in expected.items():

@@ -42,6 +42,7 @@ __all__ = [
 _LIST_COLUMNS = ("prompt_ids", "output_ids", "output_logprobs")
 _ID_COLUMNS = ("prompt_ids", "output_ids")
 INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
 _TEXT_COLUMNS = ("finish_reason", "prompt_messages", "response_message", "tools", "metadata")
 
 #: A text cell: its UTF-8 bytes as a numpy view into the decoded column (as the
@@ -69,6 +70,9 @@ class RawTurn:
     #: True when the row group's statistics show every prompt and output id in
     #: 0..INT32_MAX, so validation need not scan them again.
     ids_in_range: bool = False
+    #: (column, position) of the first null element inside a non-null list cell
+    #: (``prompt_ids``, ``output_ids``, ``output_logprobs``): validation rejects the row.
+    null_element: tuple[str, int] | None = None
 
 
 @dataclass(slots=True)
@@ -358,10 +362,21 @@ def read_batch(files: Sequence[LogFile], batch: ReadBatch) -> Iterator[SessionRo
 
 
 def _int64_values(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """An integer column as (int64 values, validity); values at null slots are 0."""
+    """An integer column as (int64 values, validity); values at null slots are 0.
+
+    A ``uint64`` value beyond int64 counts as null here (it sorts last, as a
+    null seq does); :func:`_beyond_int64` gives those rows their true values
+    for validation to report.
+    """
     valid = validity(array)
     if pa.types.is_null(array.type):
         return np.zeros(len(array), dtype=np.int64), valid
+    big = _beyond_int64(array)
+    if big:
+        array = pa.array(
+            [None if row in big else v for row, v in enumerate(array.to_pylist())], type=pa.int64()
+        )
+        valid = validity(array)
     # (cast goes through pyarrow.compute, a slow import: skip it when there is nothing to do)
     cast = array if pa.types.is_int64(array.type) else array.cast(pa.int64())
     # Straight from the data buffer: exact for any int64, and no float detour for nulls.
@@ -369,6 +384,15 @@ def _int64_values(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     if array.null_count:
         values = np.where(valid, values, 0)
     return values, valid
+
+
+def _beyond_int64(array: pa.Array) -> dict[int, int]:
+    """Row -> value of the cells of a ``uint64`` column above 2**63 - 1 (none for other types)."""
+    if not pa.types.is_uint64(array.type) or len(array) == 0:
+        return {}
+    values = np.frombuffer(array.buffers()[1], dtype=np.uint64, count=array.offset + len(array))[array.offset :]
+    rows = np.flatnonzero((values > INT64_MAX) & validity(array))
+    return {int(r): int(values[r]) for r in rows}
 
 
 def _load_group(files: Sequence[LogFile], group: RowGroup) -> _Columns:
@@ -438,6 +462,8 @@ class _Columns:
         seq = array("seq")
         assert seq is not None  # a required column
         self.seq, self.seq_valid = _int64_values(seq)
+        #: Rows whose seq is beyond int64 (a uint64 column): their exact value, for validation to reject.
+        self.seq_beyond = _beyond_int64(seq)
         self.lists = {name: _Slices(array(name), _list_values) for name in _LIST_COLUMNS}
         self.texts = {name: _Slices(array(name), _utf8_bytes) for name in _TEXT_COLUMNS}
 
@@ -445,8 +471,15 @@ class _Columns:
         def text(name: str) -> Text | None:
             return self.texts[name].get(r)
 
+        null_element = None
+        for name, column in self.lists.items():
+            position = column.first_null_element(r)
+            if position is not None:
+                null_element = (name, position)
+                break
+        seq = int(self.seq[r]) if self.seq_valid[r] else self.seq_beyond.get(r)
         return RawTurn(
-            seq=int(self.seq[r]) if self.seq_valid[r] else None,
+            seq=seq,
             prompt_ids=self.lists["prompt_ids"].get(r),
             output_ids=self.lists["output_ids"].get(r),
             output_logprobs=self.lists["output_logprobs"].get(r),
@@ -457,6 +490,7 @@ class _Columns:
             metadata=text("metadata"),
             source=RowRef(self.file_name, self.first_row + r) if self.sources is None else self.sources[r],
             ids_in_range=self.ids_in_range,
+            null_element=null_element,
         )
 
 
@@ -474,6 +508,8 @@ class _Slices:
     """
 
     def __init__(self, array: pa.Array | None, values: Callable[[pa.Array], np.ndarray]) -> None:
+        #: For a list column with null elements: the validity of its values (else ``None``).
+        self.values_valid: np.ndarray | None = None
         if array is None or pa.types.is_null(array.type):
             self.valid = self.offsets = self.values = None
             return
@@ -481,6 +517,19 @@ class _Slices:
         large = pa.types.is_large_list(array.type) or pa.types.is_large_string(array.type)
         self.offsets = numpy_view(array.buffers()[1], np.int64 if large else np.int32, array.offset, len(array) + 1)
         self.values = values(array)
+        if (pa.types.is_list(array.type) or pa.types.is_large_list(array.type)) and array.values.null_count:
+            # (.values is the whole child, not sliced: the offsets index it as they are.)
+            self.values_valid = validity(array.values)
+
+    def first_null_element(self, i: int) -> int | None:
+        """Position of the first null element inside list cell ``i`` (``None``: none, or a null cell)."""
+        if self.values_valid is None or self.valid is None or not self.valid[i]:
+            return None
+        assert self.offsets is not None
+        inside = self.values_valid[self.offsets[i] : self.offsets[i + 1]]
+        if inside.all():
+            return None
+        return int(np.argmin(inside))
 
     def get(self, i: int) -> np.ndarray | None:
         if self.valid is None or not self.valid[i]:
@@ -492,8 +541,12 @@ class _Slices:
 
 def _list_values(array: pa.Array) -> np.ndarray:
     values = array.values
-    if values.null_count or values.type not in NUMPY_TYPES:
-        converted: np.ndarray = values.to_numpy(zero_copy_only=False)  # rare: nulls inside a list
+    if values.null_count and values.type in NUMPY_TYPES:
+        # Rare: nulls inside a list (the rows holding them are rejected, _Slices.first_null_element).
+        # Filled with 0, not NaN, so that the other rows keep their exact integer type.
+        values = values.fill_null(0)
+    if values.type not in NUMPY_TYPES:
+        converted: np.ndarray = values.to_numpy(zero_copy_only=False)
         return converted
     return numpy_view(values.buffers()[1], NUMPY_TYPES[values.type], values.offset, len(values))
 

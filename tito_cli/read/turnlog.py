@@ -20,9 +20,11 @@ import pyarrow.parquet as pq
 
 from .._arrow import NotUtf8, strings
 from ..errors import SchemaError, UnreadableLogError
+from ..schema import PROVENANCE_KEY
 from ..turns import RowRef, SessionInfo, canonical_json
 from .files import LogFile, classify_file, discover_files, open_parquet
 from .rows import (
+    INT64_MAX,
     FileIndex,
     FileMap,
     LogIndex,
@@ -33,6 +35,7 @@ from .rows import (
     index_parquet,
     read_batch,
 )
+from .validate import loads_json
 
 __all__ = ["SessionsTable", "TurnLog"]
 
@@ -189,15 +192,30 @@ def _session_info(cols: dict[str, list[Any]], row: int, ref: RowRef) -> SessionI
     reward = 0.0 if reward is None else float(reward)
     if not math.isfinite(reward):
         raise ValueError(f"reward is {reward}")
+    for name in ("index", "group_index"):
+        value = get(name)
+        if value is not None and not -INT64_MAX - 1 <= value <= INT64_MAX:
+            raise ValueError(f"sessions {name} {value} is beyond int64 (the samples' {name} column)")
     metadata = get("metadata")
     parsed_meta = None
     if metadata is not None:
-        try:
-            parsed_meta = json.loads(metadata)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"sessions metadata is not valid JSON ({exc})") from None
+        parsed_meta = loads_json(metadata, "sessions metadata")
         if not isinstance(parsed_meta, dict):
             raise ValueError("sessions metadata is not a JSON object")
+        if PROVENANCE_KEY in parsed_meta:
+            raise ValueError(
+                f"sessions metadata has a key {PROVENANCE_KEY!r}, which tito reserves for each sample's "
+                "provenance (rename it in the harness)"
+            )
+        # It is copied into every sample's metadata: it must come out as strict JSON, UTF-8.
+        try:
+            json.dumps(parsed_meta, ensure_ascii=False, allow_nan=False).encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ValueError(f"sessions metadata holds a lone surrogate ({exc.object[exc.start:exc.end]!a})") from None
+        except ValueError:
+            raise ValueError("sessions metadata holds a number beyond float64 (1e400 reads as infinity)") from None
+        except RecursionError:
+            raise ValueError("sessions metadata is nested too deeply") from None
     return SessionInfo(
         reward=reward,
         index=get("index"),

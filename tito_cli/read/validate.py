@@ -17,9 +17,9 @@ import numpy as np
 from .._arrow import same_values
 from ..errors import InvalidSessionError
 from ..turns import Message, MessageKey, RowRef, Turn, message_key
-from .rows import INT32_MAX, SessionRows, Text
+from .rows import INT32_MAX, INT64_MAX, SessionRows, Text
 
-__all__ = ["parse_session"]
+__all__ = ["loads_json", "parse_session"]
 
 
 @dataclass(slots=True)
@@ -49,6 +49,28 @@ def _text(cell: Text | None, what: str) -> str | None:
         return cell.tobytes().decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ValueError(f"{what} is not valid UTF-8 (byte {exc.start})") from None
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def loads_json(text: str, what: str) -> Any:
+    """``json.loads`` of strict JSON; ``ValueError`` naming ``what`` for anything else.
+
+    Python's parser accepts ``NaN``, ``Infinity`` and ``-Infinity``, which are
+    not JSON (a reader in any other language refuses them), and raises
+    ``RecursionError`` for nesting deeper than the interpreter's recursion
+    limit (about 1,000 levels by default): both are invalid input here.
+    """
+    try:
+        return json.loads(text, parse_constant=_refuse_constant)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{what} is not valid JSON ({exc})") from None
+    except RecursionError:
+        raise ValueError(f"{what} is nested too deeply to parse") from None
+    except ValueError as exc:
+        raise ValueError(f"{what} is not valid JSON ({exc})") from None
 
 
 def _decode(utf8: np.ndarray) -> str:
@@ -101,8 +123,8 @@ class _MessageParser:
                 break
             if rest.startswith(","):
                 try:
-                    tail = json.loads("[" + rest[1:])
-                except json.JSONDecodeError:
+                    tail = loads_json("[" + rest[1:], "prompt_messages")
+                except ValueError:
                     continue  # the full parse below reports the error at its true position
                 if not tail:
                     # "[a, b,]": a trailing comma, not JSON.  Let the full parse say so.
@@ -111,7 +133,7 @@ class _MessageParser:
                 parsed = _ParsedPrompt(prev_messages + tail, keys, number, len(prev_messages))
                 break
         if parsed is None:
-            messages = json.loads(_decode(raw))
+            messages = loads_json(_decode(raw), "prompt_messages")
             if not isinstance(messages, list):
                 raise ValueError("prompt_messages is not a JSON array")
             keys = _keys(messages)
@@ -131,10 +153,7 @@ def _parse_json(cell: Text | None, what: str, expected: type | None) -> Any:
     raw = _text(cell, what)
     if raw is None:
         return None
-    try:
-        value = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{what} is not valid JSON ({exc})") from None
+    value = loads_json(raw, what)
     # JSON null means the same as a null cell: these columns are all nullable.
     if expected is not None and value is not None and not isinstance(value, expected):
         raise ValueError(f"{what} is not a JSON {'object' if expected is dict else 'array'}")
@@ -171,6 +190,11 @@ def parse_session(rows: SessionRows) -> list[Turn]:
         try:
             if raw.seq is None:
                 raise ValueError("seq is null")
+            if raw.seq > INT64_MAX:
+                raise ValueError(f"seq {raw.seq} is beyond int64 (at most {INT64_MAX})")
+            if raw.null_element is not None:
+                column, position = raw.null_element
+                raise ValueError(f"{column} holds a null at position {position}")
             if raw.seq in seen:
                 raise ValueError(f"duplicate seq {raw.seq} (also at {seen[raw.seq]})")
             seen[raw.seq] = raw.source
@@ -181,10 +205,7 @@ def parse_session(rows: SessionRows) -> list[Turn]:
                 raise ValueError("finish_reason is null")
             if raw.prompt_messages is None:
                 raise ValueError("prompt_messages is null")
-            try:
-                parsed = parser.parse(raw.prompt_messages)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"prompt_messages is not valid JSON ({exc})") from None
+            parsed = parser.parse(raw.prompt_messages)
             messages, keys = parsed.messages, parsed.keys
             # Messages shared with an earlier prompt were checked when it was parsed.
             for position in range(parsed.shared, len(messages)):
@@ -208,6 +229,11 @@ def parse_session(rows: SessionRows) -> list[Turn]:
                 if not _all_finite(logprobs):
                     raise ValueError("output_logprobs holds NaN or infinity")
                 logprobs = logprobs.astype(np.float32, copy=False)
+        except RecursionError:
+            # Parsed, but too deep to key (message_key recurses once per level).
+            raise InvalidSessionError(
+                "JSON nested too deeply", file=raw.source.file, row=raw.source.row, session_id=rows.session_id
+            ) from None
         except ValueError as exc:
             raise InvalidSessionError(
                 str(exc), file=raw.source.file, row=raw.source.row, session_id=rows.session_id

@@ -9,6 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..report.session_facts import FORK_LABELS
+from .visible import one_line
 
 __all__ = ["render_corpus_stats"]
 
@@ -84,7 +85,8 @@ def render_corpus_stats(s: dict[str, Any]) -> RenderableType:
     else:
         why = _grid()
         for reason, entry in zero.items():
-            why.add_row(reason, _n(entry["sessions"]), "e.g. " + ", ".join(entry["examples"]))
+            examples = one_line(", ".join(entry["examples"]))
+            why.add_row(Text(one_line(reason)), _n(entry["sessions"]), Text("e.g. " + examples))
         parts.append(why)
     if s["groups"]["groups"]:
         parts.extend(_groups(s["groups"]))

@@ -257,8 +257,11 @@ def _special_ids(text: TokenText) -> list[int]:
 
 
 def _script_json(value: Any) -> str:
-    """JSON safe inside ``<script>``: no ``</`` can close the element early."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).replace("</", "<\\/")
+    """JSON safe inside ``<script>``: log text holding ``</script>`` or ``<!--`` cannot end or bend the element.
+
+    Every ``<`` is written ``\\u003c`` (the same string to ``JSON.parse``).
+    """
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).replace("<", "\\u003c")
 
 
 def view_page(

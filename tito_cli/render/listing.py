@@ -8,6 +8,8 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from .visible import one_line
+
 __all__ = ["render_listing"]
 
 _NUMBERS = ("turns", "leaves", "samples", "trained", "context", "forks", "realigns", "merges", "reward")
@@ -38,7 +40,7 @@ def render_listing(rows: list[dict[str, Any]], width: int = 100) -> RenderableTy
     full, with its file and row, under the table.
     """
     widths = {name: max([len(name), *(len(_format(r, name)) for r in rows)]) for name in _NUMBERS}
-    widths["session"] = min(max([7, *(len(r["session"]) for r in rows)]), 48)
+    widths["session"] = min(max([7, *(len(one_line(r["session"])) for r in rows)]), 48)
     rejected = [r for r in rows if r["rejected"] is not None]
     # Columns are two spaces apart (one of padding on each side), none at the edges.
     reason_width = width - sum(widths.values()) - 2 * len(widths)
@@ -51,7 +53,7 @@ def render_listing(rows: list[dict[str, Any]], width: int = 100) -> RenderableTy
     if reason_column:
         table.add_column("rejected", no_wrap=True, overflow="ellipsis", max_width=reason_width)
     for row in rows:
-        session = Text(row["session"], style="red" if row["rejected"] is not None else "")
+        session = Text(one_line(row["session"]), style="red" if row["rejected"] is not None else "")
         cells: list[Text | str] = [session, *(_cell(row, n) for n in _NUMBERS)]
         if reason_column:
             reason = row["rejected"] or ""
@@ -59,12 +61,12 @@ def render_listing(rows: list[dict[str, Any]], width: int = 100) -> RenderableTy
                 reason = "yes"  # too narrow to say why; the full reason follows the table
             elif len(reason) > reason_width:
                 reason = reason[: reason_width - 1] + "…"
-            cells.append(Text(reason, style="red"))
+            cells.append(Text(one_line(reason), style="red"))
         table.add_row(*cells)
     if not rejected:
         return table
     notes = [Text(""), Text("rejected:", style="bold red")]
     for row in rejected:
         where = f" [{row['file']}, row {row['row']}]" if row["file"] is not None else ""
-        notes.append(Text(f"  {row['session']}: {row['rejected']}{where}"))
+        notes.append(Text(one_line(f"  {row['session']}: {row['rejected']}{where}")))
     return Group(table, *notes)

@@ -5,7 +5,9 @@ from __future__ import annotations
 import io
 import os
 
-from rich.console import Console, RenderableType
+from rich.console import RenderableType
+
+from .visible import SafeConsole
 
 __all__ = ["plain_width", "to_plain"]
 
@@ -21,7 +23,7 @@ def plain_width() -> int:
 def to_plain(renderable: RenderableType, width: int | None = None) -> str:
     """``renderable`` laid out ``width`` columns wide, no ANSI codes, no trailing spaces."""
     buffer = io.StringIO()
-    console = Console(
+    console = SafeConsole(
         file=buffer, width=width or plain_width(), color_system=None, highlight=False, force_terminal=False, emoji=False
     )
     console.print(renderable)

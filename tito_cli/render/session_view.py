@@ -16,6 +16,7 @@ from rich.text import Text
 from rich.tree import Tree
 
 from ..report.session_facts import FORK_LABELS, decision_text
+from .visible import one_line
 
 __all__ = [
     "DECISION_LEGEND",
@@ -40,7 +41,7 @@ def render_header(header: dict[str, Any]) -> RenderableType:
     h = header
     line1 = Text()
     line1.append("session ", style="dim")
-    line1.append(h["session_id"], style="bold")
+    line1.append(one_line(h["session_id"]), style="bold")
     reward = f"{h['reward']:g}" + ("" if h["finished"] else " (no sessions row)")
     line1.append(
         f"  reward {reward} · {plural(h['turns'], 'turn')} · {plural(h['leaves'], 'leaf', 'leaves')}"
@@ -170,7 +171,7 @@ def render_tree(session_id: str, nodes: list[dict[str, Any]]) -> RenderableType:
     children: dict[int | None, list[int]] = {}
     for n in nodes:
         children.setdefault(n["parent"], []).append(n["id"])
-    top = Tree(Text(session_id, style="bold"), guide_style="dim")
+    top = Tree(Text(one_line(session_id), style="bold"), guide_style="dim")
     # Each pending entry opens a run at node_id, rendered as one tree item
     # (several lines), whose branching children become nested items.
     stack = [_Pending(top, nid) for nid in reversed(children.get(None, []))]

@@ -11,6 +11,7 @@ from rich.text import Text
 from ..report.session_facts import FORK_PHRASES
 from ..run.export import ExportSummary
 from ..run.rebuild import RebuildSummary
+from .visible import one_line
 
 __all__ = ["render_export_summary", "render_rebuild_summary"]
 
@@ -47,18 +48,18 @@ def render_rebuild_summary(summary: RebuildSummary) -> RenderableType:
     parts: list[RenderableType] = [table]
     if summary.rejected:
         parts.append(Text(""))
-        parts.append(Text(f"rejected (details in {summary.rejects_file}):", style="bold yellow"))
+        parts.append(Text(one_line(f"rejected (details in {summary.rejects_file}):"), style="bold yellow"))
         shown = summary.rejected[:10]
         for reject in shown:
             where = f"{reject.file}, row {reject.row}" if reject.file is not None else "?"
-            parts.append(Text(f"  {reject.session_id}: {reject.reason} [{where}]"))
+            parts.append(Text(one_line(f"  {reject.session_id}: {reject.reason} [{where}]")))
         if len(summary.rejected) > len(shown):
             parts.append(Text(f"  … and {len(summary.rejected) - len(shown)} more"))
     if summary.notes:
         parts.append(Text(""))
         parts.append(Text("notes:", style="bold"))
         for sid, note in summary.notes[:10]:
-            parts.append(Text(f"  {sid}: {note}"))
+            parts.append(Text(one_line(f"  {sid}: {note}")))
         if len(summary.notes) > 10:
             parts.append(Text(f"  … and {len(summary.notes) - 10} more"))
     parts.append(Text(""))
@@ -69,14 +70,17 @@ def render_rebuild_summary(summary: RebuildSummary) -> RenderableType:
 
 def _warnings(lines: list[str]) -> list[RenderableType]:
     """The first line is the warning, the others its details."""
-    return [Text(f"WARNING {line}", style="yellow") if i == 0 else Text(f"  {line}") for i, line in enumerate(lines)]
+    return [
+        Text(one_line(f"WARNING {line}"), style="yellow") if i == 0 else Text(one_line(f"  {line}"))
+        for i, line in enumerate(lines)
+    ]
 
 
 def _wrote(files: list[Path], format: str) -> list[RenderableType]:
     what = "" if format == "parquet" else f" ({format})"
     if len(files) == 1:
-        return [Text(f"wrote {files[0]}{what}", style="bold")]
-    return [Text(f"wrote {len(files)} files{what}:", style="bold"), *(Text(f"  {f}") for f in files)]
+        return [Text(one_line(f"wrote {files[0]}{what}"), style="bold")]
+    return [Text(f"wrote {len(files)} files{what}:", style="bold"), *(Text(one_line(f"  {f}")) for f in files)]
 
 
 def render_export_summary(summary: ExportSummary) -> RenderableType:
@@ -90,7 +94,7 @@ def render_export_summary(summary: ExportSummary) -> RenderableType:
         f"their session count{ungrouped}",
         f"samples written: {summary.samples_written:,}",
     ]
-    parts: list[RenderableType] = [Text(line) for line in lines]
+    parts: list[RenderableType] = [Text(one_line(line)) for line in lines]
     parts.extend(_warnings(summary.warnings))
     parts.extend(_wrote(summary.files, summary.format))
     return Group(*parts)

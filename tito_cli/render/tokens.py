@@ -49,15 +49,24 @@ def resolve_tokenizer(spec: str | None, search_from: Iterable[Path] = ()) -> Pat
 
 
 def load_tokenizer(path: Path) -> Any:
-    """Load a tokenizer folder with transformers, never touching the network."""
+    """Load a tokenizer folder with transformers, never touching the network, never running its code."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     try:
         from transformers import AutoTokenizer  # slow import: only when decoding is asked for
 
-        return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+        # A tokenizer folder travels with untrusted logs: its auto_map Python never runs
+        # (transformers would otherwise ask on stdin, and run it on "y").
+        return AutoTokenizer.from_pretrained(str(path), local_files_only=True, trust_remote_code=False)
     except Exception as exc:  # transformers raises many types for a bad folder
+        if "custom code" in str(exc):
+            raise TokenizerError(
+                "the tokenizer folder needs its own Python code (auto_map), and tito never runs code from a "
+                "tokenizer folder",
+                file=path,
+                tip="point the log at a tokenizer that transformers' built-in classes load (tokenizer.json)",
+            ) from None
         raise TokenizerError(f"cannot load tokenizer ({type(exc).__name__}: {exc})", file=path) from None
 
 

@@ -122,7 +122,12 @@ def rebuild_rows(
         turns = parse_session(rows)
     except InvalidSessionError as exc:
         return Reject(sid, exc.message, exc.file, exc.row)
-    return rebuild_session(sid, turns, infos.get(sid), policy)
+    try:
+        return rebuild_session(sid, turns, infos.get(sid), policy)
+    except RecursionError:
+        # JSON that parsed but nests deeper than the router's recursion can follow.
+        first = rows.rows[0].source if rows.rows else None
+        return Reject(sid, "JSON nested too deeply", first.file if first else None, first.row if first else None)
 
 
 def session_output(

@@ -36,6 +36,7 @@ from ..read.rows import FileMap, LogIndex, ReadBatch, read_batch
 from ..schema import SAMPLES_SCHEMA
 from ..turns import RowRef, SessionInfo
 from .corpus import Corpus, Reject, SessionOutput, session_output
+from .lifetime import handoff_folder, new_pool
 
 __all__ = [
     "SessionOutput",
@@ -93,7 +94,7 @@ def early_pool(files: int, workers: int) -> Iterator[ProcessPoolExecutor | None]
     if workers <= 1 or files < OPEN_FILES_PER_WORKER * workers:
         yield None
         return
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=worker_context())
+    pool = new_pool(workers, worker_context())
     try:
         yield pool
     finally:
@@ -249,12 +250,12 @@ def _run(
         return
     own_pool = pool is None
     if pool is None:
-        pool = ProcessPoolExecutor(max_workers=workers, mp_context=worker_context())
+        pool = new_pool(workers, worker_context())
     pending: deque[Future[list[SessionOutput | Reject]]] = deque()
     todo = iter(batches)
     # Handoff files live only between a worker's write and this process's read (which unlinks
-    # them); the folder goes when the run ends, whatever the ending.
-    with tempfile.TemporaryDirectory(prefix="tito-handoff-") as handoff_dir:
+    # them); the folder goes when the run ends, and a killed run's is swept by the next.
+    with handoff_folder() as handoff_dir:
         try:
             # Keep every worker busy plus one batch queued; take results in submission order.
             for batch in todo:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .._atomic import StagedFile, publish, remove_stale_temporaries
+from .._paths import check_output_target, leave_out_previous_output
 from ..algorithm.policy import Policy
 from ..algorithm.session import SessionReport
 from ..errors import OutputError
@@ -145,12 +146,10 @@ def rebuild(
     policy = policy or Policy()
     out = Path(out)
     rejects_file = rejects_path(out)
-    if out.exists() and not overwrite:
-        raise OutputError("output exists", file=out, tip="pass --overwrite to replace it")
-    if not out.parent.is_dir():
-        raise OutputError("the output's folder does not exist", file=out)
-
-    files = discover_files([Path(p) for p in inputs], exclude=[out])
+    check_output_target(out, overwrite=overwrite)
+    check_output_target(rejects_file, overwrite=True)
+    input_paths = [Path(p) for p in inputs]
+    files = leave_out_previous_output(discover_files(input_paths), input_paths, [out, rejects_file])
     workers = default_workers() if workers is None else workers
     rejected: list[Reject] = list(extra_rejects)
     with early_pool(len(files), workers) as pool:
@@ -163,7 +162,10 @@ def rebuild(
         )
         summary.stale_temporaries_removed = stale
         context = SinkContext(policy, corpus.tokenizer, options or ExportOptions(), overwrite)
-        sink = open_sink(output_format, out, context)
+        try:
+            sink = open_sink(output_format, out, context)
+        except OSError as exc:
+            raise OutputError(f"cannot write ({exc})", file=out) from None
         try:
             outputs = rebuild_outputs(
                 corpus, workers=workers, batch_bytes=batch_bytes, spill_dir=out.parent, pool=pool
@@ -177,9 +179,16 @@ def rebuild(
                     summary.add_session(result.session_id, result.report)
                 if progress is not None:
                     progress(done, len(session_ids))
+        except OSError as exc:
+            sink.abort()
+            # Reading errors arrive as LogError; an OSError here is the output's (a full disk, EFBIG).
+            raise OutputError(f"cannot write ({exc})", file=out) from None
         except BaseException:
             sink.abort()
             raise
 
-    deliver(sink, summary, session_ids, corpus.sessions_table, rejected)
+    try:
+        deliver(sink, summary, session_ids, corpus.sessions_table, rejected)
+    except OSError as exc:
+        raise OutputError(f"cannot write ({exc})", file=out) from None
     return summary

@@ -19,12 +19,15 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
+import tempfile
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+from .._atomic import fsync_directory
 from .._paths import FIXTURE_TOKENIZER
 from ..capture.writer import TurnLogWriter
 from ..errors import OutputError
@@ -107,8 +110,9 @@ def simulate(
 
     ``tokenizer`` is recorded in the files as ``tito.tokenizer``.  A folder
     that already holds Parquet files is refused unless ``overwrite``, which
-    deletes those files first.  ``progress(done, total)`` is called after
-    each session.
+    replaces those files once the new log is complete (a failed run leaves
+    them as they were).  ``progress(done, total)`` is called after each
+    session.
     """
     if profile not in PROFILES:
         raise ValueError(f"unknown profile {profile!r}; choose from {', '.join(PROFILES)}")
@@ -123,10 +127,52 @@ def simulate(
             file=out,
             tip="choose an empty folder, or pass --overwrite to delete those files first",
         )
-    for path in existing:
-        path.unlink()
 
     chat = Chat(resolve_tokenizer(tokenizer))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # The new log is written aside (a hidden folder beside the target, so on the same file
+    # system) and moved in only once it is complete: a failed run leaves the old log as it was.
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.simulating-", dir=out.parent))
+    try:
+        summary = _simulate_into(staging, chat, spec, sessions, seed, profile, tokenizer, progress)
+        out.mkdir(exist_ok=True)
+        _replace_log(out, existing, summary.files)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    summary.out_dir = out
+    summary.files = [out / f.name for f in summary.files]
+    return summary
+
+
+def _replace_log(out: Path, old: list[Path], new: list[Path]) -> None:
+    """Move ``new`` files into ``out`` in place of its ``old`` Parquet files.
+
+    The old files are first renamed to hidden names (which no reader picks
+    up), so that a name the new log reuses is free; they go once every new
+    file is in.
+    """
+    hidden = []
+    for path in old:
+        aside = path.with_name(f".{path.name}.replaced")
+        os.replace(path, aside)
+        hidden.append(aside)
+    for path in new:
+        os.replace(path, out / path.name)
+    fsync_directory(out)
+    for path in hidden:
+        path.unlink()
+
+
+def _simulate_into(
+    out: Path,
+    chat: Chat,
+    spec: Profile,
+    sessions: int,
+    seed: int,
+    profile: str,
+    tokenizer: str,
+    progress: Callable[[int, int], None] | None,
+) -> SimulationSummary:
     summary = SimulationSummary(out, profile, seed, tokenizer)
     features = assign_features(spec, sessions, random.Random(f"tito-simulate:{profile}:{seed}:features"))
     with TurnLogWriter(out, tokenizer=tokenizer, max_age=None, name=f"{profile}-{seed}") as writer:

@@ -25,6 +25,8 @@ from typing import Any, cast
 import numpy as np
 import numpy.typing as npt
 
+from ..errors import TokenizerError
+
 __all__ = ["IM_END", "IM_START", "Chat"]
 
 IM_START = "<|im_start|>"
@@ -42,8 +44,13 @@ class Chat:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         from transformers import AutoTokenizer  # slow import: only when simulating
 
-        local = Path(path).is_dir()
-        self.tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=local)
+        self.path = Path(path)
+        local = self.path.is_dir()
+        try:
+            # Never the folder's own Python (auto_map): only transformers' tokenizer classes.
+            self.tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=local, trust_remote_code=False)
+        except Exception as exc:  # transformers raises many types for a bad folder
+            raise TokenizerError(f"cannot load tokenizer ({type(exc).__name__}: {exc})", file=self.path) from None
         self._backend = self.tokenizer.backend_tokenizer
         self.im_start = self._backend.token_to_id(IM_START)
         self.im_end = self._backend.token_to_id(IM_END)
@@ -56,9 +63,14 @@ class Chat:
 
     def render(self, messages: list[Message], tools: list[dict[Any, Any]] | None) -> str:
         """The prompt text for ``messages``, ending with the assistant generation prompt."""
-        text = self.tokenizer.apply_chat_template(
-            messages, tools=cast(Any, tools), tokenize=False, add_generation_prompt=True
-        )
+        import jinja2  # (its exceptions only: templates run in transformers' sandboxed environment)
+
+        try:
+            text = self.tokenizer.apply_chat_template(
+                messages, tools=cast(Any, tools), tokenize=False, add_generation_prompt=True
+            )
+        except jinja2.TemplateError as exc:
+            raise TokenizerError(f"the chat template failed ({exc})", file=self.path) from None
         assert isinstance(text, str)
         return text
 
