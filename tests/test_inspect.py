@@ -558,7 +558,7 @@ def test_a_turn_range(agent_logs: Path) -> None:
     assert data["samples"], "samples packing seqs 1-3 are shown"
     for sample in data["samples"]:
         assert {r["seq"] for r in sample["regions"]} <= {1, 2, 3}
-        assert sample["shown"] == {"turns": [1, 3], "tokens": None}
+        assert sample["shown"] == {"turns": [1, 3], "tokens": None, "focus": None}
         for region in sample["regions"]:
             assert len(region["ids"]) == region["end"] - region["start"]
     for value in ("3..1", "a..b"):
@@ -576,6 +576,11 @@ def test_around_a_token(agent_logs_no_tokenizer: Path) -> None:
     assert lo <= at < hi and hi - lo <= 2 * 64 + 1
     shown = [t for r in sample["regions"] for t in r["ids"]]
     assert shown == tokens[lo:hi]
+    assert sample["shown"]["focus"] == at
+    # In text, the token asked about is marked (between ⟦ ⟧ when piped), and only it.
+    code, lines, _ = run("inspect", MAIN, str(agent_logs_no_tokenizer), "--sample", "0", "--around", str(at))
+    marked = re.findall(r"⟦(\d+)⟧", "\n".join(lines))
+    assert marked == [str(tokens[at])]
 
 
 def test_drift_shows_each_fork_and_realign_in_three_lines(agent_logs: Path) -> None:

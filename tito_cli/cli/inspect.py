@@ -185,7 +185,7 @@ def inspect(
             samples = [s for s in samples if any(seq in seqs for seq in s["turns"])]
         if seqs is not None or around is not None:
             window = None if around is None else range(max(0, around - AROUND), around + AROUND + 1)
-            samples = [clip_sample(s, text, seqs=seqs, tokens=window) for s in samples]
+            samples = [clip_sample(s, text, seqs=seqs, tokens=window, focus=around) for s in samples]
     rows = turn_rows(result) if "turns" in views else []
     if seqs is not None:
         rows = [r for r in rows if r["seq"] in seqs]

@@ -43,6 +43,23 @@ def _body(text: TokenText, ids: list[int], trained: bool, brackets: bool) -> Tex
     return body
 
 
+def _focused(text: TokenText, ids: list[int], k: int, trained: bool, brackets: bool) -> Text:
+    """A run with token ``k`` marked (``--around``): reversed on a terminal, between ``⟦ ⟧`` in plain text."""
+    gap = "" if text.decodes else " "
+    out = Text()
+    if k:
+        out.append_text(_body(text, ids[:k], trained, brackets))
+        # _body drops the line break after a final ↵; the run goes on here, so it is put back.
+        out.append("\n" if text.decodes and text.piece(ids[k - 1]).endswith("↵") else gap)
+    token = text.piece(ids[k]) if text.decodes else str(ids[k])
+    marked = f"⟦{token}⟧" if brackets else token
+    out.append(f"[{marked}]" if trained and brackets else marked, style="reverse bold")
+    if k + 1 < len(ids):
+        out.append("\n" if token.endswith("↵") else gap)
+        out.append_text(_body(text, ids[k + 1 :], trained, brackets))
+    return out
+
+
 def _label_text(label: str) -> Text:
     return Text(label, style=LABEL_STYLE, no_wrap=True, overflow="ellipsis")
 
@@ -142,5 +159,9 @@ def render_samples(
                 parts.append(_label_text(f"┄ {hidden:,} context tokens not shown ┄"))
                 parts.append(_body(text, ids[-COLLAPSE_KEEP:], False, brackets))
             else:
-                parts.append(_body(text, ids, region["trained"], brackets))
+                focus = (s.get("shown") or {}).get("focus")
+                if focus is not None and region["start"] <= focus < region["end"]:
+                    parts.append(_focused(text, ids, focus - region["start"], region["trained"], brackets))
+                else:
+                    parts.append(_body(text, ids, region["trained"], brackets))
     return Group(*parts)

@@ -356,7 +356,12 @@ def samples_data(result: SessionResult, text: TokenText, indices: Iterable[int] 
 
 
 def clip_sample(
-    sample: dict[str, Any], text: TokenText, *, seqs: range | None = None, tokens: range | None = None
+    sample: dict[str, Any],
+    text: TokenText,
+    *,
+    seqs: range | None = None,
+    tokens: range | None = None,
+    focus: int | None = None,
 ) -> dict[str, Any]:
     """A sample from :func:`samples_data` keeping only the regions of turns in ``seqs`` and the positions in
     ``tokens`` (both optional); a region cut by ``tokens`` keeps its kind, with its ids and text cut to match.
@@ -386,5 +391,7 @@ def clip_sample(
     shown = {
         "turns": None if seqs is None else [seqs.start, seqs.stop - 1],
         "tokens": None if tokens is None else [max(tokens.start, 0), min(tokens.stop, sample["tokens"])],
+        #: The token asked about (``--around``), marked where it is shown.
+        "focus": focus,
     }
     return {**sample, "regions": regions, "shown": shown}
