@@ -42,12 +42,12 @@ def main() -> None:
     args = parser.parse_args()
 
     options = GoldenOptions()
-    corpus = Corpus.open([args.logs], options.policy)
+    corpus = Corpus.open([args.logs])
     tokens = TokenWords(golden_token_text(corpus.tokenizer, [Path(args.logs)]))  # as iter_dumps does
     tokens.words(range(100))  # loaded and warm now, not inside a timing
 
     def rebuild() -> None:
-        for _ in Corpus.open([args.logs], options.policy).results():
+        for _ in Corpus.open([args.logs]).results(options.policy):
             pass
 
     lines = 0
@@ -55,7 +55,7 @@ def main() -> None:
     def rebuild_and_dump() -> None:
         nonlocal lines
         lines = 0
-        for result in Corpus.open([args.logs], options.policy).results():
+        for result in Corpus.open([args.logs]).results(options.policy):
             lines += dump_session(result, options.policy, tokens).count("\n")
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -3,6 +3,7 @@
     python benchmarks/run.py                # 100 sessions x 40 turns, prompts to ~110k tokens
     python benchmarks/run.py --sessions 20  # the issue's minimum workload
     python benchmarks/run.py --quick        # 8 sessions x 30 turns, 3 runs each (about a minute)
+    python benchmarks/run.py --policy slime-0.3   # the same, every rebuild under another policy
 
 Runs, in rounds, several times: the bare read (benchmarks/bare_read.py),
 ``tito rebuild --workers 1`` and ``tito rebuild --workers 2``, each as its own
@@ -104,9 +105,11 @@ def run(cmd: list[str], *, sample_rss: bool = False, cwd: Path = REPO) -> Run:
     return Run(seconds, usage.ru_utime, usage.ru_stime, usage.ru_minflt, peak)
 
 
-def rebuild_cmd(logs: Path, out: Path, workers: int) -> list[str]:
-    return [sys.executable, "-m", "tito_cli", "rebuild", str(logs), "--out", str(out), "--overwrite",
-            "--workers", str(workers)]
+def rebuild_cmd(logs: Path, out: Path, workers: int, policy: str | None = None) -> list[str]:
+    """``tito rebuild``; ``--policy`` only when given (ab.py runs revisions older than the option)."""
+    cmd = [sys.executable, "-m", "tito_cli", "rebuild", str(logs), "--out", str(out), "--overwrite",
+           "--workers", str(workers)]
+    return cmd if policy is None else [*cmd, "--policy", policy]
 
 
 def main() -> None:
@@ -130,6 +133,7 @@ def main() -> None:
         default=None,
         help="sessions in the smaller memory workload; the larger has 5x as many (default 20)",
     )
+    parser.add_argument("--policy", default=None, help="the policy every rebuild runs with (default: tito's)")
     args = parser.parse_args()
 
     if args.quick:
@@ -165,8 +169,8 @@ def main() -> None:
         out = Path(tmp)
         commands = {
             "bare read": [sys.executable, str(HERE / "bare_read.py"), str(logs)],
-            "rebuild, 1 worker": rebuild_cmd(logs, out / "w1.parquet", 1),
-            "rebuild, 2 workers": rebuild_cmd(logs, out / "w2.parquet", 2),
+            "rebuild, 1 worker": rebuild_cmd(logs, out / "w1.parquet", 1, args.policy),
+            "rebuild, 2 workers": rebuild_cmd(logs, out / "w2.parquet", 2, args.policy),
         }
         times: dict[str, list[Run]] = {name: [] for name in commands}
         for round_number in range(repeat):
@@ -179,8 +183,11 @@ def main() -> None:
 
         memory = {"x1": [], "x5": []}
         for _ in range(2 if args.quick else 3):
-            memory["x1"].append(run(rebuild_cmd(small_logs, out / "m1.parquet", 1), sample_rss=True).peak_rss)
-            memory["x5"].append(run(rebuild_cmd(big_logs, out / "m5.parquet", 1), sample_rss=True).peak_rss)
+            m1, m5 = rebuild_cmd(small_logs, out / "m1.parquet", 1, args.policy), rebuild_cmd(
+                big_logs, out / "m5.parquet", 1, args.policy
+            )
+            memory["x1"].append(run(m1, sample_rss=True).peak_rss)
+            memory["x5"].append(run(m5, sample_rss=True).peak_rss)
     load_after = os.getloadavg()[0]
 
     med = {name: statistics.median(r.seconds for r in runs) for name, runs in times.items()}

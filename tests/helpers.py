@@ -11,10 +11,12 @@ from tito_cli.capture.writer import TurnLogWriter
 
 REPO = Path(__file__).resolve().parent.parent
 CONFORMANCE = REPO / "fixtures" / "conformance"
+#: The slime-0.3 policy's corpus (SPEC §8), run with ``--policy slime-0.3``.
+CONFORMANCE_SLIME03 = REPO / "fixtures" / "conformance-slime03"
 
 
-def conformance_folders() -> list[Path]:
-    return sorted(p for p in CONFORMANCE.iterdir() if (p / "turns.jsonl").is_file())
+def conformance_folders(corpus: Path = CONFORMANCE) -> list[Path]:
+    return sorted(p for p in corpus.iterdir() if (p / "turns.jsonl").is_file())
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -46,6 +48,7 @@ def write_log(
                 tools=t.get("tools"),
                 metadata=t.get("metadata"),
                 seq=t.get("seq"),
+                ill_formed=t.get("ill_formed", False),
             )
         for s in sessions:
             writer.finish_session(
@@ -55,5 +58,6 @@ def write_log(
                 group_index=s.get("group_index"),
                 label=s.get("label"),
                 metadata=s.get("metadata"),
+                rollout_id=s.get("rollout_id"),
             )
     return writer.files_written

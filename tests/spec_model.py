@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["ModelSample", "model_rebuild"]
+__all__ = ["FlaggedSample", "ModelSample", "model_rebuild", "model_rebuild_slime03"]
 
 
 def _key(message: Any) -> str:
@@ -155,3 +155,175 @@ def model_rebuild(turns: list[Any], threshold: int, reward: float, reward_mode: 
 
     share = reward / len(out) if reward_mode == "split" and out else reward
     return [ModelSample(t, n, m, lp, share) for t, n, m, lp in out]
+
+
+# -- SPEC §8: the slime-0.3 policy, written out just as literally ------------------------
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    """§8.1: parsed JSON values equal as Python compares them, a NaN equal to a NaN."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same_value(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same_value(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, (dict, list)) or isinstance(b, (dict, list)):
+        return False
+    if isinstance(a, float) and isinstance(b, float) and a != a and b != b:
+        return True
+    return bool(a == b)
+
+
+@dataclass(eq=False)
+class _ValueNode:
+    role: str | None
+    message: Any  # None matches nothing (the root, a generated node without a response message)
+    children: list[_ValueNode] = field(default_factory=list)
+    turn: Any = None
+
+
+@dataclass
+class FlaggedSample(ModelSample):
+    flags: dict[str, bool] = field(default_factory=dict)
+
+
+def _route_slime03(turns: list[Any], threshold: int) -> _ValueNode:
+    root = _ValueNode(None, None)
+    for turn in sorted(turns, key=lambda t: t.seq):
+        messages = turn.prompt_messages
+        if not messages:
+            continue
+        node, i = root, 0
+        while i < len(messages):
+            match = None
+            for child in node.children:
+                if (
+                    child.message is not None
+                    and child.role == messages[i]["role"]
+                    and _same_value(child.message, messages[i])
+                ):
+                    match = child
+                    break
+            if match is None:
+                break
+            node, i = match, i + 1
+        # §8.2: all assistant children count; only a sole, generated, childless, short one absorbs.
+        if threshold > 0 and i < len(messages) and messages[i]["role"] == "assistant":
+            assistants = [c for c in node.children if c.role == "assistant"]
+            if len(assistants) == 1:
+                only = assistants[0]
+                if only.turn is not None and not only.children and len(only.turn.output_ids) < threshold:
+                    only.turn = None
+                    only.message = messages[i]
+                    node, i = only, i + 1
+        for message in messages[i:]:
+            child = _ValueNode(message["role"], message)
+            node.children.append(child)
+            node = child
+        node.children.append(_ValueNode("assistant", turn.response_message, turn=turn))
+    return root
+
+
+def _value_chains(root: _ValueNode) -> list[list[_ValueNode]]:
+    chains: list[list[_ValueNode]] = []
+
+    def visit(node: _ValueNode, path: list[_ValueNode]) -> None:
+        if not node.children and path:
+            chains.append(path)
+        for child in node.children:
+            visit(child, [*path, child])
+
+    visit(root, [])
+    return chains
+
+
+def model_rebuild_slime03(
+    turns: list[Any],
+    threshold: int,
+    reward: float,
+    reward_mode: str | None = None,
+    max_sample_tokens: int | None = None,
+) -> tuple[list[FlaggedSample], int]:
+    """The samples SPEC §8 says a session's turns give, in emission order, and how many were left out."""
+    root = _route_slime03(turns, threshold)
+    claimed: list[_ValueNode] = []
+    out: list[tuple[list[int], int, list[int], list[float], dict[str, bool]]] = []
+    left_out = 0
+
+    def close(seg: dict[str, Any], flags: dict[str, bool]) -> None:
+        nonlocal left_out
+        tokens, mask, logprobs, first = seg["tokens"], seg["mask"], seg["logprobs"], seg["first_prompt"]
+        if not tokens or 1 not in mask[first:]:
+            return
+        mask, logprobs = mask[first:], logprobs[first:]
+        if max_sample_tokens is not None:
+            # §8.7: the cut comes after the keep rule; a first prompt longer than the cap is left out.
+            if first > max_sample_tokens:
+                left_out += 1
+                return
+            tokens = tokens[:max_sample_tokens]
+            mask = mask[: len(tokens) - first]
+            logprobs = logprobs[: len(tokens) - first]
+        out.append((list(tokens), len(tokens) - first, list(mask), list(logprobs), flags))
+
+    def fresh() -> dict[str, Any]:
+        return {"tokens": [], "mask": [], "logprobs": [], "spans": [], "first_prompt": 0, "turns": 0}
+
+    for chain in _value_chains(root):
+        generated = [n.turn for n in chain if n.turn is not None]
+        # §8.6, over the leaf's chain: every sample of the leaf carries the same flags.
+        flags = {
+            "truncated": bool(generated) and generated[-1].finish_reason == "length",
+            "use_tool": any(
+                isinstance(t.response_message, dict) and bool(t.response_message.get("tool_calls")) for t in generated
+            ),
+            "ill_formed": any(t.ill_formed for t in generated),
+        }
+        seg = fresh()
+        for node in chain:
+            if node.turn is None:
+                continue
+            turn = node.turn
+            prompt = [int(x) for x in turn.prompt_ids]
+            output = [int(x) for x in turn.output_ids]
+            tokens = seg["tokens"]
+            lcp = 0
+            while lcp < min(len(tokens), len(prompt)) and tokens[lcp] == prompt[lcp]:
+                lcp += 1
+            drift = len(tokens) - lcp
+            # §8.3: the incoming output's length gates a realign.
+            if drift == 0:
+                can = True
+            else:
+                can = bool(seg["spans"]) and lcp >= seg["spans"][-1][0] and len(output) < threshold
+            if not can:
+                close(seg, flags)
+                seg = fresh()
+            trained = not any(c is node for c in claimed)
+            if trained:
+                claimed.append(node)
+            if seg["tokens"] and drift:
+                # §8.4: everything from the latest response's start is the prompt's, loss 0.
+                s = seg["spans"][-1][0]
+                seg["tokens"] = seg["tokens"][:s] + prompt[s:]
+                seg["mask"] = seg["mask"][:s] + [0] * (len(prompt) - s)
+                seg["logprobs"] = seg["logprobs"][:s] + [0.0] * (len(prompt) - s)
+            else:
+                held = len(seg["tokens"])
+                seg["tokens"] += prompt[held:]
+                seg["mask"] += [0] * (len(prompt) - held)
+                seg["logprobs"] += [0.0] * (len(prompt) - held)
+            start = len(seg["tokens"])
+            recorded = turn.output_logprobs
+            for j, token in enumerate(output):
+                seg["tokens"].append(token)
+                seg["mask"].append(1 if trained else 0)
+                seg["logprobs"].append(float(recorded[j]) if trained and recorded is not None else 0.0)
+            seg["spans"].append([start, len(seg["tokens"])])
+            if seg["turns"] == 0:
+                seg["first_prompt"] = len(prompt)
+            seg["turns"] += 1
+        close(seg, flags)
+
+    # §8.5: the whole reward by default.
+    share = reward / len(out) if reward_mode == "split" and out else reward
+    return [FlaggedSample(t, n, m, lp, share, flags) for t, n, m, lp, flags in out], left_out

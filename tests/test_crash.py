@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tito_cli._atomic import atomic_path, remove_stale_temporaries
-from tito_cli.algorithm.policy import Policy
+from tito_cli.algorithm.policies import SlimeV4
 from tito_cli.read.turnlog import TurnLog
 from tito_cli.run.rebuild import rebuild
 
@@ -85,7 +85,7 @@ def test_rebuild_killed_anywhere_leaves_old_or_new_output(tmp_path: Path) -> Non
     rejects = out_dir / "samples.parquet.rejects.jsonl"
 
     # The previous output (another policy, so other bytes), and the complete new one for reference.
-    rebuild([log], out, Policy(fork_threshold=0))
+    rebuild([log], out, SlimeV4(fork_threshold=0))
     old = out.read_bytes(), rejects.read_bytes()
     reference = tmp_path / "reference.parquet"
     started = time.monotonic()

@@ -261,6 +261,7 @@ def samples_table(sessions: dict[str, list[float]]) -> list[pa.Table]:
                     "reward": [1.0],
                     "index": pa.array([0], pa.int64()),
                     "group_index": pa.array([0], pa.int64()),
+                    "rollout_id": pa.array([0], pa.int64()),
                     "label": pa.array([None], pa.string()),
                     "status": ["completed"],
                     "metadata": ['{"tito":{"turns":[0]}}'],

@@ -24,7 +24,7 @@ from tito_cli.golden.serialize import token_label
 from tito_cli.pytest_plugin import TitoGolden
 from tito_cli.render.tokens import TokenText
 
-from .helpers import CONFORMANCE, REPO, conformance_folders, read_jsonl, write_log
+from .helpers import CONFORMANCE, CONFORMANCE_SLIME03, REPO, conformance_folders, read_jsonl, write_log
 
 GOLDEN = REPO / "tests" / "golden"
 CASES = CONFORMANCE / "cases-threshold-1024"
@@ -64,12 +64,33 @@ def test_conformance_compact_goldens(folder: Path, tmp_path: Path, tito_golden: 
     assert checked == {t["session_id"] for t in read_jsonl(folder / "turns.jsonl")}
 
 
+SLIME03_FOLDERS = conformance_folders(CONFORMANCE_SLIME03)
+
+
+@pytest.mark.parametrize("folder", SLIME03_FOLDERS, ids=[f.name for f in SLIME03_FOLDERS])
+def test_slime03_compact_goldens(folder: Path, tmp_path: Path, tito_golden: TitoGolden) -> None:
+    """The slime-0.3 corpus's dumps under its policy: a change to what slime-0.3 gives shows as a diff here."""
+    logs = tmp_path / "logs"
+    write_log(logs, read_jsonl(folder / "turns.jsonl"), read_jsonl(folder / "sessions.jsonl"))
+    cap = folder / "max_sample_tokens"
+    report = tito_golden.check(
+        logs,
+        GOLDEN / "conformance-slime03" / folder.name,
+        policy="slime-0.3",
+        fork_threshold=int((folder / "threshold").read_text()),
+        max_sample_tokens=int(cap.read_text()) if cap.is_file() else None,
+        style="compact",
+    )
+    checked = {c.session_id for c in report.checks if c.status is not Status.STALE}
+    assert checked == {t["session_id"] for t in read_jsonl(folder / "turns.jsonl")}
+
+
 # -- the dump format --------------------------------------------------------------
 
 CASE_1_2 = """\
 tito golden dump (format 1, style full)
 session: case-1.2
-policy: fork threshold 1024, reward split
+policy: slime-v4, fork threshold 1024, reward split
 tokenizer: none (token ids)
 outcome: reward 1.0, index 0, group index -, label -
 
@@ -353,7 +374,7 @@ def test_check_uses_the_options_in_the_accept_command(cases_log: Path, tmp_path:
     )
     assert run(*shlex.split(command)[1:]).exit_code == EXIT_OK
     assert [p.name for p in golden.iterdir()] == ["case-1.1.txt"]
-    assert "policy: fork threshold 8, reward split" in (golden / "case-1.1.txt").read_text()
+    assert "policy: slime-v4, fork threshold 8, reward split" in (golden / "case-1.1.txt").read_text()
 
 
 def test_unknown_session_is_a_usage_error(cases_log: Path, tmp_path: Path) -> None:
@@ -548,9 +569,9 @@ def test_diff_makes_invisible_differences_visible(cases_log: Path, tmp_path: Pat
     changed = [line for line in result.stdout.splitlines() if line[:1] in ("-", "+") and line[:3] not in ("---", "+++")]
     assert changed == [
         "-session: case-1.1␣␣",
-        "-policy:\\u0009fork threshold 1024, reward split",
+        "-policy:\\u0009slime-v4, fork threshold 1024, reward split",
         "+session: case-1.1",
-        "+policy: fork threshold 1024, reward split",
+        "+policy: slime-v4, fork threshold 1024, reward split",
     ]
 
 

@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from tito_cli.algorithm.policy import Policy
+from tito_cli.algorithm.policies import SlimeV4
 from tito_cli.capture.importing import import_traces
 from tito_cli.cli import app
 from tito_cli.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_OUTPUT, EXIT_REJECTED, OutputError, SourceError
@@ -159,7 +159,7 @@ def test_a_log_exported_to_openai_exchanges_and_imported_back_rebuilds_byte_iden
     )
     assert summary.rejected == [] and summary.turns == exported.turns
     threshold = int(folder.rsplit("-", 1)[1])
-    policy = Policy(fork_threshold=threshold)
+    policy = SlimeV4(fork_threshold=threshold)
     original = rebuild([tmp_path / "log"], tmp_path / "a.parquet", policy, workers=1)
     back = rebuild([tmp_path / "back"], tmp_path / "b.parquet", policy, workers=1)
     # Sessions the rebuild rejects (the corpus holds invalid ones on purpose) are left out of the export.
@@ -407,6 +407,7 @@ def test_a_rewards_file_fills_every_sessions_column(tmp_path: Path) -> None:
             "group_index": 1,
             "label": "solved",
             "metadata": {"k": 1},
+            "rollout_id": 41,
         },
         {"session_id": "atif-chat", "reward": None},
         {"session_id": "not-imported", "reward": 1.0},
@@ -423,6 +424,7 @@ def test_a_rewards_file_fills_every_sessions_column(tmp_path: Path) -> None:
         "group_index": 1,
         "label": "solved",
         "metadata": '{"k": 1}',
+        "rollout_id": 41,
     }
     assert by_id["atif-chat"]["reward"] is None
 

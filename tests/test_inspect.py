@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.text import Text
 from typer.testing import CliRunner
 
-from tito_cli.algorithm.policy import Policy
+from tito_cli.algorithm.policies import SlimeV4
 from tito_cli.algorithm.session import SessionResult
 from tito_cli.cli import app
 from tito_cli.cli.app import out_console
@@ -71,6 +71,7 @@ def test_turns_view_shows_each_decision(agent_logs: Path) -> None:
     assert lines == [
         "session s-7f3a-fix-tests  reward 1 · 6 turns · 3 leaves · 4 samples",
         "tokens trained 268 · context 62 · forks 2 (before latest response 2) · realigns 1 · rewrite merges 0",
+        "policy slime-v4, fork threshold 1024, reward split",
         "1 segment without trained tokens dropped",
         "",
         "turns",
@@ -104,6 +105,7 @@ def test_turns_view_agrees_with_the_linearizer(agent_logs: Path) -> None:
             "lcp": d.lcp,
             "drift": d.drift,
             "cause": d.cause.value if d.cause else None,
+            "effect": None,
         }
         trained_in = [i for i, s in enumerate(result.samples) if row["seq"] in s.trained_seqs]
         assert row["trained_in"] == trained_in
@@ -505,9 +507,9 @@ def test_seq_ranges() -> None:
 def test_every_conformance_session_renders_and_agrees(folder: Path, tmp_path: Path) -> None:
     """All views build for every reference case, and the regions are each sample's tokens and mask."""
     write_log(tmp_path / "logs", read_jsonl(folder / "turns.jsonl"), read_jsonl(folder / "sessions.jsonl"))
-    policy = Policy(fork_threshold=int((folder / "threshold").read_text()))
+    policy = SlimeV4(fork_threshold=int((folder / "threshold").read_text()))
     text = TokenText()
-    for result in Corpus.open([tmp_path / "logs"], policy).results():
+    for result in Corpus.open([tmp_path / "logs"]).results(policy):
         if isinstance(result, Reject):
             continue
         rows = turn_rows(result)

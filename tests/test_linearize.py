@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from tito_cli.algorithm.linearize import ForkCause, common_prefix_length
-from tito_cli.algorithm.policy import Policy
+from tito_cli.algorithm.policies import SlimeV4
 from tito_cli.algorithm.session import rebuild_session
 from tito_cli.turns import SessionInfo
 
@@ -18,7 +18,8 @@ T = msg("tool", "t")
 
 
 def samples(turns, threshold=1024, reward=1.0, mode="split"):  # type: ignore[no-untyped-def]
-    result = rebuild_session("s", turns, SessionInfo(reward=reward), Policy(threshold, mode))
+    policy = SlimeV4(fork_threshold=threshold, reward_mode=mode)
+    result = rebuild_session("s", turns, SessionInfo(reward=reward), policy)
     return result
 
 
@@ -43,7 +44,7 @@ def test_clean_continuation_packs_one_sample() -> None:
     assert s.response_length == 7
     assert s.loss_mask.tolist() == [1, 1, 1, 0, 0, 1, 1]
     assert [d.kind for d in result.linearization.decisions] == ["start", "clean"]
-    assert result.report.forks == {c.value: 0 for c in ForkCause}
+    assert result.report.forks == {c.value: 0 for c in SlimeV4.fork_causes}
 
 
 def test_short_drift_in_latest_response_is_realigned() -> None:

@@ -11,7 +11,7 @@ import pytest
 import typer.main
 from typer.testing import CliRunner
 
-from tito_cli.algorithm.policy import Policy
+from tito_cli.algorithm.policies import SlimeV4
 from tito_cli.cli import app
 from tito_cli.errors import EXIT_OK, EXIT_USAGE
 from tito_cli.report.facts import FilterError, compile_filter, percentiles
@@ -74,7 +74,7 @@ def test_ls_plain(agent_logs: Path) -> None:
     # Into a pipe nothing is cut; the reject's file and row follow the table.
     assert lines[5:7] == ["", "rejected:"]
     assert re.fullmatch(rf"  s-9e44-bad: {re.escape(reason)} \[\S+\.parquet, row \d+\]", lines[7])
-    assert err == "4 of 4 sessions\n"
+    assert err == "4 of 4 sessions · policy slime-v4, fork threshold 1024, reward split\n"
 
 
 def test_ls_rows_are_the_rebuild_reports(cases_logs: Path) -> None:
@@ -137,7 +137,7 @@ def test_ls_sort_and_limit(cases_logs: Path) -> None:
     assert top == rows[:3]
     code, _, err = run("ls", str(cases_logs), "--sort", "trained", "-n", "2")
     assert code == EXIT_OK
-    assert err.endswith("more not shown (--limit)\n")
+    assert err.endswith("more not shown (--limit) · policy slime-v4, fork threshold 1024, reward split\n")
 
 
 @pytest.mark.parametrize(
@@ -160,7 +160,7 @@ def test_ls_bad_filter_is_a_usage_error(agent_logs: Path, args: list[str], messa
 def test_ls_nothing_matches(agent_logs: Path) -> None:
     code, out, err = run("ls", str(agent_logs), "--where", "turns > 100")
     assert (code, out) == (EXIT_OK, "")
-    assert err == "no session matches (of 4)\n"
+    assert err == "no session matches (of 4) · policy slime-v4, fork threshold 1024, reward split\n"
 
 
 def test_ls_logs_from_environment(agent_logs: Path) -> None:
@@ -193,7 +193,7 @@ def test_stats_totals_match_rebuild(cases_logs: Path, tmp_path: Path) -> None:
     code, out, _ = run("stats", str(cases_logs), "--json")
     assert code == EXIT_OK
     stats = json.loads(out)
-    summary = rebuild([cases_logs], tmp_path / "s.parquet", Policy())
+    summary = rebuild([cases_logs], tmp_path / "s.parquet", SlimeV4())
     t = summary.totals
     assert stats["sessions"] == summary.sessions + len(summary.rejected)
     assert (stats["rebuilt"], stats["rejected"]) == (summary.sessions, len(summary.rejected))
@@ -230,7 +230,8 @@ def test_stats_plain(agent_logs: Path) -> None:
     code, out, _ = run("stats", str(agent_logs))
     assert code == EXIT_OK
     lines = out.splitlines()
-    assert lines[:12] == [
+    assert lines[:13] == [
+        "policy slime-v4, fork threshold 1024, reward split",
         "sessions                    4  3 rebuilt, 1 rejected",
         "turns                      10  1 skipped (empty prompt)",
         "samples                     5",

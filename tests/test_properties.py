@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,21 +27,44 @@ import pyarrow.parquet as pq
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tito_cli.algorithm.policy import Policy
+from tito_cli.algorithm.policies import Slime03, SlimeV4
+from tito_cli.algorithm.policies.slime_03 import value_key
+from tito_cli.algorithm.policy import ForkCause
 from tito_cli.algorithm.session import SessionResult, rebuild_session
 from tito_cli.export.base import provenance
 from tito_cli.read.rows import RawTurn, SessionRows
 from tito_cli.read.validate import parse_session
 from tito_cli.run.rebuild import rebuild
-from tito_cli.turns import RowRef, SessionInfo, Turn
+from tito_cli.turns import MessageKey, RowRef, SessionInfo, Turn, canonical_json, message_key
 
 from .helpers import write_log
-from .spec_model import model_rebuild
+from .spec_model import model_rebuild, model_rebuild_slime03
 
 ROLE_TOKEN = {"system": 1, "user": 2, "assistant": 3, "tool": 4}
 texts = st.text(alphabet="ab", max_size=2)
 tokens = st.integers(0, 12)
 logprob = st.integers(-2048, 0).map(lambda k: k / 256)  # exact in float32
+
+
+#: Numbers that compare equal in Python but are different JSON text (SPEC §8.1), in groups;
+#: a message may carry one, and a replay may write it as another of its group.  (No NaN: it
+#: is not strict JSON, and the reader rejects a session holding one.)
+EQUAL_NUMBERS: list[list[Any]] = [
+    [1, 1.0, True],
+    [0, 0.0, False, -0.0],
+    [2**53, 2.0**53],
+    [2**53 + 1],
+    [0.5],
+]
+numbers = st.sampled_from([n for group in EQUAL_NUMBERS for n in group])
+
+
+def same_value_variant(value: Any) -> list[Any]:
+    """The numbers equal to ``value`` by value (its group), ``value`` first."""
+    for group in EQUAL_NUMBERS:
+        if any(type(n) is type(value) and n == value for n in group):
+            return [value, *[n for n in group if n is not value]]
+    return [value]
 
 
 def render(message: dict[str, Any]) -> list[int]:
@@ -80,6 +104,8 @@ def sessions(draw: st.DrawFn) -> dict[str, Any]:
                     {"role": draw(st.sampled_from(["user", "tool"])), "content": draw(texts)}
                     for _ in range(draw(st.integers(1, 2)))
                 ]
+                if draw(st.integers(0, 2)) == 0:
+                    new[-1]["n"] = draw(numbers)
                 parts = context + [(m, render(m)) for m in new]
                 last = len(context) - 1
                 if context[last][1] and draw(st.integers(0, 2)) == 0:
@@ -95,6 +121,14 @@ def sessions(draw: st.DrawFn) -> dict[str, Any]:
                         at = max(at, 0)
                         chunk = chunk[:at] + draw(st.lists(tokens, max_size=2)) + chunk[at + draw(st.integers(0, 2)) :]
                         parts[last] = (message, chunk)
+                if draw(st.integers(0, 3)) == 0:
+                    # A replay writes a number as another equal by value (1 as 1.0, 0 as false):
+                    # the same message for slime-0.3, a different one for slime-v4.
+                    at = draw(st.integers(0, len(parts) - 1))
+                    message, chunk = parts[at]
+                    if "n" in message:
+                        message = {**message, "n": draw(st.sampled_from(same_value_variant(message["n"])))}
+                        parts[at] = (message, chunk)
             elif action == "resend":
                 parts = context[:prompt_len]
             elif action == "fork":
@@ -124,7 +158,13 @@ def sessions(draw: st.DrawFn) -> dict[str, Any]:
         output = draw(st.lists(tokens, min_size=size, max_size=size))
         # Mostly distinct responses; sometimes one equal to a sibling's (routing takes the first).
         content = draw(texts) if draw(st.integers(0, 4)) == 0 else f"out{seq}"
-        response = None if draw(st.integers(0, 9)) == 0 else {"role": "assistant", "content": content}
+        response: dict[str, Any] | None = {"role": "assistant", "content": content}
+        if draw(st.integers(0, 9)) == 0:
+            response = None
+        elif draw(st.integers(0, 3)) == 0:
+            # Truthy or not in Python terms (SPEC §8.6's use_tool).
+            assert response is not None
+            response["tool_calls"] = draw(st.sampled_from([[{"name": "bash"}], [], None, 0, "", {}, 1.0]))
         lp_kind = draw(st.sampled_from(["recorded", "recorded", "none", "empty"]))
         logprobs = {"none": None, "empty": [], "recorded": [draw(logprob) for _ in output]}[lp_kind]
         if not messages and draw(st.booleans()):
@@ -138,6 +178,8 @@ def sessions(draw: st.DrawFn) -> dict[str, Any]:
                 "output_logprobs": logprobs,
                 "prompt_messages": messages,
                 "response_message": response,
+                "finish_reason": draw(st.sampled_from(["stop", "stop", "length", "tool_calls"])),
+                "ill_formed": draw(st.integers(0, 7)) == 0,
             }
         )
         if messages:
@@ -147,13 +189,14 @@ def sessions(draw: st.DrawFn) -> dict[str, Any]:
         "rows": rows,
         "threshold": threshold,
         "reward_mode": draw(st.sampled_from(["split", "full"])),
+        "max_sample_tokens": draw(st.sampled_from([None, None, 1, 4, 8, 12, 20])),
         # (Not st.floats: one_of and wide numeric draws make shrinking a failure very slow.)
         "reward": draw(st.sampled_from([0.0, 1.0, -1.0, 0.3, 1 / 3, 7.25, -123.456])),
     }
 
 
-def parse(session: dict[str, Any], sid: str = "s") -> list[Turn]:
-    """The rows through the reader's validation, as ``rebuild`` would see them."""
+def parse(session: dict[str, Any], sid: str = "s", key: Callable[[Any], MessageKey] = message_key) -> list[Turn]:
+    """The rows through the reader's validation (messages keyed by ``key``), as ``rebuild`` would see them."""
 
     def ids(values: list[int]) -> np.ndarray:
         return np.asarray(values, dtype=np.int64)
@@ -164,20 +207,21 @@ def parse(session: dict[str, Any], sid: str = "s") -> list[Turn]:
             prompt_ids=ids(r["prompt_ids"]),
             output_ids=ids(r["output_ids"]),
             output_logprobs=None if r["output_logprobs"] is None else np.asarray(r["output_logprobs"], np.float64),
-            finish_reason="stop",
+            finish_reason=r["finish_reason"],
             prompt_messages=np.frombuffer(json.dumps(r["prompt_messages"]).encode(), dtype=np.uint8),
             response_message=None if r["response_message"] is None else json.dumps(r["response_message"]),
             tools=None,
             metadata=None,
             source=RowRef("generated", i),
+            ill_formed=r["ill_formed"],
         )
         for i, r in enumerate(session["rows"])
     ]
-    return parse_session(SessionRows(sid, raw))
+    return parse_session(SessionRows(sid, raw), key)
 
 
 def run(session: dict[str, Any]) -> SessionResult:
-    policy = Policy(fork_threshold=session["threshold"], reward_mode=session["reward_mode"])
+    policy = SlimeV4(fork_threshold=session["threshold"], reward_mode=session["reward_mode"])
     return rebuild_session("s", parse(session), SessionInfo(reward=session["reward"]), policy)
 
 
@@ -261,7 +305,7 @@ def test_samples_file_is_byte_identical_across_rebuilds(batch: list[dict[str, An
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         write_log(root / "logs", turns, sessions_rows, max_rows=5)
-        policy = Policy(fork_threshold=batch[0]["threshold"], reward_mode=batch[0]["reward_mode"])
+        policy = SlimeV4(fork_threshold=batch[0]["threshold"], reward_mode=batch[0]["reward_mode"])
         summary = rebuild([root / "logs"], root / "a.parquet", policy)
         rebuild([root / "logs"], root / "b.parquet", policy)
         assert not summary.rejected
@@ -276,3 +320,86 @@ def test_samples_file_is_byte_identical_across_rebuilds(batch: list[dict[str, An
             for s, r in zip(alone.samples, alone.rewards, strict=True)
         ]
     assert [(r["session_id"], r["tokens"], r["loss_mask"], r["reward"]) for r in rows] == want
+
+
+# -- slime-0.3 (SPEC §8) -------------------------------------------------------------------
+
+
+def run_slime03(session: dict[str, Any], reward_mode: str | None = None) -> SessionResult:
+    policy = Slime03(
+        fork_threshold=session["threshold"], reward_mode=reward_mode, max_sample_tokens=session["max_sample_tokens"]
+    )
+    turns = parse(session, key=policy.message_key)
+    return rebuild_session("s", turns, SessionInfo(reward=session["reward"]), policy)
+
+
+@given(sessions(), st.sampled_from([None, "split", "full"]))
+def test_slime03_engine_equals_the_literal_section_8_model(session: dict[str, Any], reward_mode: str | None) -> None:
+    result = run_slime03(session, reward_mode)
+    model, left_out = model_rebuild_slime03(
+        parse(session), session["threshold"], session["reward"], reward_mode, session["max_sample_tokens"]
+    )
+    assert result.report.left_out_samples == left_out
+    assert len(result.samples) == len(model)
+    for sample, reward, want in zip(result.samples, result.rewards, model, strict=True):
+        assert sample.tokens.tolist() == want.tokens
+        assert sample.response_length == want.response_length
+        assert sample.loss_mask.tolist() == want.loss_mask
+        assert sample.rollout_log_probs.tolist() == np.asarray(want.rollout_log_probs, np.float32).tolist()
+        assert reward == want.reward
+        assert sample.flags == want.flags
+
+
+def _identities_agree(turns: list[Turn]) -> bool:
+    """True when, on these turns' messages, equal by value (§8.1) means equal canonical JSON (§3)."""
+    texts: dict[Any, set[str]] = {}
+    for turn in turns:
+        for m in [*turn.prompt_messages, turn.response_message]:
+            if m is not None:
+                texts.setdefault(value_key(m), set()).add(canonical_json(m))
+    return all(len(t) == 1 for t in texts.values())
+
+
+_GATED = {"realign", ForkCause.DRIFT_TOO_LONG, ForkCause.OUTPUT_TOO_LONG}
+
+
+def _drift_in_latest_response(result: SessionResult) -> bool:
+    """Some turn's prompt drifted inside the latest response held: the case whose gate and cut differ."""
+    return any(d.kind in _GATED or d.cause in _GATED for d in result.linearization.decisions)
+
+
+@given(sessions())
+def test_the_two_policies_agree_without_drift_rewrites_or_value_identity(session: dict[str, Any]) -> None:
+    """The invariant: on the same turns, with the same threshold and max_sample_tokens, slime-v4 with
+    reward mode R and slime-0.3 with reward mode R give identical samples (tokens, response lengths,
+    loss masks, logprobs, rewards) whenever
+      * message identity agrees on the session's messages (no two are equal by value, §8.1, but not
+        as canonical JSON, §3),
+      * neither policy absorbed a rewrite (§3 step 4 / §8.2 merged nothing), and
+      * neither met a drift inside the latest response (no realign, no drift_too_long fork in
+        slime-v4, no output_too_long fork in slime-0.3: the only decisions whose gate or cut differ).
+    Forks in the prompt region or before the latest response are allowed: both policies decide those
+    alike.  The flags are slime-0.3's alone and are not compared.
+    """
+    mode = session["reward_mode"]
+    v4_policy = SlimeV4(
+        fork_threshold=session["threshold"], reward_mode=mode, max_sample_tokens=session["max_sample_tokens"]
+    )
+    v4 = rebuild_session("s", parse(session), SessionInfo(reward=session["reward"]), v4_policy)
+    s03 = run_slime03(session, mode)
+    if (
+        not _identities_agree(v4.tree.turns)
+        or v4.tree.merges
+        or s03.tree.merges
+        or _drift_in_latest_response(v4)
+        or _drift_in_latest_response(s03)
+    ):
+        return
+    assert len(v4.samples) == len(s03.samples)
+    for a, b in zip(v4.samples, s03.samples, strict=True):
+        assert a.tokens.tolist() == b.tokens.tolist()
+        assert a.response_length == b.response_length
+        assert a.loss_mask.tolist() == b.loss_mask.tolist()
+        assert a.rollout_log_probs.tolist() == b.rollout_log_probs.tolist()
+    assert v4.rewards == s03.rewards
+    assert v4.report.left_out_samples == s03.report.left_out_samples

@@ -5,17 +5,19 @@ Skipped when Ray is not installed (``pip install 'tito[ray]'``); CI installs it.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
-from tito_cli.algorithm.policy import Policy
+from tito_cli.algorithm.policies import SlimeV4
 from tito_cli.export.base import ExportOptions
 from tito_cli.run.rebuild import rebuild
 
-from .helpers import conformance_folders, read_jsonl, write_log
+from .helpers import CONFORMANCE_SLIME03, conformance_folders, read_jsonl, write_log
+from .test_conformance_slime03 import assert_matches_reference, folder_log
 
 ray = pytest.importorskip("ray", reason="the Ray engine needs Ray Data: pip install 'tito[ray]'")
 pytest.importorskip("ray.data", reason="the Ray engine needs Ray Data: pip install 'tito[ray]'")
@@ -24,6 +26,7 @@ pytest.importorskip("ray.data", reason="the Ray engine needs Ray Data: pip insta
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")
 
 FOLDERS = conformance_folders()
+SLIME03_FOLDERS = conformance_folders(CONFORMANCE_SLIME03)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -39,7 +42,7 @@ def test_ray_matches_local_engine(folder: Path, tmp_path: Path) -> None:
 
     logs = tmp_path / "logs"
     write_log(logs, read_jsonl(folder / "turns.jsonl"), read_jsonl(folder / "sessions.jsonl"), max_rows=97)
-    policy = Policy(fork_threshold=int((folder / "threshold").read_text()))
+    policy = SlimeV4(fork_threshold=int((folder / "threshold").read_text()))
 
     local = rebuild([logs], tmp_path / "local.parquet", policy, workers=1)
     on_ray = rebuild_ray([logs], tmp_path / "ray.parquet", policy)
@@ -64,10 +67,46 @@ def test_ray_writes_the_trainer_formats_through_the_same_sink(fmt: str, tmp_path
     folder = FOLDERS[0]
     logs = tmp_path / "logs"
     write_log(logs, read_jsonl(folder / "turns.jsonl"), read_jsonl(folder / "sessions.jsonl"), max_rows=97)
-    policy = Policy(fork_threshold=int((folder / "threshold").read_text()))
+    policy = SlimeV4(fork_threshold=int((folder / "threshold").read_text()))
     # --logprobs keep: the conformance corpus mixes sessions with and without recorded logprobs.
     options = ExportOptions(logprobs="keep")
 
     rebuild([logs], tmp_path / "local.out", policy, workers=1, output_format=fmt, options=options)
     rebuild_ray([logs], tmp_path / "ray.out", policy, output_format=fmt, options=options)
     assert (tmp_path / "ray.out").read_bytes() == (tmp_path / "local.out").read_bytes()
+
+
+@pytest.mark.parametrize("folder", SLIME03_FOLDERS, ids=[f.name for f in SLIME03_FOLDERS])
+def test_ray_matches_the_slime03_reference(folder: Path, tmp_path: Path) -> None:
+    """``tito rebuild --engine ray --policy slime-0.3``: the reference's samples, flags, rollout ids, left-out notes."""
+    from typer.testing import CliRunner
+
+    from tito_cli.cli import app
+    logs = tmp_path / "logs"
+    options = folder_log(folder, logs)
+    out = tmp_path / "ray.parquet"
+    result = CliRunner().invoke(app, ["rebuild", str(logs), "--out", str(out), "--engine", "ray", *options])
+    assert result.exit_code == 0, result.output
+    assert_matches_reference(folder, pq.read_table(out).to_pylist(), result.stderr)
+
+
+def test_ray_reads_an_optional_column_that_only_some_files_have(tmp_path: Path) -> None:
+    """A log of old files (no ill_formed column) and new ones: Ray reads the column as the local reader does."""
+    from tito_cli.algorithm.policies import Slime03
+    from tito_cli.run.ray_data import rebuild_ray
+
+    folder = CONFORMANCE_SLIME03 / "cases-threshold-1024"
+    logs = tmp_path / "logs"
+    write_log(logs, read_jsonl(folder / "turns.jsonl"), read_jsonl(folder / "sessions.jsonl"), max_rows=7)
+    files = sorted(logs.glob("turns-*.parquet"))
+    # Every other file loses the column (as a writer before it wrote them); the flags those carried go.
+    for path in files[::2]:
+        table = pq.read_table(path)
+        pq.write_table(table.drop_columns(["ill_formed"]).replace_schema_metadata(table.schema.metadata), path)
+    assert any("ill_formed" in pq.read_schema(p).names for p in files)
+    local = rebuild([logs], tmp_path / "local.parquet", Slime03(), workers=1)
+    rebuild_ray([logs], tmp_path / "ray.parquet", Slime03())
+    assert (tmp_path / "ray.parquet").read_bytes() == (tmp_path / "local.parquet").read_bytes()
+    want = pq.read_table(tmp_path / "local.parquet")
+    assert local.sessions > 0
+    assert any(json.loads(m)["ill_formed"] for m in want.column("metadata").to_pylist())

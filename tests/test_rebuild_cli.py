@@ -67,7 +67,12 @@ def test_output_schema_and_provenance(logs: Path, tmp_path: Path) -> None:
     run("rebuild", str(logs), "--out", str(out), "--reward-mode", "full")
     schema = pq.read_schema(out)
     assert schema.metadata[b"tito.table"] == b"samples"
-    assert json.loads(schema.metadata[b"tito.policy"]) == {"fork_threshold": 1024, "reward_mode": "full"}
+    assert json.loads(schema.metadata[b"tito.policy"]) == {
+        "name": "slime-v4",
+        "fork_threshold": 1024,
+        "reward_mode": "full",
+        "max_sample_tokens": None,
+    }
     assert [str(schema.field(n).type) for n in ("tokens", "loss_mask", "rollout_log_probs")] == [
         "list<element: int32>",
         "list<element: int8>",

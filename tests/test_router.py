@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 
-from tito_cli.algorithm.policy import Policy
+from tito_cli.algorithm.policies import SlimeV4
 from tito_cli.algorithm.router import route
 
 from .engine_helpers import msg, turn
@@ -17,7 +17,7 @@ S, U = msg("system", "S"), msg("user", "u")
 def test_continuation_mounts_below_the_generated_node() -> None:
     t0 = turn(0, [S, U], [1, 2], [3], response=msg("assistant", "a"))
     t1 = turn(1, [S, U, msg("assistant", "a"), msg("tool", "t")], [1, 2, 3, 4], [5])
-    tree = route([t0, t1], Policy())
+    tree = route([t0, t1], SlimeV4())
     (system,) = tree.root.children
     (user,) = system.children
     (first,) = user.children
@@ -34,14 +34,14 @@ def test_key_order_is_irrelevant_but_numbers_and_list_order_matter() -> None:
     as_float = {"role": "user", "content": "x", "n": 1.0}
     tree = route(
         [turn(0, [a], [1], [2]), turn(1, [same], [1], [3]), turn(2, [as_float], [1], [4])],
-        Policy(),
+        SlimeV4(),
     )
     assert len(tree.root.children) == 2  # `same` matched `a`; `1.0` started a new subtree
     assert len(tree.root.children[0].children) == 2  # two sibling leaves under the shared user node
 
 
 def test_resent_prompt_adds_a_sibling_leaf() -> None:
-    tree = route([turn(0, [S, U], [1], [2]), turn(1, [S, U], [1], [3])], Policy())
+    tree = route([turn(0, [S, U], [1], [2]), turn(1, [S, U], [1], [3])], SlimeV4())
     user = tree.root.children[0].children[0]
     assert [c.turn_index for c in user.children] == [1, 2]
     assert len(tree.leaves()) == 2
@@ -49,12 +49,12 @@ def test_resent_prompt_adds_a_sibling_leaf() -> None:
 
 def test_new_system_prompt_starts_a_new_subtree() -> None:
     sub = msg("system", "sub-agent")
-    tree = route([turn(0, [S, U], [1], [2]), turn(1, [sub, U], [9], [3])], Policy())
+    tree = route([turn(0, [S, U], [1], [2]), turn(1, [sub, U], [9], [3])], SlimeV4())
     assert [c.message for c in tree.root.children] == [S, sub]
 
 
 def test_empty_prompt_is_skipped_without_a_turn_index() -> None:
-    tree = route([turn(0, [], [1], [2]), turn(1, [S, U], [1], [3])], Policy())
+    tree = route([turn(0, [], [1], [2]), turn(1, [S, U], [1], [3])], SlimeV4())
     assert tree.skipped == [0]
     assert tree.leaves()[0].turn_index == 1
 
@@ -62,7 +62,7 @@ def test_empty_prompt_is_skipped_without_a_turn_index() -> None:
 def test_null_response_matches_nothing() -> None:
     t0 = turn(0, [S, U], [1], [2], response=None)
     t1 = turn(1, [S, U, msg("assistant", "x")], [1, 2], [3])
-    tree = route([t0, t1], Policy(fork_threshold=0))
+    tree = route([t0, t1], SlimeV4(fork_threshold=0))
     user = tree.root.children[0].children[0]
     # The echo is mounted routing-only beside the generated leaf, never trained.
     assert [c.turn is not None for c in user.children] == [True, False]
@@ -73,7 +73,7 @@ def test_short_rewrite_is_absorbed() -> None:
     t0 = turn(0, [S, U], [1, 2], [3, 4], response=msg("assistant", "a"))
     rewritten = msg("assistant", "a ")  # the client re-rendered the message
     t1 = turn(1, [S, U, rewritten, msg("tool", "t")], [1, 2, 3, 5, 6], [7])
-    tree = route([t0, t1], Policy(fork_threshold=3))
+    tree = route([t0, t1], SlimeV4(fork_threshold=3))
     (node,) = tree.merges
     assert node.turn is None and node.message == rewritten
     assert node.merged_rewrite is not None
@@ -82,14 +82,14 @@ def test_short_rewrite_is_absorbed() -> None:
     assert node.children[0].children[0].turn is t1
     # A later prompt carrying the rewritten message routes through the merged node.
     t2 = turn(2, [S, U, rewritten, msg("tool", "t"), msg("assistant", "r1"), msg("user", "more")], [1], [8])
-    tree = route([t0, t1, t2], Policy(fork_threshold=3))
+    tree = route([t0, t1, t2], SlimeV4(fork_threshold=3))
     assert len(tree.leaves()) == 1 and tree.leaves()[0].turn is t2
 
 
 def test_rewrite_of_a_long_output_is_not_absorbed() -> None:
     t0 = turn(0, [S, U], [1], [3, 4, 5], response=msg("assistant", "a"))
     t1 = turn(1, [S, U, msg("assistant", "a "), msg("tool", "t")], [1], [7])
-    tree = route([t0, t1], Policy(fork_threshold=3))  # 3 output ids is not fewer than 3
+    tree = route([t0, t1], SlimeV4(fork_threshold=3))  # 3 output ids is not fewer than 3
     assert tree.merges == []
     user = tree.root.children[0].children[0]
     assert user.children[0].turn is t0 and user.children[1].turn is None
@@ -98,14 +98,14 @@ def test_rewrite_of_a_long_output_is_not_absorbed() -> None:
 def test_threshold_zero_disables_absorption() -> None:
     t0 = turn(0, [S, U], [1], [3], response=msg("assistant", "a"))
     t1 = turn(1, [S, U, msg("assistant", "a "), msg("tool", "t")], [1], [7])
-    assert route([t0, t1], Policy(fork_threshold=0)).merges == []
+    assert route([t0, t1], SlimeV4(fork_threshold=0)).merges == []
 
 
 def test_ambiguous_rewrite_absorbs_nothing() -> None:
     t0 = turn(0, [S, U], [1], [3], response=msg("assistant", "a"))
     t1 = turn(1, [S, U], [1], [4], response=msg("assistant", "b"))
     t2 = turn(2, [S, U, msg("assistant", "c"), msg("tool", "t")], [1], [7])
-    tree = route([t0, t1, t2], Policy())
+    tree = route([t0, t1, t2], SlimeV4())
     assert tree.merges == [] and tree.ambiguous_rewrites == [2]
     user = tree.root.children[0].children[0]
     assert [c.turn_index for c in user.children] == [1, 2, None]
@@ -115,7 +115,7 @@ def test_generated_node_with_children_is_not_a_rewrite_candidate() -> None:
     t0 = turn(0, [S, U], [1], [3], response=msg("assistant", "a"))
     t1 = turn(1, [S, U, msg("assistant", "a"), msg("tool", "t")], [1], [4])
     t2 = turn(2, [S, U, msg("assistant", "a "), msg("tool", "t")], [1], [5])
-    tree = route([t0, t1, t2], Policy())
+    tree = route([t0, t1, t2], SlimeV4())
     assert tree.merges == []
 
 
@@ -123,7 +123,7 @@ def test_tools_ride_on_the_first_mounted_system_node() -> None:
     tools = [{"type": "function", "function": {"name": "bash"}}]
     t0 = turn(0, [S, U], [1], [2])
     t0.tools = tools
-    tree = route([t0], Policy())
+    tree = route([t0], SlimeV4())
     assert tree.root.children[0].tools == tools
 
 
@@ -144,10 +144,10 @@ def test_starting_below_an_extended_prompt_routes_like_the_full_walk() -> None:
     for rows in TurnLog.open([REPO / "fixtures" / "logs"]).iter_sessions():
         turns = parse_session(rows)
         shortcuts += sum(t.extends is not None for t in turns)
-        with_shortcut = route(turns, Policy())
+        with_shortcut = route(turns, SlimeV4())
         for t in turns:
             t.extends = None
-        assert _shape(route(turns, Policy()).root) == _shape(with_shortcut.root), rows.session_id
+        assert _shape(route(turns, SlimeV4()).root) == _shape(with_shortcut.root), rows.session_id
     assert shortcuts > 100
 
 

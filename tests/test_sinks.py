@@ -10,7 +10,7 @@ import pytest
 
 from tito_cli import _atomic
 from tito_cli._atomic import StagedFile, publish
-from tito_cli.algorithm.policy import Policy
+from tito_cli.algorithm.policies import SlimeV4
 from tito_cli.errors import OutputError
 from tito_cli.export import rejects
 from tito_cli.run.rebuild import rebuild
@@ -23,7 +23,7 @@ DEMO = REPO / "fixtures" / "logs"
 def test_a_failed_rejects_write_keeps_the_previous_pair(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     out = tmp_path / "samples.parquet"
     report = tmp_path / "samples.parquet.rejects.jsonl"
-    rebuild([DEMO], out, Policy(fork_threshold=0), workers=1)
+    rebuild([DEMO], out, SlimeV4(fork_threshold=0), workers=1)
     previous = out.read_bytes(), report.read_bytes()
 
     class Refused(StagedFile):
@@ -32,7 +32,7 @@ def test_a_failed_rejects_write_keeps_the_previous_pair(tmp_path: Path, monkeypa
 
     monkeypatch.setattr(rejects, "StagedFile", Refused)
     with pytest.raises(OutputError, match="cannot write the rejects report"):
-        rebuild([DEMO], out, Policy(), workers=1, overwrite=True)
+        rebuild([DEMO], out, SlimeV4(), workers=1, overwrite=True)
     # Not the new samples beside the old report: both as they were, no temporaries left.
     assert (out.read_bytes(), report.read_bytes()) == previous
     assert sorted(p.name for p in tmp_path.iterdir()) == ["samples.parquet", "samples.parquet.rejects.jsonl"]

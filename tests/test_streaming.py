@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tito_cli.algorithm.policy import Policy
+from tito_cli.algorithm.policies import SlimeV4
 from tito_cli.algorithm.session import rebuild_session
 from tito_cli.errors import InvalidSessionError, SchemaError
 from tito_cli.export.base import session_table
@@ -173,6 +173,7 @@ def test_other_integer_types_are_read_and_checked(tmp_path: Path) -> None:
         "tools": [None] * 3,
         "metadata": [None] * 3,
         "timestamp": [None] * 3,
+        "ill_formed": [None] * 3,
     }
     (tmp_path / "logs").mkdir()
     pq.write_table(pa.table(rows, schema=schema), tmp_path / "logs" / "turns.parquet")
@@ -223,7 +224,7 @@ def test_message_parser_reuse_gives_the_full_parse() -> None:
         texts.append(json.dumps(messages, indent=None if n % 3 else 1))
     texts.append(texts[2])  # a resent older prompt
     texts.append(json.dumps([*messages[:3], {"role": "user", "content": "fork"}]))
-    parser = _MessageParser()
+    parser = _MessageParser(message_key)
     reused = 0
     for number, text in enumerate(texts):
         parsed = parser.parse(text)
@@ -252,7 +253,7 @@ def test_sample_rows_keep_the_linearized_arrays(tmp_path: Path) -> None:
     # session_table hands each sample's arrays to Arrow as they are: no copy of any token.
     log = TurnLog.open([_interleaved_log(tmp_path)])
     session = next(log.iter_sessions(only={"a"}))
-    result = rebuild_session("a", parse_session(session), None, Policy())
+    result = rebuild_session("a", parse_session(session), None, SlimeV4())
     assert len(result.samples) >= 2
     table = session_table(result)
     for column, attribute in (("tokens", "tokens"), ("loss_mask", "loss_mask"),
@@ -286,7 +287,7 @@ def test_the_samples_writer_buffers_a_bounded_number_of_sessions(tmp_path: Path)
     table = session_table(result)
     out = tmp_path / "samples.parquet"
     most = 0
-    writer = SamplesWriter(out, SinkContext(Policy()), row_group_sessions=8)
+    writer = SamplesWriter(out, SinkContext(SlimeV4()), row_group_sessions=8)
     for _ in range(50):
         writer.add(table)
         most = max(most, len(writer._tables))

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from tito_cli.algorithm.policy import Policy
+from tito_cli.algorithm.policies import SlimeV4
 from tito_cli.cli import app
 from tito_cli.errors import EXIT_BAD_INPUT, UnreadableLogError
 from tito_cli.read.rows import LogIndex, RowGroup, SessionPlace, build_index
@@ -29,11 +29,11 @@ from .helpers import conformance_folders, read_jsonl, write_log
 FOLDERS = conformance_folders()
 
 
-def _conformance_log(tmp_path: Path, name: str) -> tuple[Path, Policy]:
+def _conformance_log(tmp_path: Path, name: str) -> tuple[Path, SlimeV4]:
     folder = next(f for f in FOLDERS if f.name == name)
     logs = tmp_path / "logs"
     write_log(logs, read_jsonl(folder / "turns.jsonl"), read_jsonl(folder / "sessions.jsonl"), max_rows=97)
-    return logs, Policy(fork_threshold=int((folder / "threshold").read_text()))
+    return logs, SlimeV4(fork_threshold=int((folder / "threshold").read_text()))
 
 
 @pytest.mark.parametrize("name", ["cases-threshold-1024", "random-threshold-2"])
@@ -57,8 +57,8 @@ def test_worker_handoff_files_never_outlive_the_run(tmp_path: Path, monkeypatch:
     rebuild([logs], tmp_path / "two.parquet", policy, workers=2, batch_bytes=1)
     assert list(scratch.iterdir()) == []
     # Nor when the run stops half-way (the consumer gives up after the first output).
-    corpus = Corpus.open([logs], policy)
-    outputs = rebuild_outputs(corpus, workers=2, batch_bytes=1, spill_dir=tmp_path)
+    corpus = Corpus.open([logs])
+    outputs = rebuild_outputs(corpus, policy, workers=2, batch_bytes=1, spill_dir=tmp_path)
     first = next(outputs)
     assert first.session_id == corpus.session_ids()[0]
     outputs.close()
@@ -86,7 +86,7 @@ def test_outputs_come_in_session_id_order_whatever_the_log_order(tmp_path: Path)
     index = corpus.log.index()
     assert [p.session_id for p in index.in_log_order()] == [f"s{5 - n}" for n in range(6)]
 
-    outputs = list(rebuild_outputs(corpus, workers=1, batch_bytes=1, spill_dir=tmp_path))
+    outputs = list(rebuild_outputs(corpus, SlimeV4(), workers=1, batch_bytes=1, spill_dir=tmp_path))
     assert [o.session_id for o in outputs] == [f"s{n}" for n in range(6)]
     assert all(isinstance(o, SessionOutput) and o.table is not None for o in outputs)
     assert [o.table.column("session_id")[0].as_py() for o in outputs] == [f"s{n}" for n in range(6)]
@@ -94,8 +94,8 @@ def test_outputs_come_in_session_id_order_whatever_the_log_order(tmp_path: Path)
 
 def test_early_outputs_are_parked_on_disk_and_come_back_intact(tmp_path: Path) -> None:
     logs, policy = _conformance_log(tmp_path, "random-threshold-8")
-    corpus = Corpus.open([logs], policy)
-    outputs = [o for o in rebuild_outputs(corpus) if isinstance(o, SessionOutput) and o.table.num_rows]
+    corpus = Corpus.open([logs])
+    outputs = [o for o in rebuild_outputs(corpus, policy) if isinstance(o, SessionOutput) and o.table.num_rows]
     tables = {o.session_id: o.table for o in outputs}
     in_order = _InOrder(sorted(tables), spill_dir=tmp_path)
     arrivals = [SessionOutput(o.session_id, o.table, o.report) for o in reversed(outputs)]
@@ -150,7 +150,7 @@ def test_batches_are_bounded_and_shrink_toward_the_end(monkeypatch: pytest.Monke
 
 def test_a_worker_error_names_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     logs, policy = _conformance_log(tmp_path, "random-threshold-1")
-    corpus = Corpus.open([logs], policy)
+    corpus = Corpus.open([logs])
     corpus.log.index()
     scratch = tmp_path / "scratch"
     scratch.mkdir()
@@ -159,7 +159,7 @@ def test_a_worker_error_names_the_file(tmp_path: Path, monkeypatch: pytest.Monke
     victim = corpus.log.turn_files[-1].path
     victim.write_bytes(b"PAR1 not really")
     with pytest.raises(UnreadableLogError) as caught:
-        list(rebuild_outputs(corpus, workers=2, batch_bytes=1))
+        list(rebuild_outputs(corpus, policy, workers=2, batch_bytes=1))
     assert caught.value.file == str(victim)
     # Batches that finished before the error left no handoff file behind.
     assert list(scratch.iterdir()) == []
@@ -211,13 +211,13 @@ def test_batches_are_cut_between_sessions_that_share_no_row_group(tmp_path: Path
     assert all(not (a & b) for i, a in enumerate(groups) for b in groups[i + 1 :])
 
 
-def _many_files_log(tmp_path: Path) -> tuple[Path, Policy]:
+def _many_files_log(tmp_path: Path) -> tuple[Path, SlimeV4]:
     """A conformance log in files of 7 rows: enough files for the workers to index it."""
     folder = next(f for f in FOLDERS if f.name == "random-threshold-2")
     logs = tmp_path / "many"
     write_log(logs, read_jsonl(folder / "turns.jsonl"), read_jsonl(folder / "sessions.jsonl"), max_rows=7)
     assert len(list(logs.glob("turns-*.parquet"))) >= parallel.OPEN_FILES_PER_WORKER * 2
-    return logs, Policy(fork_threshold=2)
+    return logs, SlimeV4(fork_threshold=2)
 
 
 def _same_index(a: LogIndex, b: LogIndex) -> None:
@@ -231,8 +231,8 @@ def _same_index(a: LogIndex, b: LogIndex) -> None:
 
 
 def test_an_index_built_by_worker_processes_is_the_in_process_one(tmp_path: Path) -> None:
-    logs, policy = _many_files_log(tmp_path)
-    files = Corpus.open([logs], policy).log.turn_files
+    logs, _ = _many_files_log(tmp_path)
+    files = Corpus.open([logs]).log.turn_files
     with ProcessPoolExecutor(2, mp_context=parallel.worker_context()) as pool:
         for only in (None, {"r7-0008", "r7-0041", "missing"}):
             serial = build_index(files, only)

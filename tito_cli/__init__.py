@@ -12,7 +12,7 @@ The public API, in the order data flows through it::
     export_samples       a samples file -> slime / SkyRL / TRL files (run/export.py; docs/export.md)
     ExportOptions        the trainer formats' options: split, forked sessions, logprobs, labels (export/base.py)
     rebuild_from         another system's traces -> samples, through a temporary log (run/rebuild_from.py)
-    Policy               the algorithm's knobs: fork threshold, reward mode (algorithm/policy.py)
+    Policy               a named policy and its knobs: Policy.named("slime-0.3", fork_threshold=1024)
 
 docs/architecture.md draws the whole layout.
 Everything else is reachable through its module; names not listed here may

@@ -79,6 +79,17 @@ def validity(array: pa.Array) -> np.ndarray:
     return bits[array.offset : array.offset + len(array)].astype(bool)
 
 
+def true_cells(array: pa.Array) -> np.ndarray:
+    """A boolean (or null-typed) array as booleans: true where the cell is true, false where false or null."""
+    if pa.types.is_null(array.type) or len(array) == 0:
+        return np.zeros(len(array), dtype=bool)
+    data = array.buffers()[1]
+    bits = np.unpackbits(np.frombuffer(data, dtype=np.uint8), bitorder="little")
+    values: np.ndarray = bits[array.offset : array.offset + len(array)].astype(bool)
+    values &= validity(array)
+    return values
+
+
 def _bitmap(valid: np.ndarray) -> pa.Buffer | None:
     if valid.all():
         return None

@@ -4,7 +4,7 @@ Installed with tito (entry point ``pytest11``), it adds the ``tito_golden``
 fixture and the ``--tito-update`` option::
 
     def test_agent_samples(tito_golden):
-        tito_golden.check("tests/logs", "tests/golden", fork_threshold=1024)
+        tito_golden.check("tests/logs", "tests/golden", policy="slime-v4", fork_threshold=1024)
 
 The test fails with a ``-golden`` / ``+rebuilt`` diff when a dump changed,
 and also when a session has no dump or a dump has no session.  Dumps are
@@ -22,7 +22,7 @@ from collections.abc import Iterable, Sequence
 
 import pytest
 
-from .algorithm.policy import DEFAULT_FORK_THRESHOLD, Policy, RewardMode
+from .algorithm.policy import DEFAULT_FORK_THRESHOLD, DEFAULT_POLICY, Policy, RewardMode
 from .golden.compare import CheckReport, GoldenOptions, check_goldens
 from .golden.report import render_check_report
 from .golden.serialize import DumpStyle
@@ -59,18 +59,29 @@ class TitoGolden:
         logs: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
         golden: str | os.PathLike[str],
         *,
+        policy: str | Policy = DEFAULT_POLICY,
         fork_threshold: int = DEFAULT_FORK_THRESHOLD,
-        reward_mode: RewardMode = "split",
+        reward_mode: RewardMode | None = None,
+        max_sample_tokens: int | None = None,
         style: DumpStyle = "full",
         tokenizer: str | os.PathLike[str] | None = None,
         decode: bool = True,
         sessions: Sequence[str] | None = None,
         diff_lines: int = 200,
     ) -> CheckReport:
-        """Rebuild ``logs`` and compare each session's dump with ``golden/<session>.txt``; fail on any difference."""
+        """Rebuild ``logs`` and compare each session's dump with ``golden/<session>.txt``; fail on any difference.
+
+        ``policy`` is a policy's name (the other knobs apply to it, as on the
+        command line: ``--policy``, ``--fork-threshold``, ``--reward-mode``,
+        ``--max-sample-tokens``) or a :class:`~tito_cli.algorithm.policy.Policy` value (used as it is).
+        """
         inputs = [logs] if isinstance(logs, (str, os.PathLike)) else list(logs)
+        if not isinstance(policy, Policy):
+            policy = Policy.named(
+                policy, fork_threshold=fork_threshold, reward_mode=reward_mode, max_sample_tokens=max_sample_tokens
+            )
         options = GoldenOptions(
-            policy=Policy(fork_threshold=fork_threshold, reward_mode=reward_mode),
+            policy=policy,
             style=style,
             tokenizer=tokenizer,
             decode=decode,

@@ -37,6 +37,7 @@ TURNS_SCHEMA = pa.schema(
         pa.field("tools", pa.string()),
         pa.field("metadata", pa.string()),
         pa.field("timestamp", pa.timestamp("us", tz="UTC")),
+        pa.field("ill_formed", pa.bool_()),
     ]
 )
 
@@ -48,6 +49,7 @@ SESSIONS_SCHEMA = pa.schema(
         pa.field("group_index", pa.int64()),
         pa.field("label", pa.string()),
         pa.field("metadata", pa.string()),
+        pa.field("rollout_id", pa.int64()),
     ]
 )
 
@@ -62,6 +64,7 @@ SAMPLES_SCHEMA = pa.schema(
         pa.field("reward", pa.float64(), nullable=False),
         pa.field("index", pa.int64()),
         pa.field("group_index", pa.int64()),
+        pa.field("rollout_id", pa.int64()),
         pa.field("label", pa.string()),
         pa.field("status", pa.string(), nullable=False),
         pa.field("metadata", pa.string(), nullable=False),

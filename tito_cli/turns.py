@@ -8,7 +8,7 @@ ids stay numpy arrays end to end: a long session holds millions of prompt ids.
 from __future__ import annotations
 
 import json
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -107,17 +107,23 @@ class Turn:
     tools: Any = None
     metadata: Any = None
     source: RowRef | None = None
-    #: Identity key (:func:`message_key`) of each prompt message, filled by whoever
-    #: parsed the messages (the reader caches it across turns); computed lazily otherwise.
+    #: True when the harness could not parse the output into a message (SPEC §8.6).
+    ill_formed: bool = False
+    #: Identity key of each prompt message under ``keyed_by`` (a policy's
+    #: ``message_key``), filled by whoever parsed the messages (the reader caches it
+    #: across turns); computed lazily otherwise.
     message_keys: list[MessageKey] | None = field(default=None, repr=False)
+    keyed_by: Callable[[Any], MessageKey] | None = field(default=None, repr=False)
     #: Set by the reader when this prompt's message list starts with all of an
     #: earlier turn's prompt messages (the same objects): ``(that turn, how many)``.
     #: The router then starts below where that turn's prompt ended.
     extends: tuple[Turn, int] | None = field(default=None, repr=False)
 
-    def keys(self) -> list[MessageKey]:
-        if self.message_keys is None:
-            self.message_keys = [message_key(m) for m in self.prompt_messages]
+    def keys(self, key: Callable[[Any], MessageKey] = message_key) -> list[MessageKey]:
+        """Each prompt message's identity under ``key`` (computed once per key function)."""
+        if self.message_keys is None or self.keyed_by is not key:
+            self.message_keys = [key(m) for m in self.prompt_messages]
+            self.keyed_by = key
         return self.message_keys
 
 
@@ -130,6 +136,8 @@ class SessionInfo:
     group_index: int | None = None
     label: str | None = None
     metadata: dict[str, Any] | None = None
+    #: slime's ``rollout_id`` (SPEC §8.8); samples fall back to ``index`` when it is null.
+    rollout_id: int | None = None
     source: RowRef | None = None
     #: False when the session had no sessions row (reward 0.0, null index fields).
     finished: bool = True

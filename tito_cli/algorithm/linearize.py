@@ -17,28 +17,16 @@ loss-mask and logprob arrays are built once, when the segment closes.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
 
 import numpy as np
 import numpy.typing as npt
 
 from .._arrow import same_values
 from ..turns import Turn
-from .policy import Policy
+from .policy import ForkCause, Policy
 from .router import Node, SessionTree
 
 __all__ = ["Decision", "ForkCause", "Linearization", "LinearizedSample", "Span", "linearize"]
-
-
-class ForkCause(str, Enum):
-    """Why a turn could not continue the segment holding its chain."""
-
-    #: The prompt diverges inside the segment's first prompt.
-    PROMPT_REGION = "prompt_region"
-    #: The prompt diverges after the first prompt but before the latest response.
-    BEFORE_LATEST_RESPONSE = "before_latest_response"
-    #: The drift lies in the latest response but is not shorter than the threshold.
-    DRIFT_TOO_LONG = "drift_too_long"
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +69,10 @@ class LinearizedSample:
     fork: ForkCause | None
     spans: list[Span] = field(default_factory=list)
     first_prompt_length: int = 0
+    #: The policy's per-leaf flags (SPEC §8.6), or ``None`` when it sets none.
+    flags: dict[str, bool] | None = None
+    #: Where ``max_sample_tokens`` cut the tokens (SPEC §8.7); ``None`` when nothing was cut.
+    cut_at: int | None = None
 
 
 @dataclass(slots=True)
@@ -89,6 +81,9 @@ class Linearization:
     decisions: list[Decision]
     #: Segments dropped: no tokens, or no trained token after the first prompt.
     dropped_segments: int
+    #: Samples left out by ``max_sample_tokens`` (SPEC §8.7): (leaf, first prompt length),
+    #: in emission order.
+    left_out: list[tuple[int, int]] = field(default_factory=list)
 
     def turn_decisions(self) -> dict[int, Decision]:
         """The decision for each packed turn (by seq), from the first leaf that packed it.
@@ -137,10 +132,11 @@ class _Segment:
             lcp += common_prefix_length(self.last.output_ids, prompt[len(held_prompt) :])
         return lcp
 
-    def absorb(self, turn: Turn, lcp: int, trained: bool) -> None:
+    def absorb(self, turn: Turn, lcp: int, trained: bool, policy: Policy) -> None:
         if self.spans and self.spans[-1].end > lcp:
-            # Realign: the cut falls inside the latest response; what survives keeps its mask.
-            self.spans[-1].end = lcp
+            # Realign: the cut falls inside the latest response; the policy says where its mask ends.
+            last = self.spans[-1]
+            last.end = policy.realign_cut(last.start, lcp)
         if self.last is None:
             self.first_prompt_length = len(turn.prompt_ids)
         start = len(turn.prompt_ids)
@@ -185,11 +181,13 @@ class _Segment:
 
 def linearize(tree: SessionTree, policy: Policy) -> Linearization:
     """Pack every leaf's chain into segments and turn the segments into samples."""
-    threshold = policy.fork_threshold
     claimed: set[int] = set()  # id() of generated nodes already trained
     samples: list[LinearizedSample] = []
     decisions: list[Decision] = []
+    left_out: list[tuple[int, int]] = []
     dropped = 0
+    cap = policy.max_sample_tokens
+    flags: dict[str, bool] | None = None
 
     def emit(segment: _Segment, leaf: int, position: int) -> int:
         nonlocal dropped
@@ -197,6 +195,13 @@ def linearize(tree: SessionTree, policy: Policy) -> Linearization:
         if sample is None:
             dropped += 1
             return position
+        if cap is not None and len(sample.tokens) > cap:
+            # The cut comes after the keep rule above (SPEC §8.7).
+            if sample.first_prompt_length > cap:
+                left_out.append((leaf, sample.first_prompt_length))
+                return position
+            sample = _cut(sample, cap)
+        sample.flags = flags
         samples.append(sample)
         return position + 1
 
@@ -204,13 +209,15 @@ def linearize(tree: SessionTree, policy: Policy) -> Linearization:
         segment = _Segment(fork=None)
         position = 0
         generated: list[Node] = [n for n in leaf.chain() if n.turn is not None]
+        flags = policy.sample_flags([n.turn for n in generated if n.turn is not None])
         for node in generated:
             turn = node.turn
             assert turn is not None
             prompt = turn.prompt_ids
             lcp = segment.common_prefix(prompt)
             drift = len(segment) - lcp
-            cause = _fork_cause(segment, lcp, drift, threshold)
+            last_start = segment.spans[-1].start if segment.spans else None
+            cause = policy.fork_cause(lcp, drift, segment.first_prompt_length, last_start, turn)
             decided_lcp, decided_drift = lcp, drift
             if cause is not None:
                 position = emit(segment, leaf_index, position)
@@ -225,19 +232,20 @@ def linearize(tree: SessionTree, policy: Policy) -> Linearization:
             else:
                 kind = "realign" if drift else "clean"
             decisions.append(Decision(leaf_index, turn.seq, kind, decided_lcp, decided_drift, cause, trained))
-            segment.absorb(turn, lcp, trained)
+            segment.absorb(turn, lcp, trained, policy)
         emit(segment, leaf_index, position)
-    return Linearization(samples=samples, decisions=decisions, dropped_segments=dropped)
+    return Linearization(samples=samples, decisions=decisions, dropped_segments=dropped, left_out=left_out)
 
 
-def _fork_cause(segment: _Segment, lcp: int, drift: int, threshold: int) -> ForkCause | None:
-    """``None`` when the segment can absorb the turn, else why it cannot (SPEC §4 step 2)."""
-    if drift == 0:
-        return None
-    if not segment.spans or lcp < segment.first_prompt_length:
-        return ForkCause.PROMPT_REGION
-    if lcp < segment.spans[-1].start:
-        return ForkCause.BEFORE_LATEST_RESPONSE
-    if threshold > 0 and drift < threshold:
-        return None
-    return ForkCause.DRIFT_TOO_LONG
+def _cut(sample: LinearizedSample, cap: int) -> LinearizedSample:
+    """``sample`` cut to its first ``cap`` tokens (``cap`` >= its first prompt), its spans clipped."""
+    response_length = cap - sample.first_prompt_length
+    sample.tokens = sample.tokens[:cap]
+    sample.response_length = response_length
+    sample.loss_mask = sample.loss_mask[:response_length]
+    sample.rollout_log_probs = sample.rollout_log_probs[:response_length]
+    sample.spans = [
+        Span(min(span.start, cap), min(span.end, cap), span.turn, span.trained) for span in sample.spans
+    ]
+    sample.cut_at = cap
+    return sample

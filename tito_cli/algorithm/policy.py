@@ -1,34 +1,214 @@
-"""The knobs of the rebuild algorithm (SPEC §3–§4)."""
+"""A named policy: the one carrier of the rebuild algorithm's knobs and choices.
+
+The router (SPEC §3) and the linearizer (SPEC §4) are the same for every
+policy; where the references differ they ask the policy instead of
+branching::
+
+    message_key(m)                 identity of a chat message (routing looks children up by it)
+    rewrite_candidates(node, m)    who may absorb a short assistant rewrite (exactly one absorbs)
+    fork_cause(...)                the drift decision: absorb the turn (None) or fork, and why
+    realign_cut(start, lcp)        where a realign cuts the latest response
+    rewards(reward, n)             the reward of each of a session's n samples
+    sample_flags(turns)            per-leaf flags written into each sample's metadata
+
+A policy is a frozen dataclass: one typed, picklable value that travels to
+worker processes and to Ray.  Its fields are the knobs (``fork_threshold``,
+``reward_mode``, ``max_sample_tokens``); its class is the algorithm, named by
+``name``.  Each named policy is one module in :mod:`tito_cli.algorithm.policies`
+and registers itself by subclassing :class:`Policy` (see docs/architecture.md).
+"""
 
 from __future__ import annotations
 
+import dataclasses
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from enum import Enum
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-__all__ = ["DEFAULT_FORK_THRESHOLD", "Policy", "RewardMode"]
+if TYPE_CHECKING:
+    from ..turns import Message, MessageKey, Turn
+    from .router import Node
+
+__all__ = [
+    "DEFAULT_FORK_THRESHOLD",
+    "DEFAULT_POLICY",
+    "ForkCause",
+    "Policy",
+    "RewardMode",
+    "default_policy",
+    "policy_class",
+    "policy_label",
+    "policy_names",
+]
 
 RewardMode = Literal["split", "full"]
 
-#: The reference's default: drift shorter than this many tokens inside the
-#: latest response is realigned, longer drift forks a new sample.
+#: The references' default: drift (or, for slime-0.3, an incoming output) shorter than
+#: this many tokens is realigned, longer forks a new sample.
 DEFAULT_FORK_THRESHOLD = 1024
 
+#: The policy used when none is named: slime's "trajectory manager migration v4" (SPEC §3–§4).
+DEFAULT_POLICY = "slime-v4"
 
-@dataclass(frozen=True, slots=True)
-class Policy:
-    """How sessions are routed and linearized.
+
+class ForkCause(str, Enum):
+    """Why a turn could not continue the segment holding its chain."""
+
+    #: The prompt diverges inside the segment's first prompt.
+    PROMPT_REGION = "prompt_region"
+    #: The prompt diverges after the first prompt but before the latest response.
+    BEFORE_LATEST_RESPONSE = "before_latest_response"
+    #: The drift lies in the latest response but is not shorter than the threshold (slime-v4).
+    DRIFT_TOO_LONG = "drift_too_long"
+    #: The drift lies in the latest response but the incoming output is not shorter than
+    #: the threshold (slime-0.3's gate, SPEC §8.3).
+    OUTPUT_TOO_LONG = "output_too_long"
+
+
+_REGISTRY: dict[str, type[Policy]] = {}
+
+
+@dataclass(frozen=True)
+class Policy(ABC):
+    """How sessions are routed and linearized; subclasses are the named policies.
 
     ``fork_threshold`` (tokens) bounds both short-rewrite absorption in the
-    router and drift realignment in the linearizer; ``0`` disables both.
+    router and realignment in the linearizer; ``0`` disables both.
     ``reward_mode`` is ``split`` (each sample gets reward / samples of its
-    session) or ``full`` (each sample gets the whole reward).
+    session) or ``full`` (each gets the whole reward); ``None`` means the
+    policy's own default.  ``max_sample_tokens`` cuts every sample to its
+    first N tokens (SPEC §8.7, every policy); ``None`` keeps them whole.
     """
 
+    #: The policy's name, as ``--policy`` takes it.
+    name: ClassVar[str]
+    #: One line for ``--help``: what the policy reproduces.
+    summary: ClassVar[str]
+    default_reward_mode: ClassVar[RewardMode] = "split"
+    #: The fork causes this policy can give, in the order reports list them.
+    fork_causes: ClassVar[tuple[ForkCause, ...]]
+    #: What a realign does to the latest response, in a few words, when it differs from SPEC §4's
+    #: cut of the drifted tail (``inspect`` shows it after each realign).
+    realign_effect: ClassVar[str | None] = None
+
     fork_threshold: int = DEFAULT_FORK_THRESHOLD
-    reward_mode: RewardMode = "split"
+    reward_mode: RewardMode | None = None
+    max_sample_tokens: int | None = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        name = cls.__dict__.get("name")
+        if isinstance(name, str):
+            _REGISTRY[name] = cls
 
     def __post_init__(self) -> None:
         if self.fork_threshold < 0:
             raise ValueError(f"fork_threshold must be >= 0, got {self.fork_threshold}")
-        if self.reward_mode not in ("split", "full"):
+        if self.reward_mode not in (None, "split", "full"):
             raise ValueError(f"reward_mode must be 'split' or 'full', got {self.reward_mode!r}")
+        if self.max_sample_tokens is not None and self.max_sample_tokens <= 0:
+            raise ValueError(f"max_sample_tokens must be > 0, got {self.max_sample_tokens}")
+
+    # -- naming and describing -------------------------------------------
+
+    @staticmethod
+    def named(name: str, **knobs: Any) -> Policy:
+        """The policy called ``name`` (``slime-v4``, ``slime-0.3``, ...) with these field values."""
+        return policy_class(name)(**knobs)
+
+    @property
+    def effective_reward_mode(self) -> RewardMode:
+        return self.reward_mode if self.reward_mode is not None else self.default_reward_mode
+
+    def describe(self) -> dict[str, Any]:
+        """The name and every field (the reward mode as it applies): for sample metadata, dumps, reports."""
+        described: dict[str, Any] = {"name": self.name}
+        for f in dataclasses.fields(self):
+            described[f.name] = getattr(self, f.name)
+        described["reward_mode"] = self.effective_reward_mode
+        return described
+
+    def label(self) -> str:
+        """One line naming the policy and its knobs: ``slime-v4, fork threshold 1024, reward split``."""
+        return policy_label(self.describe())
+
+    # -- routing (SPEC §3) -------------------------------------------------
+
+    @property
+    @abstractmethod
+    def message_key(self) -> Callable[[Any], MessageKey]:
+        """A function of one message giving a hashable key, equal for two messages exactly when
+        the policy calls them the same message.
+
+        The same plain function on every call and every instance, so that the
+        reader keys prompts with it once and the router can tell they were.
+        """
+
+    @abstractmethod
+    def rewrite_candidates(self, mount: Node, message: Message) -> Sequence[Node]:
+        """The children of ``mount`` competing to absorb ``message``, the first unmatched prompt message.
+
+        Exactly one: it absorbs the rewrite.  None: nothing happens.  Several:
+        nothing happens, and the router records an ambiguous rewrite.
+        """
+
+    # -- linearization (SPEC §4) -------------------------------------------
+
+    @abstractmethod
+    def fork_cause(
+        self, lcp: int, drift: int, first_prompt_length: int, last_span_start: int | None, turn: Turn
+    ) -> ForkCause | None:
+        """``None`` when the segment absorbs ``turn``, else why it forks.
+
+        ``lcp``/``drift``: the prompt's common prefix with the held tokens and
+        how many held tokens it drops; ``last_span_start``: where the
+        segment's latest response starts (``None`` before its first).
+        """
+
+    @abstractmethod
+    def realign_cut(self, last_span_start: int, lcp: int) -> int:
+        """Where the latest response ends after a realign at ``lcp`` (its loss-1 tokens end there)."""
+
+    def rewards(self, reward: float, samples: int) -> list[float]:
+        """Each sample's reward: ``split`` shares the session's reward, ``full`` copies it."""
+        if self.effective_reward_mode == "split" and samples:
+            return [reward / samples] * samples
+        return [reward] * samples
+
+    def sample_flags(self, turns: Sequence[Turn]) -> dict[str, bool] | None:
+        """Flags for every sample of a leaf whose chain generated ``turns`` (``None``: no flags)."""
+        return None
+
+
+def policy_label(described: dict[str, Any]) -> str:
+    """:meth:`Policy.label` from :meth:`Policy.describe`'s dict (what ``--json`` outputs carry)."""
+    words = [str(described["name"])]
+    for key, value in described.items():
+        if key != "name" and value is not None:
+            words.append(f"{key.replace('_', ' ').removesuffix(' mode')} {value}")
+    return ", ".join(words)
+
+
+def policy_class(name: str) -> type[Policy]:
+    """The policy class registered as ``name``; ``ValueError`` listing the names otherwise."""
+    _load_builtin()
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"unknown policy {name!r}; choose from {', '.join(policy_names())}") from None
+
+
+def policy_names() -> list[str]:
+    """The policies ``--policy`` accepts, the default first."""
+    _load_builtin()
+    return sorted(_REGISTRY, key=lambda n: (n != DEFAULT_POLICY, n))
+
+
+def default_policy() -> Policy:
+    return Policy.named(DEFAULT_POLICY)
+
+
+def _load_builtin() -> None:
+    from . import policies  # noqa: F401  (its modules register themselves)

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..turns import Message, MessageKey, Turn, message_key
+from ..turns import Message, MessageKey, Turn
 from .policy import Policy
 
 __all__ = ["MergedRewrite", "Node", "SessionTree", "route"]
@@ -64,11 +64,11 @@ class Node:
             self._index.setdefault((child.role, child.key), []).append(child)
         return child
 
-    def _rekey_child(self, child: Node, message: Message) -> None:
+    def _rekey_child(self, child: Node, message: Message, key: MessageKey) -> None:
         if child.key is not None:
             self._index[(child.role, child.key)].remove(child)
         child.message = message
-        child.key = message_key(message)
+        child.key = key
         # A rewrite is absorbed only when no sibling matched the message, so
         # no sibling holds this key yet and appending keeps insertion order.
         self._index.setdefault((child.role, child.key), []).append(child)
@@ -112,14 +112,14 @@ class SessionTree:
 def route(turns: Iterable[Turn], policy: Policy) -> SessionTree:
     """Build the routing tree of one session from its turns in ``seq`` order."""
     tree = SessionTree(root=Node(role=None, message=None, key=None))
-    threshold = policy.fork_threshold
+    message_key = policy.message_key
     prompt_ends: dict[int, Node] = {}  # id(turn) -> the node its prompt's last message is at
     for turn in turns:
         messages = turn.prompt_messages
         if not messages:
             tree.skipped.append(turn.seq)
             continue
-        keys = turn.keys()
+        keys = turn.keys(message_key)
 
         # Find the mount point: the deepest node matching a prefix of the prompt.
         node = tree.root
@@ -140,16 +140,9 @@ def route(turns: Iterable[Turn], policy: Policy) -> SessionTree:
             node = child
             i += 1
 
-        # A short assistant rewrite is absorbed by the one generated leaf it replaces.
-        if threshold > 0 and i < len(messages) and messages[i].get("role") == "assistant":
-            candidates = [
-                c
-                for c in node.children
-                if c.role == "assistant"
-                and c.turn is not None
-                and not c.children
-                and len(c.turn.output_ids) < threshold
-            ]
+        # A short assistant rewrite is absorbed by the one node the policy names.
+        if i < len(messages):
+            candidates = policy.rewrite_candidates(node, messages[i])
             if len(candidates) == 1:
                 absorbed = candidates[0]
                 old_turn = absorbed.turn
@@ -160,7 +153,7 @@ def route(turns: Iterable[Turn], policy: Policy) -> SessionTree:
                     abandoned_seq=old_turn.seq,
                 )
                 absorbed.turn = None
-                node._rekey_child(absorbed, messages[i])
+                node._rekey_child(absorbed, messages[i], keys[i])
                 tree.merges.append(absorbed)
                 node = absorbed
                 i += 1

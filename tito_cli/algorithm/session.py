@@ -14,8 +14,8 @@ from enum import Enum
 from itertools import pairwise
 
 from ..turns import SessionInfo, Turn
-from .linearize import ForkCause, Linearization, LinearizedSample, linearize
-from .policy import Policy
+from .linearize import Linearization, LinearizedSample, linearize
+from .policy import ForkCause, Policy
 from .router import SessionTree, route
 
 __all__ = ["NoSamples", "SessionReport", "SessionResult", "no_samples_cause", "rebuild_session", "seq_gaps"]
@@ -24,7 +24,7 @@ __all__ = ["NoSamples", "SessionReport", "SessionResult", "no_samples_cause", "r
 class NoSamples(str, Enum):
     """Why a valid session yields no sample (one decision; ``notes`` and ``tito stats`` word it)."""
 
-    #: Every turn has an empty ``prompt_messages`` (skipped, SPEC §3 step 1).
+    #: Every turn has an empty ``prompt_messages`` (skipped, docs/spec.md §3 step 1).
     ALL_SKIPPED = "all_skipped"
     #: Every packed turn's output is empty.
     EMPTY_OUTPUTS = "empty_outputs"
@@ -57,9 +57,11 @@ class SessionReport:
     trained_tokens: int = 0
     #: Response-region tokens with loss 0 (prompt tails, reused outputs).
     context_tokens: int = 0
-    #: Turns that forked (by cause) or realigned; a turn shared by several
-    #: leaves counts once.
-    forks: dict[str, int] = field(default_factory=lambda: {c.value: 0 for c in ForkCause})
+    #: Turns that forked (by cause: those the policy can give, see :meth:`for_policy`) or
+    #: realigned; a turn shared by several leaves counts once.
+    forks: dict[str, int] = field(
+        default_factory=lambda: {c.value: 0 for c in ForkCause if c is not ForkCause.OUTPUT_TOO_LONG}
+    )
     realigns: int = 0
     rewrite_merges: int = 0
     ambiguous_rewrites: int = 0
@@ -73,8 +75,18 @@ class SessionReport:
     missing_seqs: int = 0
     #: The missing seqs as inclusive ranges ``(first, last)``; per session only.
     seq_gaps: tuple[tuple[int, int], ...] = ()
+    #: Samples left out because their first prompt is longer than ``max_sample_tokens`` (SPEC §8.7).
+    left_out_samples: int = 0
+    #: The cap they exceeded; per session only.
+    max_sample_tokens: int | None = None
+
     #: Why the session has no samples (a :class:`NoSamples` value), ``None`` when it has some.
     no_samples: str | None = None
+
+    @classmethod
+    def for_policy(cls, policy: Policy) -> SessionReport:
+        """An empty report counting the fork causes ``policy`` can give."""
+        return cls(forks={c.value: 0 for c in policy.fork_causes})
 
     @property
     def fork_total(self) -> int:
@@ -92,6 +104,11 @@ class SessionReport:
                     "segments (empty outputs, or outputs already trained elsewhere)"
                 )
             notes.append(f"no samples: {why}")
+        if self.left_out_samples:
+            notes.append(
+                f"left out {self.left_out_samples} sample{'s' if self.left_out_samples > 1 else ''}: "
+                f"first prompt longer than max_sample_tokens ({self.max_sample_tokens}, docs/spec.md §8.7)"
+            )
         if self.seq_gaps:
             ranges = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in self.seq_gaps)
             notes.append(f"seq gaps: {self.missing_seqs} seqs missing ({ranges}); turns may have been lost")
@@ -113,6 +130,7 @@ class SessionReport:
             "turns_trained",
             "turns_context_only",
             "missing_seqs",
+            "left_out_samples",
         ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         for cause, count in other.forks.items():
@@ -128,6 +146,8 @@ class SessionResult:
     #: Per-sample reward, aligned with ``samples``.
     rewards: list[float]
     report: SessionReport
+    #: The policy the session was rebuilt with.
+    policy: Policy
 
     @property
     def samples(self) -> list[LinearizedSample]:
@@ -141,25 +161,23 @@ def rebuild_session(session_id: str, turns: Sequence[Turn], info: SessionInfo | 
     lin = linearize(tree, policy)
 
     samples = lin.samples
-    if policy.reward_mode == "split" and samples:
-        reward = info.reward / len(samples)
-    else:
-        reward = info.reward
-    rewards = [reward] * len(samples)
+    rewards = policy.rewards(info.reward, len(samples))
 
     gaps = seq_gaps([t.seq for t in turns])
-    report = SessionReport(
-        turns=len(turns),
-        missing_seqs=sum(b - a + 1 for a, b in gaps),
-        seq_gaps=tuple(gaps),
-        skipped_turns=len(tree.skipped),
-        leaves=len(tree.leaves()),
-        samples=len(samples),
-        dropped_segments=lin.dropped_segments,
-        rewrite_merges=len(tree.merges),
-        ambiguous_rewrites=len(tree.ambiguous_rewrites),
-        missing_sessions_row=not info.finished,
-    )
+    report = SessionReport.for_policy(policy)
+    report.turns = len(turns)
+    report.missing_seqs = sum(b - a + 1 for a, b in gaps)
+    report.seq_gaps = tuple(gaps)
+    report.skipped_turns = len(tree.skipped)
+    report.leaves = len(tree.leaves())
+    report.samples = len(samples)
+    report.dropped_segments = lin.dropped_segments
+    report.rewrite_merges = len(tree.merges)
+    report.ambiguous_rewrites = len(tree.ambiguous_rewrites)
+    report.missing_sessions_row = not info.finished
+    if lin.left_out:
+        report.left_out_samples = len(lin.left_out)
+        report.max_sample_tokens = policy.max_sample_tokens
     cause = no_samples_cause(tree, samples)
     report.no_samples = cause.value if cause is not None else None
     for sample in samples:
@@ -178,7 +196,7 @@ def rebuild_session(session_id: str, turns: Sequence[Turn], info: SessionInfo | 
     attached = [t.seq for t in tree.turns]
     report.turns_trained = len(trained_seqs)
     report.turns_context_only = len(attached) - len(trained_seqs)
-    return SessionResult(session_id, info, tree, lin, rewards, report)
+    return SessionResult(session_id, info, tree, lin, rewards, report, policy)
 
 
 def seq_gaps(seqs: Sequence[int]) -> list[tuple[int, int]]:

@@ -95,7 +95,7 @@ class ImportSummary:
 
 def read_rewards(path: str | os.PathLike[str]) -> dict[str, SessionOutcome]:
     """A rewards file: JSON Lines of ``session_id``, ``reward`` and optional ``index``,
-    ``group_index``, ``label``, ``metadata``.  Any unusable line is an error (nothing is imported)."""
+    ``group_index``, ``label``, ``metadata``, ``rollout_id``.  Any unusable line is an error (nothing is imported)."""
     path = Path(path)
     if not path.is_file():
         raise SourceError("no such rewards file", file=path)
@@ -116,6 +116,7 @@ def read_rewards(path: str | os.PathLike[str]) -> dict[str, SessionOutcome]:
             group_index=record.get("group_index"),
             label=record.get("label"),
             metadata=record.get("metadata"),
+            rollout_id=record.get("rollout_id"),
             source=ref,
         )
     return outcomes
@@ -131,7 +132,7 @@ def _rewards_problem(record: Any) -> str | None:
         isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward)
     ):
         return f"reward must be a finite number, got {reward!r}"
-    for key in ("index", "group_index"):
+    for key in ("index", "group_index", "rollout_id"):
         if record.get(key) is not None and type(record.get(key)) is not int:
             return f"{key} must be an integer"
     if record.get("label") is not None and not isinstance(record["label"], str):
@@ -312,6 +313,7 @@ def _record(
             group_index=outcome.group_index,
             label=outcome.label,
             metadata=outcome.metadata,
+            rollout_id=outcome.rollout_id,
         )
     return ImportedSessionReport(session.session_id, len(session.turns), reward_from, list(session.filled))
 

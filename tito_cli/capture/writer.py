@@ -240,6 +240,7 @@ class TurnLogWriter:
         *,
         seq: int | None = None,
         timestamp: datetime | None = None,
+        ill_formed: bool = False,
     ) -> int:
         """Buffer one generation call; returns the ``seq`` it was recorded with.
 
@@ -248,6 +249,10 @@ class TurnLogWriter:
         0..2**31-1, non-finite logprobs, a ``session_id`` or ``finish_reason``
         that is not a str, a ``seq`` that is not a non-negative int, or JSON
         values that are not strict JSON.
+
+        ``ill_formed``: the harness could not parse the output into a message
+        (``response_message`` is then its best effort or null); slime-0.3 flags
+        the samples of every leaf through the turn (docs/spec.md §8.6).
         """
         _check_text(session_id, "session_id", required=True)
         prompt = _token_ids(prompt_ids, "prompt_ids")
@@ -259,6 +264,8 @@ class TurnLogWriter:
             raise ValueError(f"seq must not be negative, got {seq}")
         if timestamp is not None and not isinstance(timestamp, datetime):
             raise ValueError(f"timestamp must be a datetime, got {type(timestamp).__name__}")
+        if not isinstance(ill_formed, bool):
+            raise ValueError(f"ill_formed must be a bool, got {type(ill_formed).__name__}")
         messages = _json_text(prompt_messages, "prompt_messages")
         if messages is None:
             raise ValueError("prompt_messages is required (an empty list is allowed)")
@@ -280,6 +287,7 @@ class TurnLogWriter:
             "finish_reason": finish_reason,
             **texts,
             "timestamp": timestamp or datetime.now(timezone.utc),
+            "ill_formed": bool(ill_formed),
         }
         with self._lock:
             self._check_open()
@@ -301,8 +309,14 @@ class TurnLogWriter:
         group_index: int | None = None,
         label: str | None = None,
         metadata: JsonLike = None,
+        *,
+        rollout_id: int | None = None,
     ) -> None:
-        """Buffer the sessions row that carries the session's reward (``ValueError`` for a bad one)."""
+        """Buffer the sessions row that carries the session's reward (``ValueError`` for a bad one).
+
+        ``rollout_id`` (slime's, docs/spec.md §8.8) is copied to every sample;
+        samples of a session without one carry its ``index``.
+        """
         _check_text(session_id, "session_id", required=True)
         if reward is not None and (
             isinstance(reward, bool) or not isinstance(reward, numbers.Real) or not math.isfinite(reward)
@@ -310,6 +324,7 @@ class TurnLogWriter:
             raise ValueError(f"reward must be a finite number or None, got {reward!r}")
         _check_int(index, "index")
         _check_int(group_index, "group_index")
+        _check_int(rollout_id, "rollout_id")
         _check_text(label, "label", required=False)
         if metadata is not None and not isinstance(metadata, (str, dict)):
             raise ValueError(f"metadata must be a JSON object, got {type(metadata).__name__}")
@@ -324,6 +339,7 @@ class TurnLogWriter:
             "group_index": group_index,
             "label": label,
             "metadata": meta_text,
+            "rollout_id": rollout_id,
         }
         with self._lock:
             self._check_open()
@@ -459,6 +475,7 @@ def _turns_table(rows: list[dict[str, Any]], tokenizer: str | None) -> pa.Table:
     for name in ("finish_reason", "prompt_messages", "response_message", "tools", "metadata"):
         columns[name] = pa.array([r[name] for r in rows], pa.string())
     columns["timestamp"] = pa.array([r["timestamp"] for r in rows], pa.timestamp("us", tz="UTC"))
+    columns["ill_formed"] = pa.array([r["ill_formed"] for r in rows], pa.bool_())
     schema = TURNS_SCHEMA.with_metadata(table_metadata("turns", tokenizer))
     return pa.Table.from_pydict(columns, schema=schema)
 

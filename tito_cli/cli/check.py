@@ -10,18 +10,8 @@ import typer
 
 from ..errors import EXIT_CHECK_FAILED, EXIT_OK
 from .app import EXIT_CODES_HELP, app, guarded, out_console
-from .dump import (
-    FORK_THRESHOLD,
-    LOGS,
-    NO_DECODE,
-    REWARD_MODE,
-    SESSIONS,
-    STYLE,
-    TOKENIZER,
-    WORKERS,
-    golden_options,
-    option_args,
-)
+from .dump import LOGS, NO_DECODE, SESSIONS, STYLE, TOKENIZER, WORKERS, golden_options, option_args
+from .options import FORK_THRESHOLD, MAX_SAMPLE_TOKENS, POLICY, REWARD_MODE, RewardChoice
 
 
 @app.command(
@@ -42,8 +32,10 @@ def check(
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
     sessions: list[str] | None = SESSIONS,
+    policy: str = POLICY,
     fork_threshold: int = FORK_THRESHOLD,
-    reward_mode: str = REWARD_MODE,
+    reward_mode: RewardChoice | None = REWARD_MODE,
+    max_sample_tokens: int | None = MAX_SAMPLE_TOKENS,
     style: str = STYLE,
     tokenizer: Path | None = TOKENIZER,
     no_decode: bool = NO_DECODE,
@@ -52,10 +44,12 @@ def check(
     from ..golden.compare import check_goldens
     from ..golden.report import check_report_dict, render_check_report
 
-    options = golden_options(fork_threshold, reward_mode, style, tokenizer, no_decode, workers)
+    options = golden_options(
+        policy, fork_threshold, reward_mode, max_sample_tokens, style, tokenizer, no_decode, workers
+    )
     report = check_goldens(logs, golden, options, sessions or None, update=update)
     words = ["tito", "check", *map(str, logs), "--golden", str(golden)]
-    words += option_args(fork_threshold, reward_mode, style, tokenizer, no_decode, sessions)
+    words += option_args(options, tokenizer, sessions)
     accept = shlex.join([*words, "--update"])
     if as_json:
         payload = check_report_dict(report, diff_lines=diff_lines, accept_command=accept)

@@ -8,8 +8,16 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from ..algorithm.policy import DEFAULT_FORK_THRESHOLD, Policy
 from .app import EXIT_CODES_HELP, app, err_console, guarded
+from .options import (
+    FORK_THRESHOLD,
+    MAX_SAMPLE_TOKENS,
+    POLICY,
+    REWARD_MODE,
+    RewardChoice,
+    policy_args,
+    policy_from,
+)
 
 if TYPE_CHECKING:  # the golden package is imported when a command runs, not at start-up
     from ..golden.compare import GoldenOptions
@@ -18,18 +26,6 @@ if TYPE_CHECKING:  # the golden package is imported when a command runs, not at 
 LOGS = typer.Argument(..., help="Turn-log folders or Parquet files; folders are searched recursively for *.parquet.")
 SESSIONS = typer.Option(
     None, "--session", "-s", help="Only this session (id or unique prefix); repeat for several. Default: all."
-)
-FORK_THRESHOLD = typer.Option(
-    DEFAULT_FORK_THRESHOLD,
-    "--fork-threshold",
-    min=0,
-    help="Drift (tokens) inside the latest response shorter than this is realigned, longer forks; "
-    "also bounds short-rewrite absorption. 0 disables both.",
-)
-REWARD_MODE = typer.Option(
-    "split",
-    "--reward-mode",
-    help="'split': each sample gets reward / samples of its session; 'full': the whole reward.",
 )
 STYLE = typer.Option(
     "full",
@@ -54,17 +50,21 @@ WORKERS = typer.Option(
 
 
 def golden_options(
-    fork_threshold: int, reward_mode: str, style: str, tokenizer: Path | None, no_decode: bool, workers: int = 1
+    policy: str,
+    fork_threshold: int,
+    reward_mode: RewardChoice | str | None,
+    max_sample_tokens: int | None,
+    style: str,
+    tokenizer: Path | None,
+    no_decode: bool,
+    workers: int = 1,
 ) -> GoldenOptions:
-    if reward_mode not in ("split", "full"):
-        raise typer.BadParameter("must be 'split' or 'full'", param_hint="--reward-mode")
     if style not in ("full", "compact"):
         raise typer.BadParameter("must be 'full' or 'compact'", param_hint="--style")
     from ..golden.compare import GoldenOptions
 
-    policy = Policy(fork_threshold=fork_threshold, reward_mode=reward_mode)  # type: ignore[arg-type]
     return GoldenOptions(
-        policy=policy,
+        policy=policy_from(policy, fork_threshold, reward_mode, max_sample_tokens),
         style=style,  # type: ignore[arg-type]
         tokenizer=tokenizer,
         decode=not no_decode,
@@ -72,20 +72,14 @@ def golden_options(
     )
 
 
-def option_args(
-    fork_threshold: int, reward_mode: str, style: str, tokenizer: Path | None, no_decode: bool, sessions: Any
-) -> list[str]:
+def option_args(options: GoldenOptions, tokenizer: Path | None, sessions: Any) -> list[str]:
     """The non-default options again, as command-line words (for the command that accepts a change)."""
-    words: list[str] = []
-    if fork_threshold != DEFAULT_FORK_THRESHOLD:
-        words += ["--fork-threshold", str(fork_threshold)]
-    if reward_mode != "split":
-        words += ["--reward-mode", reward_mode]
-    if style != "full":
-        words += ["--style", style]
+    words = policy_args(options.policy)
+    if options.style != "full":
+        words += ["--style", options.style]
     if tokenizer is not None:
         words += ["--tokenizer", str(tokenizer)]
-    if no_decode:
+    if not options.decode:
         words.append("--no-decode")
     for session in sessions or ():
         words += ["--session", session]
@@ -103,8 +97,10 @@ def dump(
         ..., "--out", "-o", help="Folder to write the dumps into (created if needed), or '-' for stdout."
     ),
     sessions: list[str] | None = SESSIONS,
+    policy: str = POLICY,
     fork_threshold: int = FORK_THRESHOLD,
-    reward_mode: str = REWARD_MODE,
+    reward_mode: RewardChoice | None = REWARD_MODE,
+    max_sample_tokens: int | None = MAX_SAMPLE_TOKENS,
     style: str = STYLE,
     tokenizer: Path | None = TOKENIZER,
     no_decode: bool = NO_DECODE,
@@ -112,7 +108,9 @@ def dump(
 ) -> None:
     from ..golden.compare import iter_dumps, write_dumps
 
-    options = golden_options(fork_threshold, reward_mode, style, tokenizer, no_decode, workers)
+    options = golden_options(
+        policy, fork_threshold, reward_mode, max_sample_tokens, style, tokenizer, no_decode, workers
+    )
     if out == "-":
         for one in iter_dumps(logs, options, sessions or None):
             sys.stdout.write(one.text)

@@ -21,7 +21,7 @@ FORMATS_HELP = (
 )
 
 REWARDS_HELP = (
-    "JSONL of session_id, reward and optional index, group_index, label, metadata: the sessions rows "
+    "JSONL of session_id, reward and optional index, group_index, label, metadata, rollout_id: the sessions rows "
     "for formats whose source holds no reward."
 )
 SESSION_HEADER_HELP = "openai-exchanges: the captured request header (in the record's headers) naming the session."

@@ -9,7 +9,6 @@ import typer
 from rich.console import Group, RenderableType
 from rich.text import Text
 
-from ..algorithm.policy import DEFAULT_FORK_THRESHOLD, Policy
 from ..errors import InvalidSessionError, TitoError
 from ..render.drift_text import render_drift
 from ..render.jsonout import dumps
@@ -20,6 +19,7 @@ from ..report.drift_window import divergences, drift_points
 from ..report.session_facts import clip_sample, samples_data, session_header, tree_nodes, turn_rows
 from ..run.corpus import Reject
 from .app import EXIT_CODES_HELP, app, err_console, guarded, out_console
+from .options import FORK_THRESHOLD, MAX_SAMPLE_TOKENS, POLICY, REWARD_MODE, RewardChoice, policy_from
 from .viewing import LOGS_ENV, UNWRAPPED, is_plain, open_logs, show, with_pager
 
 VIEWS = ("turns", "tree", "samples")
@@ -130,12 +130,10 @@ def inspect(
     full: bool = typer.Option(False, "--full", help="Show first prompts and long context runs in full."),
     as_json: bool = typer.Option(False, "--json", help="Print the selected views as JSON (stable keys)."),
     no_pager: bool = typer.Option(False, "--no-pager", help="Print straight to the terminal, without a pager."),
-    fork_threshold: int = typer.Option(
-        DEFAULT_FORK_THRESHOLD,
-        "--fork-threshold",
-        min=0,
-        help="The fork threshold the samples were (or will be) rebuilt with.",
-    ),
+    policy: str = POLICY,
+    fork_threshold: int = FORK_THRESHOLD,
+    reward_mode: RewardChoice | None = REWARD_MODE,
+    max_sample_tokens: int | None = MAX_SAMPLE_TOKENS,
 ) -> None:
     if logs_arg is not None and logs is not None and logs_arg != logs:
         raise typer.BadParameter(f"two log folders: {logs_arg} and --logs {logs}", param_hint="LOGS")
@@ -147,8 +145,9 @@ def inspect(
     else:
         views = list(VIEWS)
     seqs = parse_turns(turns)
-    corpus = open_logs(folder, Policy(fork_threshold=fork_threshold))
-    result = corpus.session(session)
+    chosen = policy_from(policy, fork_threshold, reward_mode, max_sample_tokens)
+    corpus = open_logs(folder)
+    result = corpus.session(session, chosen)
     if isinstance(result, Reject):
         raise InvalidSessionError(
             f"rejected, it yields no samples: {result.reason}",
@@ -205,7 +204,7 @@ def inspect(
 
     parts: list[RenderableType] = [render_header(session_header(result))]
     if "turns" in views:
-        parts += [Text("\nturns", style="bold underline"), render_turns(rows)]
+        parts += [Text("\nturns", style="bold underline"), render_turns(rows, result.policy.realign_effect)]
     if "tree" in views:
         parts += [
             Text("\nrouting tree", style="bold underline"),

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import typer
 
-from ..algorithm.policy import DEFAULT_FORK_THRESHOLD, Policy
 from ..render.jsonout import dumps
 from ..render.listing import render_listing
 from ..render.plain import to_plain
 from ..report.facts import FIELDS, FilterError, compile_filter, session_row, sort_rows
 from .app import EXIT_CODES_HELP, app, err_console, guarded, out_console
+from .options import FORK_THRESHOLD, MAX_SAMPLE_TOKENS, POLICY, REWARD_MODE, RewardChoice, policy_from
 from .viewing import LOGS_ENV, open_logs
 
 _FIELDS_HELP = "; ".join(f"{name}: {meaning}" for name, meaning in FIELDS.items())
@@ -42,9 +42,10 @@ def ls(
     desc: bool = typer.Option(False, "--desc", help="Sort in descending order."),
     limit: int | None = typer.Option(None, "--limit", "-n", min=1, help="Show at most this many sessions."),
     as_json: bool = typer.Option(False, "--json", help="Print the rows as a JSON list (stable keys)."),
-    fork_threshold: int = typer.Option(
-        DEFAULT_FORK_THRESHOLD, "--fork-threshold", min=0, help="The fork threshold to rebuild with."
-    ),
+    policy: str = POLICY,
+    fork_threshold: int = FORK_THRESHOLD,
+    reward_mode: RewardChoice | None = REWARD_MODE,
+    max_sample_tokens: int | None = MAX_SAMPLE_TOKENS,
 ) -> None:
     try:
         predicate = compile_filter(where)
@@ -59,11 +60,12 @@ def ls(
         "rejected": rejected,
     }
 
-    corpus = open_logs(logs, Policy(fork_threshold=fork_threshold))
+    chosen = policy_from(policy, fork_threshold, reward_mode, max_sample_tokens)
+    corpus = open_logs(logs)
     rows = []
     total = 0
     try:
-        for item in corpus.results():
+        for item in corpus.results(chosen):
             total += 1
             row = session_row(item)
             if any(on and not row[name] for name, on in flags.items()):
@@ -81,7 +83,7 @@ def ls(
         typer.echo(dumps(shown))
         return
     if not shown:
-        err_console.print(f"no session matches (of {total})", style="yellow")
+        err_console.print(f"no session matches (of {total}) · policy {chosen.label()}", style="yellow")
         return
     if out_console.is_terminal:
         out_console.print(render_listing(shown, width=out_console.width))
@@ -89,4 +91,4 @@ def ls(
         # Into a pipe or a file nothing is cut: the listing is data.
         typer.echo(to_plain(render_listing(shown, width=100_000), width=100_000), nl=False)
     more = f", {len(rows) - len(shown)} more not shown (--limit)" if len(shown) < len(rows) else ""
-    err_console.print(f"{len(shown)} of {total} sessions{more}", style="dim")
+    err_console.print(f"{len(shown)} of {total} sessions{more} · policy {chosen.label()}", style="dim")

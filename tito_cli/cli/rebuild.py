@@ -8,7 +8,6 @@ from typing import Any
 
 import typer
 
-from ..algorithm.policy import DEFAULT_FORK_THRESHOLD, Policy
 from ..errors import EXIT_OK, EXIT_REJECTED
 from ..export.base import format_names
 from ..render.summary import render_rebuild_summary
@@ -17,11 +16,7 @@ from ..run.rebuild import rebuild as rebuild_logs
 from .app import EXIT_CODES_HELP, app, err_console, guarded, progress_bar
 from .export import FORKED, LABELS, LOGPROBS, SPLIT_BY, ForkedChoice, LogprobsChoice, check_format, export_options
 from .import_traces import REWARDS_HELP, SESSION_HEADER_HELP, TOKENIZER_HELP, VERBATIM_HELP, ImportFormat
-
-
-class RewardChoice(Enum):
-    split = "split"
-    full = "full"
+from .options import FORK_THRESHOLD, MAX_SAMPLE_TOKENS, POLICY, REWARD_MODE, RewardChoice, policy_from
 
 
 class EngineChoice(Enum):
@@ -50,18 +45,10 @@ def rebuild(
         help=f"What to write: {', '.join(format_names())}. 'parquet' is the samples file; the others are "
         "trainer formats, written from the rebuilt sessions directly (docs/export.md).",
     ),
-    fork_threshold: int = typer.Option(
-        DEFAULT_FORK_THRESHOLD,
-        "--fork-threshold",
-        min=0,
-        help="Drift (tokens) inside the latest response shorter than this is realigned, longer forks; "
-        "also bounds short-rewrite absorption. 0 disables both.",
-    ),
-    reward_mode: RewardChoice = typer.Option(
-        RewardChoice.split,
-        "--reward-mode",
-        help="'split': each sample gets reward / samples of its session; 'full': each gets the whole reward.",
-    ),
+    policy: str = POLICY,
+    fork_threshold: int = FORK_THRESHOLD,
+    reward_mode: RewardChoice | None = REWARD_MODE,
+    max_sample_tokens: int | None = MAX_SAMPLE_TOKENS,
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing output file."),
     workers: int = typer.Option(
         None,
@@ -101,7 +88,7 @@ def rebuild(
     labels: bool = LABELS,
 ) -> None:
     check_format(format, format_names(), "--format")
-    policy = Policy(fork_threshold=fork_threshold, reward_mode=reward_mode.value)
+    chosen = policy_from(policy, fork_threshold, reward_mode, max_sample_tokens)
     if from_format is not None and engine is EngineChoice.ray:
         raise typer.BadParameter("--from works with the local engine only", param_hint="--from")
     batch_bytes = None if batch_mb is None else batch_mb * (1 << 20)
@@ -109,7 +96,7 @@ def rebuild(
     if engine is EngineChoice.ray:
         from ..run.ray_data import rebuild_ray
 
-        summary = rebuild_ray(logs, out, policy, overwrite=overwrite, output_format=format, options=sink_options)
+        summary = rebuild_ray(logs, out, chosen, overwrite=overwrite, output_format=format, options=sink_options)
         err_console.print(render_rebuild_summary(summary), soft_wrap=True)
         raise typer.Exit(EXIT_REJECTED if summary.rejected else EXIT_OK)
     options: dict[str, Any] = {"overwrite": overwrite, "workers": workers, "batch_bytes": batch_bytes}
@@ -123,7 +110,7 @@ def rebuild(
                 from_format.value,
                 logs,
                 out,
-                policy,
+                chosen,
                 rewards=rewards,
                 tokenizer=tokenizer,
                 session_header=session_header,
@@ -138,7 +125,7 @@ def rebuild(
         raise typer.Exit(EXIT_REJECTED if summary.rejected else EXIT_OK)
 
     with progress_bar("rebuilding", "sessions") as progress:
-        summary = rebuild_logs(logs, out, policy, progress=progress, **options)
+        summary = rebuild_logs(logs, out, chosen, progress=progress, **options)
 
     # soft_wrap: long paths and reasons stay on one line (greppable) when stderr is a file.
     err_console.print(render_rebuild_summary(summary), soft_wrap=True)

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import typer
 
-from ..algorithm.policy import DEFAULT_FORK_THRESHOLD, Policy
 from ..render.corpus_stats import render_corpus_stats
 from ..render.jsonout import dumps
 from ..report.facts import corpus_stats
 from .app import EXIT_CODES_HELP, app, guarded
+from .options import FORK_THRESHOLD, MAX_SAMPLE_TOKENS, POLICY, REWARD_MODE, RewardChoice, policy_from
 from .viewing import LOGS_ENV, open_logs, show
 
 
@@ -24,12 +24,14 @@ from .viewing import LOGS_ENV, open_logs, show
 def stats(
     logs: Path = typer.Argument(Path("logs"), envvar=LOGS_ENV, help=f"The turn-log folder (or ${LOGS_ENV})."),
     as_json: bool = typer.Option(False, "--json", help="Print the statistics as JSON (stable keys)."),
-    fork_threshold: int = typer.Option(
-        DEFAULT_FORK_THRESHOLD, "--fork-threshold", min=0, help="The fork threshold to rebuild with."
-    ),
+    policy: str = POLICY,
+    fork_threshold: int = FORK_THRESHOLD,
+    reward_mode: RewardChoice | None = REWARD_MODE,
+    max_sample_tokens: int | None = MAX_SAMPLE_TOKENS,
 ) -> None:
-    corpus = open_logs(logs, Policy(fork_threshold=fork_threshold))
-    data = corpus_stats(corpus.results()).to_dict()
+    chosen = policy_from(policy, fork_threshold, reward_mode, max_sample_tokens)
+    corpus = open_logs(logs)
+    data = corpus_stats(corpus.results(chosen), chosen).to_dict()
     if as_json:
         typer.echo(dumps(data))
         return

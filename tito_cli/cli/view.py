@@ -7,12 +7,12 @@ from pathlib import Path
 import typer
 
 from .._atomic import atomic_path
-from ..algorithm.policy import DEFAULT_FORK_THRESHOLD, Policy
 from ..errors import OutputError
 from ..render.html import view_page
 from ..run.corpus import find_session_id
 from .app import EXIT_CODES_HELP, app, err_console, guarded, progress_bar
 from .inspect import choose_tokenizer
+from .options import FORK_THRESHOLD, MAX_SAMPLE_TOKENS, POLICY, REWARD_MODE, RewardChoice, policy_from
 from .viewing import LOGS_ENV, open_logs
 
 
@@ -38,19 +38,17 @@ def view(
         help="Tokenizer folder for decoding (default: the one recorded in the log; token ids without one). "
         "Loaded offline.",
     ),
-    fork_threshold: int = typer.Option(
-        DEFAULT_FORK_THRESHOLD,
-        "--fork-threshold",
-        min=0,
-        help="The fork threshold the samples were (or will be) rebuilt with.",
-    ),
+    policy: str = POLICY,
+    fork_threshold: int = FORK_THRESHOLD,
+    reward_mode: RewardChoice | None = REWARD_MODE,
+    max_sample_tokens: int | None = MAX_SAMPLE_TOKENS,
 ) -> None:
     if bool(sessions) == show_all:
         raise typer.BadParameter("give session ids or --all (not both)", param_hint="SESSIONS")
     if not out.parent.exists():
         raise OutputError("the output's folder does not exist", file=out)
-    policy = Policy(fork_threshold=fork_threshold)
-    corpus = open_logs(logs, policy)
+    chosen = policy_from(policy, fork_threshold, reward_mode, max_sample_tokens)
+    corpus = open_logs(logs)
     only = None
     if sessions:
         ids = corpus.session_ids()
@@ -61,10 +59,10 @@ def view(
     total = len(only) if only is not None else len(corpus.session_ids())
     with progress_bar("rendering", "sessions") as bar:
         page = view_page(
-            corpus.results(only=only),
+            corpus.results(chosen, only=only),
             text,
             title=str(logs),
-            policy=policy,
+            policy=chosen,
             progress=(lambda done: bar(done, total)) if bar is not None else None,
         )
     try:

@@ -12,7 +12,6 @@ from pathlib import Path
 import typer
 from rich.console import RenderableType
 
-from ..algorithm.policy import Policy
 from ..errors import UnreadableLogError
 from ..render.plain import plain_width, to_plain
 from ..run.corpus import Corpus
@@ -28,14 +27,14 @@ PAGER_ENV = "TITO_PAGER"
 UNWRAPPED = 100_000
 
 
-def open_logs(logs: Path, policy: Policy) -> Corpus:
+def open_logs(logs: Path) -> Corpus:
     if not logs.exists():
         raise UnreadableLogError(
             "no such log folder",
             file=logs,
             tip=f"give the log folder (inspect: --logs DIR) or set {LOGS_ENV}",
         )
-    return Corpus.open([logs], policy)
+    return Corpus.open([logs])
 
 
 def is_plain() -> bool:

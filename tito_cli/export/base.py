@@ -30,10 +30,11 @@ from .._arrow import list_column, primitive_array, string_array
 from .._atomic import StagedFile
 from .._paths import check_output_target
 from ..algorithm.linearize import LinearizedSample
-from ..algorithm.policy import Policy
+from ..algorithm.policy import Policy, default_policy
 from ..algorithm.session import SessionResult
 from ..errors import ExportError
 from ..schema import PROVENANCE_KEY, SAMPLES_SCHEMA
+from ..turns import SessionInfo
 
 __all__ = [
     "ExportOptions",
@@ -42,6 +43,7 @@ __all__ = [
     "format_names",
     "open_sink",
     "provenance",
+    "rollout_id",
     "sample_metadata",
     "session_table",
     "token_count",
@@ -65,14 +67,22 @@ def provenance(sample: LinearizedSample) -> dict[str, Any]:
 
 
 def sample_metadata(result: SessionResult, sample: LinearizedSample) -> str:
-    """The session's metadata plus provenance under ``"tito"``, as deterministic, strict JSON.
+    """The session's metadata, the policy's flags (docs/spec.md §8.6) and provenance under ``"tito"``, as
+    deterministic, strict JSON.
 
     A sessions row whose metadata has its own ``"tito"`` key, or anything
     that is not strict JSON, was rejected when the sessions table was read.
     """
     meta = dict(result.info.metadata or {})
+    if sample.flags is not None:
+        meta.update(sample.flags)
     meta[PROVENANCE_KEY] = provenance(sample)
     return json.dumps(meta, sort_keys=True, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def rollout_id(info: SessionInfo) -> int | None:
+    """slime's ``rollout_id`` of a session's samples: the sessions row's, else its ``index`` (docs/spec.md §8.8)."""
+    return info.rollout_id if info.rollout_id is not None else info.index
 
 
 def session_table(result: SessionResult) -> pa.Table:
@@ -96,6 +106,7 @@ def session_table(result: SessionResult) -> pa.Table:
         "reward": primitive_array(result.rewards, pa.float64()),
         "index": primitive_array([info.index] * n, pa.int64()),
         "group_index": primitive_array([info.group_index] * n, pa.int64()),
+        "rollout_id": primitive_array([rollout_id(info)] * n, pa.int64()),
         "label": string_array([info.label] * n),
         "status": string_array(["completed"] * n),
         "metadata": string_array([sample_metadata(result, s) for s in samples]),
@@ -134,7 +145,7 @@ class ExportOptions:
 class SinkContext:
     """What a sink may need besides the tables: how they were made, and the user's choices."""
 
-    policy: Policy = field(default_factory=Policy)
+    policy: Policy = field(default_factory=default_policy)
     tokenizer: str | None = None
     options: ExportOptions = field(default_factory=ExportOptions)
     overwrite: bool = False

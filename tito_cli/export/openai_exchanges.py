@@ -76,7 +76,7 @@ def exchange_record(session_id: str, turn: Turn) -> dict[str, Any]:
 
 def _rewards_record(session_id: str, info: SessionInfo) -> dict[str, Any]:
     record: dict[str, Any] = {"session_id": session_id, "reward": info.reward}
-    for key in ("index", "group_index", "label", "metadata"):
+    for key in ("index", "group_index", "label", "metadata", "rollout_id"):
         value = getattr(info, key)
         if value is not None:
             record[key] = value

@@ -39,10 +39,7 @@ class SamplesWriter(Sink):
         self.row_group_tokens = row_group_tokens
         self.row_group_sessions = row_group_sessions
         meta = table_metadata("samples", context.tokenizer)
-        policy = context.policy
-        meta[b"tito.policy"] = json.dumps(
-            {"fork_threshold": policy.fork_threshold, "reward_mode": policy.reward_mode}, sort_keys=True
-        ).encode()
+        meta[b"tito.policy"] = json.dumps(context.policy.describe(), sort_keys=True).encode()
         self.schema = SAMPLES_SCHEMA.with_metadata(meta)
         try:
             self._staged = StagedFile(out)

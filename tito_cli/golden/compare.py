@@ -19,7 +19,7 @@ from enum import Enum
 from pathlib import Path
 
 from .._atomic import atomic_path
-from ..algorithm.policy import Policy
+from ..algorithm.policy import Policy, default_policy
 from ..errors import OutputError
 from ..render.tokens import TokenText
 from ..run.corpus import Corpus, find_session_id
@@ -54,7 +54,7 @@ Inputs = Iterable[str | os.PathLike[str]]
 class GoldenOptions:
     """How dumps are made; a check must use the options the goldens were written with."""
 
-    policy: Policy = field(default_factory=Policy)
+    policy: Policy = field(default_factory=default_policy)
     style: DumpStyle = "full"
     #: A tokenizer folder overriding the one the log records.
     tokenizer: str | os.PathLike[str] | None = None
@@ -155,7 +155,7 @@ def iter_dumps(
     # Open the log and resolve ids now, so bad input fails before any caller writes anything.
     options = options or GoldenOptions()
     paths = [Path(p) for p in inputs]
-    corpus = Corpus.open(paths, options.policy)
+    corpus = Corpus.open(paths)
     wanted = None
     if only is not None:
         ids = corpus.session_ids()
@@ -175,7 +175,7 @@ def _dumps(
     corpus: Corpus, wanted: list[str] | None, options: GoldenOptions, tokens: TokenText, known_files: list[str]
 ) -> Iterator[SessionDump]:
     words = TokenWords(tokens)
-    for result in corpus.results(only=wanted):
+    for result in corpus.results(options.policy, only=wanted):
         text = dump_session(result, options.policy, words, options.style, known_files=known_files)
         yield SessionDump(result.session_id, dump_file_name(result.session_id), text)
 
@@ -203,7 +203,7 @@ _WORKER: tuple[Corpus, GoldenOptions, TokenText, list[str]] | None = None
 
 def _start_worker(paths: list[Path], options: GoldenOptions, search_from: list[Path]) -> None:
     global _WORKER
-    corpus = Corpus.open(paths, options.policy)
+    corpus = Corpus.open(paths)
     tokens = golden_token_text(corpus.tokenizer, search_from, override=options.tokenizer, decode=options.decode)
     _WORKER = (corpus, options, tokens, [str(f.path) for f in corpus.log.files])
 

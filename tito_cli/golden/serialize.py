@@ -209,7 +209,7 @@ def dump_session(
     lines = [
         f"{DUMP_HEADER}format {DUMP_FORMAT}, style {style})",
         f"session: {_one_line(result.session_id)}",
-        f"policy: fork threshold {policy.fork_threshold}, reward {policy.reward_mode}",
+        f"policy: {policy.label()}",
         f"tokenizer: {tokenizer_identity(words.tokens)}",
     ]
     if isinstance(result, Reject):
@@ -255,6 +255,7 @@ def _outcome(result: SessionResult) -> list[str]:
         lines = [
             f"outcome: reward {_number(info.reward)}, index {_number(info.index)}, "
             f"group index {_number(info.group_index)}, label {_one_line(info.label) if info.label else '-'}"
+            + (f", rollout id {_number(info.rollout_id)}" if info.rollout_id is not None else "")
         ]
     if info.metadata:
         lines.append(f"session metadata: {_one_line(canonical_json(info.metadata))}")
@@ -274,6 +275,8 @@ def _turns(result: SessionResult) -> list[str]:
             f"{logprobs}, finish {_one_line(turn.finish_reason)} → "
             f"{escape_invisible(message_preview(turn.response_message, _PREVIEW_WIDTH))}"
         )
+        if turn.ill_formed:
+            line += " (ill-formed)"
         if turn.seq in absorbed:
             line += " (absorbed: rewritten by a later prompt)"
         rows.append((turn.seq, line))
@@ -391,7 +394,8 @@ def span_runs(sample: LinearizedSample) -> list[_Run]:
 
 def _samples(result: SessionResult, tokens: TokenWords) -> list[str]:
     lin = result.linearization
-    lines = ["", f"== samples ({len(lin.samples)}; segments dropped: {lin.dropped_segments}) =="]
+    left_out = f"; left out (first prompt > max sample tokens): {len(lin.left_out)}" if lin.left_out else ""
+    lines = ["", f"== samples ({len(lin.samples)}; segments dropped: {lin.dropped_segments}{left_out}) =="]
     for number, (sample, reward) in enumerate(zip(lin.samples, result.rewards, strict=True)):
         prompt = sample.first_prompt_length
         lines.append("")
@@ -404,6 +408,8 @@ def _samples(result: SessionResult, tokens: TokenWords) -> list[str]:
         trained = " ".join(str(s) for s in sample.trained_seqs) or "-"
         fork = sample.fork.value if sample.fork is not None else "-"
         lines.append(f"  turns seq {seqs}; trained seq {trained}; starts at fork: {fork}")
+        if sample.flags is not None:
+            lines.append("  flags: " + ", ".join(f"{k} {str(v).lower()}" for k, v in sample.flags.items()))
         lines.append(f"  digest {sample_digest(sample, reward)}")
         ids = sample.tokens
         for run in span_runs(sample):
@@ -414,13 +420,17 @@ def _samples(result: SessionResult, tokens: TokenWords) -> list[str]:
 
 
 def _compact_samples(result: SessionResult, tokens: TokenWords) -> list[str]:
-    lines = [f"samples: {len(result.samples)}"]
+    left_out = result.linearization.left_out
+    lines = [f"samples: {len(result.samples)}" + (f", left out: {len(left_out)}" if left_out else "")]
     for number, (sample, reward) in enumerate(zip(result.samples, result.rewards, strict=True)):
         offset = sample.first_prompt_length
         words = tokens.words(sample.tokens)
         for position in np.flatnonzero(sample.loss_mask).tolist():
             words[offset + position] = f"[{words[offset + position]}]"
+        flags = ""
+        if sample.flags is not None:
+            flags = ", flags " + (",".join(k for k, v in sample.flags.items() if v) or "-")
         lines.append(
-            f"sample {number} (response {sample.response_length}, reward {_number(reward)}): {' '.join(words)}"
+            f"sample {number} (response {sample.response_length}, reward {_number(reward)}{flags}): {' '.join(words)}"
         )
     return lines

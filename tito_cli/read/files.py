@@ -34,6 +34,7 @@ _TURNS_COLUMNS: dict[str, tuple[str, bool]] = {
     "tools": ("string", False),
     "metadata": ("string", False),
     "timestamp": ("timestamp", False),
+    "ill_formed": ("boolean", False),
 }
 _SESSIONS_COLUMNS: dict[str, tuple[str, bool]] = {
     "session_id": ("string", True),
@@ -42,6 +43,7 @@ _SESSIONS_COLUMNS: dict[str, tuple[str, bool]] = {
     "group_index": ("integer", False),
     "label": ("string", False),
     "metadata": ("string", False),
+    "rollout_id": ("integer", False),
 }
 _TYPE_NAMES = {
     "string": "string",
@@ -50,6 +52,7 @@ _TYPE_NAMES = {
     "int_list": "list<int32>",
     "float_list": "list<float32> or list<float64>",
     "timestamp": "timestamp",
+    "boolean": "bool",
 }
 
 
@@ -62,6 +65,8 @@ def _type_ok(kind: str, t: pa.DataType) -> bool:
         return bool(pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_null(t))
     if kind == "timestamp":
         return bool(pa.types.is_timestamp(t) or pa.types.is_null(t))
+    if kind == "boolean":
+        return bool(pa.types.is_boolean(t) or pa.types.is_null(t))
     if pa.types.is_null(t):
         return kind == "float_list"
     if not (pa.types.is_list(t) or pa.types.is_large_list(t)):

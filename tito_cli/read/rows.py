@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .._arrow import NUMPY_TYPES, NotUtf8, numpy_view, strings, validity
+from .._arrow import NUMPY_TYPES, NotUtf8, numpy_view, strings, true_cells, validity
 from ..errors import SchemaError, UnreadableLogError
 from ..turns import RowRef
 from .files import READ_COLUMNS, LogFile
@@ -70,6 +70,8 @@ class RawTurn:
     #: True when the row group's statistics show every prompt and output id in
     #: 0..INT32_MAX, so validation need not scan them again.
     ids_in_range: bool = False
+    #: The optional ``ill_formed`` column (SPEC §8.6); null or absent is false.
+    ill_formed: bool = False
     #: (column, position) of the first null element inside a non-null list cell
     #: (``prompt_ids``, ``output_ids``, ``output_logprobs``): validation rejects the row.
     null_element: tuple[str, int] | None = None
@@ -465,6 +467,10 @@ class _Columns:
         #: Rows whose seq is beyond int64 (a uint64 column): their exact value, for validation to reject.
         self.seq_beyond = _beyond_int64(seq)
         self.lists = {name: _Slices(array(name), _list_values) for name in _LIST_COLUMNS}
+        ill_formed = array("ill_formed")
+        #: Rows marked ill-formed (true; null is false): few or none, so a set of row numbers.
+        marked = np.flatnonzero(true_cells(ill_formed)).tolist() if ill_formed is not None else []
+        self.ill_formed = frozenset(marked)
         self.texts = {name: _Slices(array(name), _utf8_bytes) for name in _TEXT_COLUMNS}
 
     def row(self, r: int) -> RawTurn:
@@ -490,6 +496,7 @@ class _Columns:
             metadata=text("metadata"),
             source=RowRef(self.file_name, self.first_row + r) if self.sources is None else self.sources[r],
             ids_in_range=self.ids_in_range,
+            ill_formed=r in self.ill_formed,
             null_element=null_element,
         )
 

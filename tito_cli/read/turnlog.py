@@ -222,9 +222,10 @@ def _session_info(cols: dict[str, list[Any]], row: int, ref: RowRef) -> SessionI
         group_index=get("group_index"),
         label=get("label"),
         metadata=parsed_meta,
+        rollout_id=get("rollout_id"),
         source=ref,
     )
 
 
 def _info_values(info: SessionInfo) -> tuple[Any, ...]:
-    return (info.reward, info.index, info.group_index, info.label, canonical_json(info.metadata))
+    return (info.reward, info.index, info.group_index, info.label, canonical_json(info.metadata), info.rollout_id)

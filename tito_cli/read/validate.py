@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,9 +37,12 @@ _JSON_SPACE = frozenset(b" \t\r\n")
 _CLOSE = ord("]")
 
 
-def _keys(messages: list[Any]) -> list[MessageKey]:
+KeyFunction = Callable[[Any], MessageKey]
+
+
+def _keys(messages: list[Any], key: KeyFunction) -> list[MessageKey]:
     # A message that is not an object gets a placeholder: parse_session rejects its session.
-    return [message_key(m) if isinstance(m, dict) else "" for m in messages]
+    return [key(m) if isinstance(m, dict) else "" for m in messages]
 
 
 def _text(cell: Text | None, what: str) -> str | None:
@@ -101,7 +105,8 @@ class _MessageParser:
     #: the heads are views into row groups the session holds anyway.
     CANDIDATES = 16
 
-    def __init__(self) -> None:
+    def __init__(self, key: KeyFunction) -> None:
+        self._key = key
         # (head: the text up to its closing bracket, messages, keys, prompt number), newest first.
         self._recent: list[tuple[np.ndarray | None, list[Message], list[MessageKey], int]] = []
         self._count = 0
@@ -129,14 +134,14 @@ class _MessageParser:
                 if not tail:
                     # "[a, b,]": a trailing comma, not JSON.  Let the full parse say so.
                     continue
-                keys = prev_keys + _keys(tail)
+                keys = prev_keys + _keys(tail, self._key)
                 parsed = _ParsedPrompt(prev_messages + tail, keys, number, len(prev_messages))
                 break
         if parsed is None:
             messages = loads_json(_decode(raw), "prompt_messages")
             if not isinstance(messages, list):
                 raise ValueError("prompt_messages is not a JSON array")
-            keys = _keys(messages)
+            keys = _keys(messages, self._key)
             parsed = _ParsedPrompt(messages, keys, None, 0)
         # The head is the text before the closing bracket (a view: nothing is copied).
         end = len(raw)
@@ -181,10 +186,14 @@ def _all_finite(values: np.ndarray) -> bool:
     return bool(np.isfinite(values).all())
 
 
-def parse_session(rows: SessionRows) -> list[Turn]:
-    """Validate one session's raw rows into turns (``seq`` order); raise on the first problem."""
+def parse_session(rows: SessionRows, key: KeyFunction = message_key) -> list[Turn]:
+    """Validate one session's raw rows into turns (``seq`` order); raise on the first problem.
+
+    ``key`` is the message identity the turns' prompt messages are keyed by
+    (the policy's ``message_key``; SPEC §3's canonical JSON by default).
+    """
     turns: list[Turn] = []
-    parser = _MessageParser()
+    parser = _MessageParser(key)
     seen: dict[int, RowRef] = {}
     for raw in rows.rows:
         try:
@@ -250,7 +259,9 @@ def parse_session(rows: SessionRows) -> list[Turn]:
                 tools=tools,
                 metadata=metadata,
                 source=raw.source,
+                ill_formed=bool(raw.ill_formed),
                 message_keys=keys,
+                keyed_by=key,
             )
         )
         if parsed.source is not None:

@@ -8,6 +8,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from ..algorithm.policy import policy_label
 from ..report.session_facts import FORK_LABELS
 from .visible import one_line
 
@@ -41,12 +42,14 @@ def _distribution(label: str, d: dict[str, Any]) -> list[str]:
 
 
 def render_corpus_stats(s: dict[str, Any]) -> RenderableType:
-    parts: list[RenderableType] = []
+    parts: list[RenderableType] = [Text(f"policy {policy_label(s['policy'])}")]
 
     totals = _grid()
     totals.add_row("sessions", _n(s["sessions"]), f"{_n(s['rebuilt'])} rebuilt, {_n(s['rejected'])} rejected")
     totals.add_row("turns", _n(s["turns"]), f"{_n(s['skipped_turns'])} skipped (empty prompt)")
     totals.add_row("samples", _n(s["samples"]), "")
+    if s["left_out_samples"]:
+        totals.add_row("  left out", _n(s["left_out_samples"]), "first prompt longer than max_sample_tokens")
     tokens = s["tokens"]
     share = f"{100 * tokens['trained_share']:.1f}% of response tokens" if tokens["trained_share"] is not None else ""
     totals.add_row("trained tokens", _n(tokens["trained"]), share)

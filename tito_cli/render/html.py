@@ -25,7 +25,7 @@ from urllib.parse import quote
 import jinja2
 from jinja2.sandbox import SandboxedEnvironment
 
-from ..algorithm.policy import Policy
+from ..algorithm.policy import Policy, policy_label
 from ..algorithm.session import SessionResult
 from ..report.drift_window import Divergence, divergences, drift_points
 from ..report.facts import FIELDS, corpus_stats, session_row
@@ -291,7 +291,7 @@ def view_page(
                 progress(len(rows))
             yield item
 
-    stats = corpus_stats(each()).to_dict()
+    stats = corpus_stats(each(), policy).to_dict()
     data = {
         "decodes": text.decodes,
         "vocab": {str(i): text.raw(i) for i in sorted(used)} if text.decodes else {},
@@ -312,7 +312,7 @@ def view_page(
     ]
     return _render(
         title=title,
-        policy=f"fork threshold {policy.fork_threshold}, reward {policy.reward_mode}",
+        policy=f"policy {policy_label(policy.describe())}",
         tokenizer=text.name or "none (token ids)",
         totals=totals,
         charts=_charts(stats, all_drift),

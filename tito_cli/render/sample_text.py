@@ -64,7 +64,7 @@ def _label_text(label: str) -> Text:
     return Text(label, style=LABEL_STYLE, no_wrap=True, overflow="ellipsis")
 
 
-def _label(region: dict[str, Any], after_cut: bool) -> str:
+def _label(region: dict[str, Any], after_cut: bool, cut_at: int | None = None) -> str:
     n = region["end"] - region["start"]
     if region["kind"] == "first_prompt":
         return f"── seq {region['seq']} first prompt · {n:,} tokens"
@@ -73,7 +73,11 @@ def _label(region: dict[str, Any], after_cut: bool) -> str:
         return f"── seq {region['seq']} prompt · {n:,} new tokens{realign} · context"
     what = "trained" if region["trained"] else "context (trained elsewhere)"
     label = f"── seq {region['seq']} output · {n:,} tokens · {what}"
-    if region["generated"] is not None:
+    if region["generated"] is not None and cut_at is not None and region["end"] == cut_at:
+        label += f" · {region['generated'] - n:,} of {region['generated']:,} cut by max_sample_tokens"
+    elif region["generated"] is not None and n == 0:
+        label += f" · whole response masked by the next turn's realign ({region['generated']:,} tokens, now prompt)"
+    elif region["generated"] is not None:
         label += f" · {region['generated'] - n:,} of {region['generated']:,} cut by the next turn's realign"
     return label
 
@@ -112,6 +116,9 @@ def _sample_heading(s: dict[str, Any]) -> list[Text]:
         overflow="ellipsis",
     )
     lines = [first, counts, turns]
+    if s["flags"] is not None:
+        on = [name for name, value in s["flags"].items() if value]
+        lines.append(Text(f"  flags {' · '.join(on) if on else 'none'}", style="dim", no_wrap=True))
     shown = s.get("shown") or {}
     if shown.get("tokens") is not None:
         lo, hi = shown["tokens"]
@@ -149,7 +156,7 @@ def render_samples(
                     )
                 )
                 continue
-            parts.append(Text(_label(region, after_cut), style=LABEL_STYLE))
+            parts.append(Text(_label(region, after_cut, s["cut_at"]), style=LABEL_STYLE))
             after_cut = region["generated"] is not None
             if not ids:
                 continue

@@ -15,6 +15,7 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
+from ..algorithm.policy import policy_label
 from ..report.session_facts import FORK_LABELS, decision_text
 from .visible import one_line
 
@@ -61,7 +62,8 @@ def render_header(header: dict[str, Any]) -> RenderableType:
         extra.append(f"{plural(h['dropped_segments'], 'segment')} without trained tokens dropped")
     if h["ambiguous_rewrites"]:
         extra.append(f"{plural(h['ambiguous_rewrites'], 'ambiguous rewrite')} not merged")
-    parts: list[RenderableType] = [line1, line2]
+    line0 = Text(f"policy {policy_label(h['policy'])}", style="dim")
+    parts: list[RenderableType] = [line1, line2, line0]
     if extra:
         parts.append(Text(" · ".join(extra), style="yellow"))
     return Group(*parts)
@@ -75,8 +77,18 @@ def _sample_list(indices: list[int]) -> str:
     return ", ".join(str(i) for i in indices)
 
 
-def render_turns(rows: list[dict[str, Any]]) -> RenderableType:
-    return Group(_turns_table(rows), Text(DECISION_LEGEND, style="dim"))
+def decision_legend(realign_effect: str | None = None) -> str:
+    """:data:`DECISION_LEGEND`, saying what a realign does when the policy's differs from cutting the drift."""
+    if realign_effect is None:
+        return DECISION_LEGEND
+    return DECISION_LEGEND.replace(
+        "A realign cuts them and continues the sample",
+        f"A realign continues the sample ({realign_effect}: the latest response becomes prompt, loss 0)",
+    )
+
+
+def render_turns(rows: list[dict[str, Any]], realign_effect: str | None = None) -> RenderableType:
+    return Group(_turns_table(rows), Text(decision_legend(realign_effect), style="dim"))
 
 
 def _turns_table(rows: list[dict[str, Any]]) -> Table:

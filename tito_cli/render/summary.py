@@ -30,11 +30,13 @@ def render_rebuild_summary(summary: RebuildSummary) -> RenderableType:
     if t.skipped_turns:
         row("  skipped (empty prompt)", t.skipped_turns)
     row("samples", t.samples)
+    if t.left_out_samples:
+        row(f"  left out (first prompt > {summary.policy.max_sample_tokens} tokens)", t.left_out_samples)
     row("trained tokens", t.trained_tokens)
     row("context tokens", t.context_tokens)
     row("forks", t.fork_total)
-    for cause, label in FORK_PHRASES.items():
-        row(f"  {label}", t.forks.get(cause, 0))
+    for cause in summary.policy.fork_causes:
+        row(f"  {FORK_PHRASES[cause.value]}", t.forks.get(cause.value, 0))
     row("realigns", t.realigns)
     row("rewrite merges", t.rewrite_merges)
     if t.ambiguous_rewrites:

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ..algorithm.linearize import ForkCause
+from ..algorithm.policy import Policy, default_policy
 from ..algorithm.session import SessionReport, SessionResult
 from ..export.groups import GroupCounts
 from ..run.corpus import Reject
@@ -265,6 +265,8 @@ def _reason_kind(reason: str) -> str:
 
 @dataclass(slots=True)
 class CorpusStats:
+    #: The policy the sessions were rebuilt with (its causes head the fork counts).
+    policy: Policy = field(default_factory=default_policy)
     sessions: int = 0
     rebuilt: int = 0
     totals: SessionReport = field(default_factory=SessionReport)
@@ -287,6 +289,7 @@ class CorpusStats:
         turns = max(t.turns, 1)
         counts = sorted(self.samples_per_session.items())
         return {
+            "policy": self.policy.describe(),
             "sessions": self.sessions,
             "rebuilt": self.rebuilt,
             "rejected": self.rejected,
@@ -304,7 +307,7 @@ class CorpusStats:
             },
             "forks": {
                 "total": t.fork_total,
-                "by_cause": {c.value: t.forks.get(c.value, 0) for c in ForkCause},
+                "by_cause": {c.value: t.forks.get(c.value, 0) for c in self.policy.fork_causes},
                 "per_100_turns": round(100 * t.fork_total / turns, 2),
                 "sessions": self.sessions_with_forks,
             },
@@ -315,6 +318,7 @@ class CorpusStats:
             },
             "rewrite_merges": t.rewrite_merges,
             "ambiguous_rewrites": t.ambiguous_rewrites,
+            "left_out_samples": t.left_out_samples,
             "sessions_without_sessions_row": self.sessions_without_row,
             "zero_sample_sessions": {
                 reason: {"sessions": count, "examples": examples}
@@ -334,9 +338,10 @@ def _note(table: dict[str, list[Any]], reason: str, session_id: str) -> None:
         entry[1].append(session_id)
 
 
-def corpus_stats(items: Iterable[SessionResult | Reject]) -> CorpusStats:
-    """Accumulate statistics over :meth:`Corpus.results`, one session at a time."""
-    stats = CorpusStats()
+def corpus_stats(items: Iterable[SessionResult | Reject], policy: Policy | None = None) -> CorpusStats:
+    """Accumulate statistics over :meth:`Corpus.results` (rebuilt under ``policy``), one session at a time."""
+    policy = policy or default_policy()
+    stats = CorpusStats(policy=policy, totals=SessionReport.for_policy(policy))
     for item in items:
         stats.sessions += 1
         if isinstance(item, Reject):

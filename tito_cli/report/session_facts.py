@@ -13,7 +13,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ..algorithm.linearize import Decision, ForkCause, LinearizedSample
+from ..algorithm.linearize import Decision, LinearizedSample
+from ..algorithm.policy import ForkCause
 from ..algorithm.router import Node
 from ..algorithm.session import NoSamples, SessionResult
 from .describe import message_preview, node_kind
@@ -60,6 +61,7 @@ _FORK_WORDS = {
     ForkCause.PROMPT_REGION.value: _ForkWords("prompt region", "in the prompt region"),
     ForkCause.BEFORE_LATEST_RESPONSE.value: _ForkWords("before latest response", "before the latest response"),
     ForkCause.DRIFT_TOO_LONG.value: _ForkWords("drift too long", "drift too long"),
+    ForkCause.OUTPUT_TOO_LONG.value: _ForkWords("output too long to realign", "output too long to realign"),
 }
 #: Fork cause (``ForkCause`` value) → label; in ``ForkCause`` order.
 FORK_LABELS = {cause: words.label for cause, words in _FORK_WORDS.items()}
@@ -74,7 +76,7 @@ NO_SAMPLES_REASONS = {
 }
 
 
-def decision_dict(decision: Decision | None) -> dict[str, Any] | None:
+def decision_dict(decision: Decision | None, result: SessionResult) -> dict[str, Any] | None:
     if decision is None:
         return None
     return {
@@ -82,6 +84,8 @@ def decision_dict(decision: Decision | None) -> dict[str, Any] | None:
         "lcp": decision.lcp,
         "drift": decision.drift,
         "cause": decision.cause.value if decision.cause is not None else None,
+        # What the policy's realign does to the latest response (slime-0.3: the whole of it is masked).
+        "effect": result.policy.realign_effect if decision.kind == "realign" else None,
     }
 
 
@@ -91,7 +95,8 @@ def short_decision(d: dict[str, Any]) -> str:
         return str(d["kind"])
     where = f"at {d['lcp']:,} (-{d['drift']:,})"
     if d["kind"] == "realign":
-        return f"realign {where}"
+        effect = d.get("effect")
+        return f"realign {where}" + (f": {effect}" if effect else "")
     return f"fork: {FORK_LABELS[d['cause']]} {where}"
 
 
@@ -118,6 +123,7 @@ def session_header(result: SessionResult) -> dict[str, Any]:
     r = result.report
     return {
         "session_id": result.session_id,
+        "policy": result.policy.describe(),
         "reward": result.info.reward,
         "finished": result.info.finished,
         "turns": r.turns,
@@ -158,7 +164,12 @@ def turn_rows(result: SessionResult) -> list[dict[str, Any]]:
     trained_in: dict[int, list[int]] = {}
     context_in: dict[int, list[int]] = {}
     for i, sample in enumerate(result.samples):
-        trained = set(sample.trained_seqs)
+        # Trained here: claimed by this sample, unless a realign masked all of its output.
+        trained = {
+            span.turn.seq
+            for span in sample.spans
+            if span.trained and (span.end > span.start or not len(span.turn.output_ids))
+        }
         for seq in sample.seqs:
             (trained_in if seq in trained else context_in).setdefault(seq, []).append(i)
 
@@ -185,7 +196,7 @@ def turn_rows(result: SessionResult) -> list[dict[str, Any]]:
                 prompt_tokens=len(turn.prompt_ids),
                 output_tokens=len(turn.output_ids),
                 logprobs=turn.output_logprobs is not None,
-                decision=decision_dict(decisions.get(seq)),
+                decision=decision_dict(decisions.get(seq), result),
             )
         if seq in rewritten:
             by, tokens = rewritten[seq]
@@ -244,7 +255,7 @@ def tree_nodes(result: SessionResult) -> list[dict[str, Any]]:
                 "prompt_tokens": len(turn.prompt_ids) if turn is not None else None,
                 "output_tokens": len(turn.output_ids) if turn is not None else None,
                 "finish_reason": turn.finish_reason if turn is not None else None,
-                "decision": decision_dict(decisions.get(turn.seq)) if turn is not None else None,
+                "decision": decision_dict(decisions.get(turn.seq), result) if turn is not None else None,
                 "merged_rewrite": None
                 if merged is None
                 else {
@@ -349,6 +360,8 @@ def samples_data(result: SessionResult, text: TokenText, indices: Iterable[int] 
                 "first_prompt_length": sample.first_prompt_length,
                 "response_length": sample.response_length,
                 "trained_tokens": int(sample.loss_mask.sum()),
+                "flags": sample.flags,
+                "cut_at": sample.cut_at,
                 "regions": regions,
             }
         )

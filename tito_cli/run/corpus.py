@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from ..algorithm.policy import Policy
+from ..algorithm.policy import Policy, default_policy
 from ..algorithm.session import SessionReport, SessionResult, rebuild_session
 from ..errors import InvalidSessionError, UnknownSessionError
 from ..export.base import session_table
@@ -57,18 +57,20 @@ class SessionOutput:
 
 
 class Corpus:
-    """A turn log opened for rebuilding: files classified, sessions table read."""
+    """A turn log opened for rebuilding: files classified, sessions table read.
 
-    def __init__(self, log: TurnLog, policy: Policy | None = None) -> None:
+    Opening needs no policy; each rebuild (:meth:`results`, :meth:`session`)
+    names the one it uses.
+    """
+
+    def __init__(self, log: TurnLog) -> None:
         self.log = log
-        self.policy = policy or Policy()
         self.sessions_table: SessionsTable = log.read_sessions()
 
     @classmethod
     def open(
         cls,
         inputs: Iterable[str | os.PathLike[str]],
-        policy: Policy | None = None,
         *,
         exclude: Iterable[Path] = (),
         map_files: FileMap | None = None,
@@ -79,7 +81,7 @@ class Corpus:
         (see :meth:`TurnLog.open`).
         """
         log = TurnLog.open([Path(p) for p in inputs], exclude=exclude, index=True, map_files=map_files)
-        return cls(log, policy)
+        return cls(log)
 
     @property
     def tokenizer(self) -> str | None:
@@ -89,20 +91,23 @@ class Corpus:
         """Every session id with turns, in code-point order."""
         return self.log.session_ids()
 
-    def results(self, only: Iterable[str] | None = None) -> Iterator[SessionResult | Reject]:
-        """Rebuild each session (or those in ``only``), in session-id order.
+    def results(
+        self, policy: Policy | None = None, only: Iterable[str] | None = None
+    ) -> Iterator[SessionResult | Reject]:
+        """Rebuild each session (or those in ``only``) under ``policy`` (default: slime-v4), in session-id order.
 
         Yields a :class:`SessionResult` per valid session and a :class:`Reject`
         per invalid one (including sessions whose sessions row is unusable).
         """
+        policy = policy or default_policy()
         wanted = None if only is None else set(only)
         for rows in self.log.iter_sessions(only=wanted):
-            yield rebuild_rows(rows, self.sessions_table.infos, self.sessions_table.invalid, self.policy)
+            yield rebuild_rows(rows, self.sessions_table.infos, self.sessions_table.invalid, policy)
 
-    def session(self, session_id_or_prefix: str) -> SessionResult | Reject:
+    def session(self, session_id_or_prefix: str, policy: Policy | None = None) -> SessionResult | Reject:
         """One session by exact id or unique prefix."""
         sid = find_session_id(self.session_ids(), session_id_or_prefix)
-        for result in self.results(only=[sid]):
+        for result in self.results(policy, only=[sid]):
             return result
         raise UnknownSessionError(f"no session {sid!r}")  # pragma: no cover - ids come from the log
 
@@ -119,7 +124,7 @@ def rebuild_rows(
         reason, ref = invalid[sid]
         return Reject(sid, reason, ref.file, ref.row)
     try:
-        turns = parse_session(rows)
+        turns = parse_session(rows, policy.message_key)
     except InvalidSessionError as exc:
         return Reject(sid, exc.message, exc.file, exc.row)
     try:

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .._atomic import publish
-from ..algorithm.policy import Policy
+from ..algorithm.policy import DEFAULT_POLICY, Policy, default_policy
 from ..errors import OutputError, SchemaError, UnreadableLogError
 from ..export.base import ExportOptions, SinkContext, open_sink
 from ..export.groups import GroupCounts
@@ -63,9 +63,11 @@ def _policy_of(meta: dict[bytes, bytes]) -> Policy:
     """The policy a samples file was rebuilt with (its ``tito.policy`` metadata), as far as a sink needs it."""
     try:
         described = json.loads(meta.get(b"tito.policy", b"{}"))
-        return Policy(reward_mode=described.get("reward_mode", "split"))
+        # Files of earlier versions record the knobs only: theirs was the default policy.
+        knobs = {k: described[k] for k in ("fork_threshold", "reward_mode", "max_sample_tokens") if k in described}
+        return Policy.named(described.get("name", DEFAULT_POLICY), **knobs)
     except (ValueError, TypeError, AttributeError):
-        return Policy()
+        return default_policy()
 
 
 def open_samples(path: Path) -> pq.ParquetFile:

@@ -1,6 +1,6 @@
 """Rebuilding a whole log: batches of sessions, worker processes, samples in session-id order.
 
-    for output in rebuild_outputs(corpus, workers=2, spill_dir=out.parent):
+    for output in rebuild_outputs(corpus, policy, workers=2, spill_dir=out.parent):
         ...   # SessionOutput (samples as Arrow rows + counts) or Reject, in session-id order
 
 The log's index (``session_id`` and ``seq`` only) is cut into batches of
@@ -25,8 +25,9 @@ import tempfile
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 import pyarrow as pa
 
@@ -39,6 +40,7 @@ from .corpus import Corpus, Reject, SessionOutput, session_output
 from .lifetime import handoff_folder, new_pool
 
 __all__ = [
+    "BatchTask",
     "SessionOutput",
     "default_workers",
     "early_pool",
@@ -126,35 +128,33 @@ def plan_batches(index: LogIndex, workers: int, batch_bytes: float | None = None
     return index.batches(target, finish_together=workers)
 
 
-def iter_batch(
-    files: list[LogFile],
-    batch: ReadBatch,
-    infos: dict[str, SessionInfo],
-    invalid: dict[str, tuple[str, RowRef]],
-    policy: Policy,
-) -> Iterator[SessionOutput | Reject]:
+@dataclass(frozen=True, slots=True)
+class BatchTask:
+    """Everything one batch's rebuild needs: what a worker process receives (pickled)."""
+
+    files: list[LogFile]
+    batch: ReadBatch
+    #: The sessions rows of the batch's sessions, and the unusable ones.
+    infos: dict[str, SessionInfo]
+    invalid: dict[str, tuple[str, RowRef]]
+    policy: Policy
+
+
+def iter_batch(task: BatchTask) -> Iterator[SessionOutput | Reject]:
     """Read, validate, route and linearize one batch, session by session, in batch order."""
-    for rows in read_batch(files, batch):
-        output = session_output(rows, infos, invalid, policy)
+    for rows in read_batch(task.files, task.batch):
+        output = session_output(rows, task.infos, task.invalid, task.policy)
         del rows
         yield output
 
 
-def rebuild_batch(
-    files: list[LogFile],
-    batch: ReadBatch,
-    infos: dict[str, SessionInfo],
-    invalid: dict[str, tuple[str, RowRef]],
-    policy: Policy,
-    *,
-    handoff_dir: str | None = None,
-) -> list[SessionOutput | Reject]:
+def rebuild_batch(task: BatchTask, *, handoff_dir: str | None = None) -> list[SessionOutput | Reject]:
     """:func:`iter_batch` as a list: the task a worker process runs.
 
     With ``handoff_dir``, the sample rows travel in a file there (see
     :class:`_Handoff`) and each output's ``table`` is left ``None``.
     """
-    outputs = list(iter_batch(files, batch, infos, invalid, policy))
+    outputs = list(iter_batch(task))
     if handoff_dir is not None:
         _Handoff.write(outputs, handoff_dir)
     return outputs
@@ -205,13 +205,14 @@ class _Handoff:
 
 def rebuild_outputs(
     corpus: Corpus,
+    policy: Policy,
     *,
     workers: int = 1,
     batch_bytes: float | None = None,
     spill_dir: str | os.PathLike[str] | None = None,
     pool: ProcessPoolExecutor | None = None,
 ) -> Iterator[SessionOutput | Reject]:
-    """Rebuild every session of ``corpus``; yield its output or rejection in session-id order.
+    """Rebuild every session of ``corpus`` under ``policy``; yield its output or rejection in session-id order.
 
     ``pool`` (from :func:`early_pool`) runs the batches when it is given and
     there are several; otherwise a pool is started here when needed.
@@ -221,11 +222,11 @@ def rebuild_outputs(
     table = corpus.sessions_table
     in_order = _InOrder(index.session_ids, spill_dir)
 
-    def task(batch: ReadBatch) -> tuple[Any, ...]:
+    def task(batch: ReadBatch) -> BatchTask:
         sids = [p.session_id for p in batch.sessions]
         infos = {sid: table.infos[sid] for sid in sids if sid in table.infos}
         invalid = {sid: table.invalid[sid] for sid in sids if sid in table.invalid}
-        return (corpus.log.turn_files, batch, infos, invalid, corpus.policy)
+        return BatchTask(corpus.log.turn_files, batch, infos, invalid, policy)
 
     try:
         for outputs in _run(batches, task, min(workers, len(batches)), pool):
@@ -238,14 +239,14 @@ def rebuild_outputs(
 
 def _run(
     batches: list[ReadBatch],
-    task: Callable[[ReadBatch], tuple[Any, ...]],
+    task: Callable[[ReadBatch], BatchTask],
     workers: int,
     pool: ProcessPoolExecutor | None = None,
 ) -> Iterator[list[SessionOutput | Reject]]:
     """Each batch's outputs, in batch order (in-process: one session at a time)."""
     if workers <= 1:
         for batch in batches:
-            for output in iter_batch(*task(batch)):
+            for output in iter_batch(task(batch)):
                 yield [output]
         return
     own_pool = pool is None
@@ -278,8 +279,8 @@ def _run(
                 pool.shutdown(wait=True)
 
 
-def _in_worker(args: tuple[Any, ...], handoff_dir: str) -> list[SessionOutput | Reject]:
-    return rebuild_batch(*args, handoff_dir=handoff_dir)
+def _in_worker(task: BatchTask, handoff_dir: str) -> list[SessionOutput | Reject]:
+    return rebuild_batch(task, handoff_dir=handoff_dir)
 
 
 def worker_context() -> multiprocessing.context.BaseContext:

@@ -34,7 +34,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .._arrow import list_array, primitive_array, string_array
-from ..algorithm.policy import Policy
+from ..algorithm.policy import Policy, default_policy
 from ..algorithm.session import SessionReport
 from ..errors import OutputError, TitoError
 from ..export.base import ExportOptions, SinkContext, open_sink
@@ -70,7 +70,7 @@ def rebuild_ray(
             "the ray engine needs Ray Data, which is not installed",
             tip="pip install 'tito[ray]'  (or: pip install 'ray[data]')",
         ) from None
-    policy = policy or Policy()
+    policy = policy or default_policy()
     out = Path(out)
     rejects_file = rejects_path(out)
     if out.exists() and not overwrite:
@@ -82,7 +82,12 @@ def rebuild_ray(
     log = TurnLog.open([Path(p) for p in inputs], exclude=[out], index=True)
     sessions = log.read_sessions()
     summary = RebuildSummary(
-        out=out, rejects_file=rejects_file, policy=policy, tokenizer=log.tokenizer, format=output_format
+        out=out,
+        rejects_file=rejects_file,
+        policy=policy,
+        totals=SessionReport.for_policy(policy),
+        tokenizer=log.tokenizer,
+        format=output_format,
     )
     session_ids = log.session_ids()
     sink = open_sink(output_format, out, SinkContext(policy, log.tokenizer, options or ExportOptions(), overwrite))
@@ -125,9 +130,10 @@ def _rebuilt_sessions(
     # seconds before the first row even for a small log.
     context.shuffle_strategy = "sort_shuffle_pull_based"
 
-    # Columns every turns file has (optional ones missing somewhere are read as null).
-    common = [c for c in READ_COLUMNS if all(c in f.columns for f in log.turn_files)]
-    dataset = ray.data.read_parquet([str(f.path) for f in log.turn_files], columns=common, include_paths=True)
+    columns, schema = _read_schema(log)
+    dataset = ray.data.read_parquet(
+        [str(f.path) for f in log.turn_files], columns=columns, include_paths=True, schema=schema
+    )
     rebuilt = (
         dataset.groupby("session_id", num_partitions=_partitions(log))
         .map_groups(
@@ -138,6 +144,26 @@ def _rebuilt_sessions(
         .sort(["session_id", "sample_index"])
     )
     yield from tables_by_session(rebuilt.iter_batches(batch_format="pyarrow", batch_size=None))
+
+
+def _read_schema(log: TurnLog) -> tuple[list[str], pa.Schema | None]:
+    """The columns to read, and a schema when an optional one is missing from some files.
+
+    Without a schema Ray reads only the columns of its first file; with one,
+    a file without an optional column (``tools``, ``ill_formed``, ...) reads
+    it as null, as the local reader does.  Each column's type is the first
+    file's that has it.
+    """
+    columns = [c for c in READ_COLUMNS if any(c in f.columns for f in log.turn_files)]
+    if all(c in f.columns for f in log.turn_files for c in columns):
+        return columns, None
+    fields = {}
+    for f in log.turn_files:
+        missing = [c for c in columns if c in f.columns and c not in fields]
+        if missing:
+            file_schema = pq.read_schema(f.path)
+            fields.update({c: file_schema.field(c) for c in missing})
+    return columns, pa.schema([fields[c] for c in columns])
 
 
 def _partitions(log: TurnLog) -> int:
@@ -205,6 +231,7 @@ def _bookkeeping(sid: str, status: str, detail: dict[str, Any]) -> pa.Table:
         "reward": primitive_array(np.array([0.0]), pa.float64()),
         "index": primitive_array([None], pa.int64()),
         "group_index": primitive_array([None], pa.int64()),
+        "rollout_id": primitive_array([None], pa.int64()),
         "label": string_array([None]),
         "status": string_array([status]),
         "metadata": string_array([json.dumps(detail, ensure_ascii=False)]),

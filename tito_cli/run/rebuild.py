@@ -16,7 +16,7 @@ from pathlib import Path
 
 from .._atomic import StagedFile, publish, remove_stale_temporaries
 from .._paths import check_output_target, leave_out_previous_output
-from ..algorithm.policy import Policy
+from ..algorithm.policy import Policy, default_policy
 from ..algorithm.session import SessionReport
 from ..errors import OutputError
 from ..export.base import ExportOptions, Sink, SinkContext, open_sink
@@ -37,6 +37,7 @@ class RebuildSummary:
     rejects_file: Path
     policy: Policy
     sessions: int = 0
+    #: Totals; callers start them with ``SessionReport.for_policy(policy)`` so forks list the policy's causes.
     totals: SessionReport = field(default_factory=SessionReport)
     #: Sessions rebuilt that yielded no sample at all.
     sessions_without_samples: int = 0
@@ -143,7 +144,7 @@ def rebuild(
     same for any number.  ``batch_bytes`` sets the size of the batches of
     sessions handed to workers (see :func:`tito_cli.run.local.plan_batches`).
     """
-    policy = policy or Policy()
+    policy = policy or default_policy()
     out = Path(out)
     rejects_file = rejects_path(out)
     check_output_target(out, overwrite=overwrite)
@@ -153,12 +154,17 @@ def rebuild(
     workers = default_workers() if workers is None else workers
     rejected: list[Reject] = list(extra_rejects)
     with early_pool(len(files), workers) as pool:
-        corpus = Corpus.open(files, policy, map_files=file_map(pool, len(files), workers))
+        corpus = Corpus.open(files, map_files=file_map(pool, len(files), workers))
         # Temporaries of a rebuild that was killed (SIGKILL, OOM) before it could clean up.
         stale = remove_stale_temporaries(out) + remove_stale_temporaries(rejects_file)
         session_ids = corpus.session_ids()
         summary = RebuildSummary(
-            out=out, rejects_file=rejects_file, policy=policy, tokenizer=corpus.tokenizer, format=output_format
+            out=out,
+            rejects_file=rejects_file,
+            policy=policy,
+            totals=SessionReport.for_policy(policy),
+            tokenizer=corpus.tokenizer,
+            format=output_format,
         )
         summary.stale_temporaries_removed = stale
         context = SinkContext(policy, corpus.tokenizer, options or ExportOptions(), overwrite)
@@ -168,7 +174,7 @@ def rebuild(
             raise OutputError(f"cannot write ({exc})", file=out) from None
         try:
             outputs = rebuild_outputs(
-                corpus, workers=workers, batch_bytes=batch_bytes, spill_dir=out.parent, pool=pool
+                corpus, policy, workers=workers, batch_bytes=batch_bytes, spill_dir=out.parent, pool=pool
             )
             for done, result in enumerate(outputs, start=1):
                 if isinstance(result, Reject):

@@ -97,6 +97,8 @@ class SessionOutcome:
     group_index: int | None = None
     label: str | None = None
     metadata: dict[str, Any] | None = None
+    #: slime's rollout_id (docs/spec.md §8.8): the samples' rollout_id, else their index.
+    rollout_id: int | None = None
     source: SourceRef | None = None
 
 
