@@ -1,4 +1,4 @@
-"""Test-suite configuration: the golden-dump plugin, and hypothesis profiles.
+"""Test-suite configuration: the golden-dump plugin, ``--tito-update-docs``, and hypothesis profiles.
 
 ``HYPOTHESIS_PROFILE=ci`` (set by ``.ci/run``) runs the full property budget
 (500 examples per property); the default profile is a quick local run.
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 # The golden-dump plugin (installed through the pytest11 entry point when tito
@@ -23,3 +24,13 @@ settings.register_profile(
 )
 settings.register_profile("dev", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--tito-update-docs",
+        action="store_true",
+        default=False,
+        help="tests/test_docs.py: write the real output of every shown console command into the "
+        "documents (review the diff) instead of failing on a difference.",
+    )

@@ -27,3 +27,10 @@ def scenario_log(name: str, out_dir: Path, *, tokenizer: str | None = str(TOKENI
         max_rows=max_rows,
     )
     return out_dir
+
+
+if __name__ == "__main__":  # python -m tests.scenario_logs NAME OUT_DIR (the docs' examples use it)
+    import sys
+
+    name, out = sys.argv[1:3]
+    print(scenario_log(name, Path(out)))

@@ -33,7 +33,7 @@ from tito_cli.schema import SAMPLES_SCHEMA
 
 from .helpers import REPO
 
-torch = pytest.importorskip("torch", reason="--to slime writes torch files: pip install 'tito[slime]'")
+torch = pytest.importorskip("torch", reason="--to slime writes torch files: pip install 'tito-cli[slime]'")
 
 DEMO = REPO / "fixtures" / "logs"
 
@@ -305,11 +305,11 @@ def test_slime_without_torch_is_a_clear_error(
     monkeypatch.setitem(sys.modules, "torch", None)
     with pytest.raises(ExportError, match="torch is not installed") as caught:
         open_sink("slime", tmp_path / "x.pt", SinkContext())
-    assert caught.value.tip is not None and "tito[slime]" in caught.value.tip
+    assert caught.value.tip is not None and "tito-cli[slime]" in caught.value.tip
     # On the command line: a usage error whose tip keeps its brackets (not eaten as rich markup).
     code, err = run("export", str(samples), "--to", "slime", "--out", str(tmp_path / "x.pt"))
     assert code == EXIT_USAGE
-    assert "TIP pip install 'tito[slime]'" in err
+    assert "TIP pip install 'tito-cli[slime]'" in err
 
 
 # -- skyrl and trl ----------------------------------------------------------------------------------

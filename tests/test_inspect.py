@@ -640,3 +640,15 @@ def test_pager_gets_the_output_with_less_options(tmp_path: Path, monkeypatch: py
     with_pager(Text("a line for the pager"))
     assert "a line for the pager" in got.read_text()
     assert options.read_text() == "FRX"
+
+
+def test_a_near_miss_suggests_the_closest_session_ids(agent_logs: Path) -> None:
+    code, lines, err = run("inspect", "s-7f3a-fix-test5", "--logs", str(agent_logs))
+    assert code == EXIT_USAGE
+    assert lines == []
+    assert err.splitlines()[:3] == [
+        "ERROR no session matches 's-7f3a-fix-test5' (4 sessions in the log)",
+        "did you mean:",
+        "  s-7f3a-fix-tests",
+    ]
+    assert "TIP" not in err

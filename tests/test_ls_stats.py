@@ -71,9 +71,15 @@ def test_ls_plain(agent_logs: Path) -> None:
     # A rejected session's counts are blank and its reason sits in the last column.
     assert lines[4].split(maxsplit=1) == ["s-9e44-bad", reason]
     assert lines[4].index(reason) == lines[0].index("rejected")
+    # Sessions without a sessions row are named under the table (they train with reward 0.0).
+    assert lines[5:8] == [
+        "",
+        "no sessions row (rebuilt with reward 0.0; --unfinished reject leaves them out):",
+        "  s-81d0-empty",
+    ]
     # Into a pipe nothing is cut; the reject's file and row follow the table.
-    assert lines[5:7] == ["", "rejected:"]
-    assert re.fullmatch(rf"  s-9e44-bad: {re.escape(reason)} \[\S+\.parquet, row \d+\]", lines[7])
+    assert lines[8:10] == ["", "rejected:"]
+    assert re.fullmatch(rf"  s-9e44-bad: {re.escape(reason)} \[\S+\.parquet, row \d+\]", lines[10])
     assert err == "4 of 4 sessions · policy slime-v4, fork threshold 1024, reward split\n"
 
 
@@ -243,7 +249,7 @@ def test_stats_plain(agent_logs: Path) -> None:
         "  drift too long            0",
         "realigns                    1  10 per 100 turns, in 1 session",
         "rewrite merges              1",
-        "no sessions row             1  sessions rebuilt with reward 0.0",
+        "no sessions row             1  sessions rebuilt with reward 0.0, e.g. s-81d0-empty",
     ]
     assert "prompt tokens per turn     64    245    245    245" in lines
     groups = lines.index("groups")
@@ -277,3 +283,61 @@ def test_every_option_has_help(command: str) -> None:
     for param in click_command.params:
         assert getattr(param, "help", None), f"{command} {param.name} has no help"
     assert command in Path(__file__).resolve().parent.parent.joinpath("docs", "inspect.md").read_text()
+
+
+def _grpo_rows(n: int) -> list[dict[str, Any]]:
+    base = {"turns": 12, "leaves": 2, "samples": 3, "trained": 1234, "context": 5678, "forks": 1}
+    base.update(realigns=0, merges=0, reward=0.5, unfinished=False, rejected=None, file=None, row=None)
+    return [{"session": f"grpo/run-2026-11-30/prompt-00017/step-0042/rollout-{i}", **base} for i in range(n)]
+
+
+@pytest.mark.parametrize("width", [200, 100, 80, 60])
+def test_ls_keeps_session_ids_whole_and_drops_count_columns_first(width: int) -> None:
+    from rich.console import Console
+
+    from tito_cli.render.listing import render_listing
+
+    rows = _grpo_rows(3)
+    console = Console(width=width, force_terminal=False)
+    with console.capture() as captured:
+        console.print(render_listing(rows, width=width))
+    lines = captured.get().splitlines()
+    assert all(len(line) <= width for line in lines)
+    for row in rows:
+        assert any(line.split()[0] == row["session"] for line in lines[1:]), (width, lines)
+    header = lines[0].split()
+    assert header[0] == "session"
+    if width >= 200:
+        assert header[1:] == [
+            "turns",
+            "leaves",
+            "samples",
+            "trained",
+            "context",
+            "forks",
+            "realigns",
+            "merges",
+            "reward",
+        ]
+    elif width == 80:
+        assert header[1:] == ["samples", "forks", "reward"]  # the most telling counts stay longest
+
+
+def test_ls_into_a_pipe_never_cuts_a_session_id(tmp_path: Path) -> None:
+    sids = [f"grpo/run-2026-11-30/prompt-00017/step-0042/rollout-{i}" for i in range(3)]
+    turns = [
+        {
+            "session_id": sid,
+            "seq": 0,
+            "prompt_ids": [1, 2],
+            "output_ids": [3],
+            "output_logprobs": [-0.5],
+            "prompt_messages": [{"role": "user", "content": "hi"}],
+            "response_message": {"role": "assistant", "content": "x"},
+        }
+        for sid in sids
+    ]
+    write_log(tmp_path / "logs", turns, [{"session_id": sid, "reward": 1.0} for sid in sids])
+    code, out, _ = run("ls", str(tmp_path / "logs"))
+    assert code == EXIT_OK
+    assert [line.split()[0] for line in out.splitlines()[1:]] == sids

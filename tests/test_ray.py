@@ -1,6 +1,6 @@
 """The Ray Data engine: the conformance corpus, rebuilt on a local Ray, gives the local engine's files, byte for byte.
 
-Skipped when Ray is not installed (``pip install 'tito[ray]'``); CI installs it.
+Skipped when Ray is not installed (``pip install 'tito-cli[ray]'``); CI installs it.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from tito_cli.run.rebuild import rebuild
 from .helpers import CONFORMANCE_SLIME03, conformance_folders, read_jsonl, write_log
 from .test_conformance_slime03 import assert_matches_reference, folder_log
 
-ray = pytest.importorskip("ray", reason="the Ray engine needs Ray Data: pip install 'tito[ray]'")
-pytest.importorskip("ray.data", reason="the Ray engine needs Ray Data: pip install 'tito[ray]'")
+ray = pytest.importorskip("ray", reason="the Ray engine needs Ray Data: pip install 'tito-cli[ray]'")
+pytest.importorskip("ray.data", reason="the Ray engine needs Ray Data: pip install 'tito-cli[ray]'")
 
 # Ray's own modules warn about their dependencies; those are not tito's warnings.
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")
@@ -58,12 +58,51 @@ def test_ray_matches_local_engine(folder: Path, tmp_path: Path) -> None:
     ).read_text()
 
 
+def test_ray_keeps_its_info_lines_off_the_terminal_and_rejects_unfinished_sessions(tmp_path: Path) -> None:
+    import json
+    import logging
+
+    from tito_cli.run.ray_data import rebuild_ray
+
+    folder = next(f for f in FOLDERS if f.name == "cases-threshold-1024")
+    logs = tmp_path / "logs"
+    sessions = read_jsonl(folder / "sessions.jsonl")
+    write_log(logs, read_jsonl(folder / "turns.jsonl"), sessions[1:], max_rows=97)
+    unfinished = sessions[0]["session_id"]
+
+    class Lines(logging.Handler):
+        def __init__(self) -> None:
+            super().__init__(logging.DEBUG)
+            self.levels: list[int] = []
+
+        def emit(self, record: logging.LogRecord) -> None:
+            self.levels.append(record.levelno)
+
+    seen = Lines()
+    ray_data_logger = logging.getLogger("ray.data")
+    ray_data_logger.addHandler(seen)
+    try:
+        ray_data_logger.setLevel(logging.INFO)  # as Ray sets it up
+        rebuild_ray([logs], tmp_path / "loud", quiet=False)
+        assert logging.INFO in seen.levels  # the lines a quiet run must not show
+        seen.levels.clear()
+        summary = rebuild_ray([logs], tmp_path / "ray", unfinished="reject")
+        assert [level for level in seen.levels if level < logging.ERROR] == []
+    finally:
+        ray_data_logger.removeHandler(seen)
+    local = rebuild([logs], tmp_path / "local.parquet", workers=1, unfinished="reject")
+    assert [r.to_dict() for r in summary.rejected] == [r.to_dict() for r in local.rejected]
+    assert unfinished in {r.session_id for r in summary.rejected}
+    reports = [json.loads(line) for line in (tmp_path / "ray.rejects.jsonl").read_text().splitlines()]
+    assert any(r["session_id"] == unfinished and r["reason"].startswith("no sessions row") for r in reports)
+
+
 @pytest.mark.parametrize("fmt", ["skyrl", "slime"])
 def test_ray_writes_the_trainer_formats_through_the_same_sink(fmt: str, tmp_path: Path) -> None:
     from tito_cli.run.ray_data import rebuild_ray
 
     if fmt == "slime":
-        pytest.importorskip("torch", reason="--format slime writes torch files: pip install 'tito[slime]'")
+        pytest.importorskip("torch", reason="--format slime writes torch files: pip install 'tito-cli[slime]'")
     folder = FOLDERS[0]
     logs = tmp_path / "logs"
     write_log(logs, read_jsonl(folder / "turns.jsonl"), read_jsonl(folder / "sessions.jsonl"), max_rows=97)

@@ -82,7 +82,7 @@ def test_output_schema_and_provenance(logs: Path, tmp_path: Path) -> None:
     for row in rows:
         assert len(row["loss_mask"]) == len(row["rollout_log_probs"]) == row["response_length"]
         prov = json.loads(row["metadata"])["tito"]
-        assert set(prov) == {"leaf", "segment", "turns", "trained_turns", "fork"}
+        assert set(prov) == {"leaf", "segment", "turns", "trained_turns", "fork", "finished"}
         assert set(prov["trained_turns"]) <= set(prov["turns"])
     rewards = {r["session_id"]: r["reward"] for r in read_jsonl(CASES / "sessions.jsonl")}
     assert all(row["reward"] == rewards[row["session_id"]] for row in rows)

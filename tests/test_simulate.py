@@ -333,3 +333,34 @@ def test_simulate_reports_what_it_wrote(offline: None, tmp_path: Path) -> None:
     table = pq.read_table(next(p for p in summary.files if p.name.startswith("turns-")))
     assert table.num_rows == summary.turns
     assert sum(len(x) for x in table.column("output_ids").to_pylist()) == summary.output_tokens
+
+
+def test_the_packaged_tokenizer_is_the_fixture_tokenizer() -> None:
+    packaged = REPO / "tito_cli" / "simulate" / "tokenizer"
+    names = sorted(p.name for p in packaged.iterdir())
+    assert names == ["special_tokens_map.json", "tokenizer.json", "tokenizer_config.json"]
+    for name in names:
+        assert (packaged / name).read_bytes() == (REPO / "fixtures" / "tokenizer" / name).read_bytes(), name
+
+
+def test_simulate_and_inspect_work_from_any_folder_with_only_the_package(tmp_path: Path) -> None:
+    """As after a non-editable install: the package alone (no fixtures/ beside it), run from elsewhere."""
+    import shutil
+
+    site = tmp_path / "site"
+    shutil.copytree(REPO / "tito_cli", site / "tito_cli", ignore=shutil.ignore_patterns("__pycache__"))
+    work = tmp_path / "work"
+    work.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(site), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    env.pop("TITO_LOGS", None)
+
+    def tito(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "tito_cli", *args]
+        return subprocess.run(command, cwd=work, env=env, capture_output=True, text=True, timeout=300, check=False)
+
+    made = tito("simulate", "--out", "logs", "--sessions", "2", "--seed", "3")
+    assert made.returncode == 0, made.stderr
+    assert "(tokenizer: fixtures/tokenizer)" in made.stderr
+    shown = tito("inspect", "demo-3-0000", "--logs", "logs", "--view", "samples")
+    assert shown.returncode == 0, shown.stderr
+    assert "<|im_end|>" in shown.stdout  # decoded with the packaged tokenizer, not shown as ids

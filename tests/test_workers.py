@@ -285,3 +285,57 @@ def test_a_bad_file_met_by_the_workers_index_pass_is_named(tmp_path: Path) -> No
     assert result.exit_code == EXIT_BAD_INPUT
     assert "turns-zz-bad.parquet" in result.output and "row 1" in result.output
     assert not (tmp_path / "x.parquet").exists()
+
+
+def _tiny_sessions_log(tmp_path: Path, sessions: int) -> Path:
+    """Many small sessions over many small files: with one session per batch, a handoff file per session."""
+    rng = np.random.default_rng(7)
+    turns = []
+    for s in range(sessions):
+        sid = f"tiny-{s:04d}"
+        for seq in range(int(rng.integers(1, 4))):
+            prompt = [1, 2, 3, *([9] * seq * 4)]
+            out = [int(t) for t in rng.integers(10, 99, size=int(rng.integers(0, 5)))]
+            turns.append(
+                {
+                    "session_id": sid,
+                    "seq": seq,
+                    "prompt_ids": prompt,
+                    "output_ids": out,
+                    "output_logprobs": [-0.25] * len(out),
+                    "prompt_messages": [{"role": "user", "content": f"task {s}"}] + [
+                        {"role": "assistant", "content": f"reply {k}"} for k in range(seq)
+                    ],
+                    "response_message": {"role": "assistant", "content": f"reply {seq}"},
+                }
+            )
+    rows = sorted(turns, key=lambda t: (int(t["session_id"][-4:]) % 7, t["session_id"], t["seq"]))
+    logs = tmp_path / "tiny"
+    write_log(logs, rows, [{"session_id": f"tiny-{s:04d}", "reward": 1.0} for s in range(0, sessions, 2)], max_rows=40)
+    return logs
+
+
+@pytest.mark.parametrize("workers", [2, 4])
+def test_worker_handoff_under_stress_many_tiny_batches_repeated(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: int
+) -> None:
+    """``--batch-mb 0 -j N``: one session per batch, a handoff file each, run after run: same bytes, no file left."""
+    logs = _tiny_sessions_log(tmp_path, 240)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    one = tmp_path / "one.parquet"
+    rebuild([logs], one, workers=1)
+    expected = one.read_bytes()
+    for attempt in range(4):
+        out = tmp_path / f"run-{attempt}.parquet"
+        summary = rebuild([logs], out, workers=workers, batch_bytes=0)
+        assert summary.sessions == 240
+        assert out.read_bytes() == expected, attempt
+        assert list(scratch.iterdir()) == [], attempt
+    # And through the command line, as the issue ran it.
+    result = CliRunner().invoke(
+        app, ["rebuild", str(logs), "--out", str(tmp_path / "cli.parquet"), "--batch-mb", "0", "-j", str(workers)]
+    )
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "cli.parquet").read_bytes() == expected

@@ -1,4 +1,5 @@
-"""Paths tito writes: file names derived from session ids (untrusted), and output targets checked.
+"""Paths tito knows and writes: the fixture tokenizer's, file names derived from session ids
+(untrusted), and output targets checked.
 
 An output target must be absent or a regular file (never a folder, FIFO or
 device, which a rename would replace or a write would block on), and never
@@ -20,10 +21,19 @@ import pyarrow.parquet as pq
 from .errors import OutputError
 from .schema import META_TABLE
 
-__all__ = ["FIXTURE_TOKENIZER", "check_output_target", "leave_out_previous_output", "safe_filename"]
+__all__ = [
+    "FIXTURE_TOKENIZER",
+    "PACKAGED_TOKENIZER",
+    "check_output_target", "leave_out_previous_output",
+    "safe_filename",
+]
 
-#: The tokenizer shipped in the repository (relative to its root), used by the simulator.
+#: The tokenizer shipped in the repository (relative to its root), used by the simulator; the
+#: name its logs record.
 FIXTURE_TOKENIZER = "fixtures/tokenizer"
+#: The same files inside the package, so the simulator (and decoding its logs) works after a
+#: non-editable install, from any folder (fixtures/tokenizer/build.py writes both).
+PACKAGED_TOKENIZER = Path(__file__).resolve().parent / "simulate" / "tokenizer"
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 

@@ -10,6 +10,7 @@ Every error tito raises on purpose derives from :class:`TitoError`::
      ├── InvalidSessionError      one session's rows are unusable (the session is rejected)
      ├── UnknownSessionError      a session id (or prefix) matches nothing, or too much
      ├── TokenizerError           the tokenizer to decode with is missing or cannot be loaded
+     ├── MissingDependencyError   an optional dependency the options need is not installed
      ├── OutputError              the output cannot be written where asked
      └── ExportError              the samples cannot be written in the asked format as they are
 
@@ -33,6 +34,7 @@ __all__ = [
     "ExportError",
     "InvalidSessionError",
     "LogError",
+    "MissingDependencyError",
     "OutputError",
     "SchemaError",
     "SourceError",
@@ -130,13 +132,23 @@ class UnknownSessionError(TitoError):
 
     exit_code = EXIT_USAGE
 
-    def __init__(self, message: str, *, candidates: list[str] | None = None, **kwargs: object) -> None:
+    def __init__(
+        self, message: str, *, candidates: list[str] | None = None, suggestions: bool = False, **kwargs: object
+    ) -> None:
         super().__init__(message, **kwargs)  # type: ignore[arg-type]
         self.candidates = candidates or []
+        #: The candidates are near misses of an id that matched nothing ("did you mean"), not the matches.
+        self.suggestions = suggestions
 
 
 class TokenizerError(TitoError):
     """The tokenizer a command must decode with is missing or cannot be loaded."""
+
+    exit_code = EXIT_USAGE
+
+
+class MissingDependencyError(TitoError):
+    """An optional dependency the chosen options need is not installed; ``tip`` says how to install it."""
 
     exit_code = EXIT_USAGE
 

@@ -40,4 +40,4 @@ def main() -> None:
     # less often, and never rescan what the imports made (forked workers inherit both).
     gc.freeze()
     gc.set_threshold(GC_THRESHOLD)
-    app()
+    app(prog_name="tito")

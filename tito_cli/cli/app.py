@@ -6,27 +6,86 @@ import contextlib
 import functools
 import sys
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from typing import Any, TypeVar
 
 import typer
+import typer.core
 from rich.markup import escape
 
-from ..errors import EXIT_INTERNAL, TitoError, UnknownSessionError
+from ..errors import (
+    EXIT_BAD_INPUT,
+    EXIT_CHECK_FAILED,
+    EXIT_INTERNAL,
+    EXIT_OK,
+    EXIT_OUTPUT,
+    EXIT_REJECTED,
+    EXIT_USAGE,
+    TitoError,
+    UnknownSessionError,
+)
 from ..render.visible import SafeConsole, one_line
 
-__all__ = ["EXIT_CODES_HELP", "app", "err_console", "guarded", "out_console", "progress_bar", "state"]
+__all__ = [
+    "EXIT_CODES_HELP",
+    "app",
+    "err_console",
+    "exit_codes_help",
+    "guarded",
+    "out_console",
+    "progress_bar",
+    "state",
+]
 
-EXIT_CODES_HELP = (
-    "Exit status: 0 ok; 1 internal error (a bug: please report it with -v output); "
-    "2 usage error or unknown session; 3 output written but some sessions were rejected "
-    "(see the rejects report); 4 a log file or import source is unreadable or has the wrong schema (nothing written); "
-    "5 the output cannot be written (exists without --overwrite, or the OS refused); "
-    "6 tito check found a changed, missing or stale golden dump."
-)
+#: What each exit status means, for the help of the commands that can end with it.
+EXIT_MEANINGS = {
+    EXIT_OK: "ok",
+    EXIT_INTERNAL: "internal error (a bug: please report it with -v output)",
+    EXIT_USAGE: "usage error, unknown session, or an optional dependency the options need is not installed",
+    EXIT_REJECTED: "output written but some sessions were rejected (see the rejects report)",
+    EXIT_BAD_INPUT: "a log file or import source is unreadable or has the wrong schema, or no log was found "
+    "(nothing written)",
+    EXIT_OUTPUT: "the output cannot be written (exists without --overwrite, or the OS refused)",
+    EXIT_CHECK_FAILED: "tito check found a changed, missing or stale golden dump",
+}
+
+
+def exit_codes_help(*codes: int) -> str:
+    """The "Exit status" paragraph of a command's help: 0, 1 and 2 (every command's), then ``codes``."""
+    shown = sorted({EXIT_OK, EXIT_INTERNAL, EXIT_USAGE, *codes})
+    return "Exit status: " + "; ".join(f"{code} {EXIT_MEANINGS[code]}" for code in shown) + "."
+
+
+EXIT_CODES_HELP = exit_codes_help(*EXIT_MEANINGS)
+
+
+def _global_flags_first(args: list[str], commands: Collection[str]) -> list[str]:
+    """``args`` with ``-v``/``--verbose`` given after the command moved before it (both spellings work)."""
+    try:
+        at = next(i for i, arg in enumerate(args) if arg in commands or arg == "--")
+    except StopIteration:
+        return args
+    end = args.index("--", at) if "--" in args[at:] else len(args)
+    moved = [arg for arg in args[at:end] if arg in _GLOBAL_FLAGS]
+    if not moved or args[at] == "--":
+        return args
+    rest = [arg for arg in args[at:end] if arg not in _GLOBAL_FLAGS]
+    return args[:at] + moved + rest + args[end:]
+
+
+_GLOBAL_FLAGS = ("-v", "--verbose")
+
+
+class _Group(typer.core.TyperGroup):
+    """tito's command group: the global ``-v`` is accepted after the command too."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, _global_flags_first(args, self.commands))
+
 
 app = typer.Typer(
     name="tito",
+    cls=_Group,
     help="Rebuild token-level RL training samples, offline, from recorded agent-session turn logs.\n\n"
     + EXIT_CODES_HELP,
     no_args_is_help=True,
@@ -51,9 +110,22 @@ class _State:
 state = _State()
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from .. import __version__
+
+        out_console.print(f"tito {__version__}", markup=False)
+        raise typer.Exit()
+
+
 @app.callback()
 def _global_options(
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="Show Python tracebacks for errors."),
+    verbose: bool = typer.Option(
+        False, "--verbose", "-v", help="Show Python tracebacks for errors (before or after the command)."
+    ),
+    version: bool = typer.Option(
+        False, "--version", is_eager=True, callback=_print_version, help="Print tito's version and exit."
+    ),
 ) -> None:
     state.verbose = verbose
 
@@ -62,11 +134,12 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def report_error(error: TitoError) -> None:
-    # The message names files and sessions from the log: one line, no markup of its own.
+    # The message names files and sessions from the log: one line, no markup of its own (brackets
+    # such as "pip install 'tito-cli[slime]'" stay).
     message = escape(one_line(str(error)))
     err_console.print(f"[bold red]ERROR[/] {message}", markup=True, highlight=False, soft_wrap=True)
     if isinstance(error, UnknownSessionError) and error.candidates:
-        err_console.print("candidates:", soft_wrap=True)
+        err_console.print("did you mean:" if error.suggestions else "candidates:", soft_wrap=True)
         for candidate in error.candidates:
             err_console.print(f"  {one_line(candidate)}", markup=False, soft_wrap=True)
     if error.tip:

@@ -8,17 +8,18 @@ from pathlib import Path
 
 import typer
 
-from ..errors import EXIT_CHECK_FAILED, EXIT_OK
-from .app import EXIT_CODES_HELP, app, guarded, out_console
+from ..errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_OK, EXIT_OUTPUT
+from .app import app, exit_codes_help, guarded, out_console
 from .dump import LOGS, NO_DECODE, SESSIONS, STYLE, TOKENIZER, WORKERS, golden_options, option_args
 from .options import FORK_THRESHOLD, MAX_SAMPLE_TOKENS, POLICY, REWARD_MODE, RewardChoice
+from .unfinished import UNFINISHED, UnfinishedChoice
 
 
 @app.command(
     help="Rebuild the log and compare every session with its golden dump in --golden. Fails (exit 6) "
     "when a dump changed (a -golden/+rebuilt diff is shown), a session has no golden (new) or a golden "
     "has no session (stale). Files change only with --update, never implicitly (also not under CI=true).\n\n"
-    + EXIT_CODES_HELP
+    + exit_codes_help(EXIT_BAD_INPUT, EXIT_OUTPUT, EXIT_CHECK_FAILED)
 )
 @guarded
 def check(
@@ -40,12 +41,13 @@ def check(
     tokenizer: Path | None = TOKENIZER,
     no_decode: bool = NO_DECODE,
     workers: int = WORKERS,
+    unfinished: UnfinishedChoice = UNFINISHED,
 ) -> None:
     from ..golden.compare import check_goldens
     from ..golden.report import check_report_dict, render_check_report
 
     options = golden_options(
-        policy, fork_threshold, reward_mode, max_sample_tokens, style, tokenizer, no_decode, workers
+        policy, fork_threshold, reward_mode, max_sample_tokens, style, tokenizer, no_decode, workers, unfinished
     )
     report = check_goldens(logs, golden, options, sessions or None, update=update)
     words = ["tito", "check", *map(str, logs), "--golden", str(golden)]

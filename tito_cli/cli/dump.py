@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from .app import EXIT_CODES_HELP, app, err_console, guarded
+from ..errors import EXIT_BAD_INPUT, EXIT_OUTPUT
+from .app import app, err_console, exit_codes_help, guarded
 from .options import (
     FORK_THRESHOLD,
     MAX_SAMPLE_TOKENS,
@@ -18,6 +19,7 @@ from .options import (
     policy_args,
     policy_from,
 )
+from .unfinished import UNFINISHED, UnfinishedChoice
 
 if TYPE_CHECKING:  # the golden package is imported when a command runs, not at start-up
     from ..golden.compare import GoldenOptions
@@ -58,6 +60,7 @@ def golden_options(
     tokenizer: Path | None,
     no_decode: bool,
     workers: int = 1,
+    unfinished: UnfinishedChoice = UnfinishedChoice.keep,
 ) -> GoldenOptions:
     if style not in ("full", "compact"):
         raise typer.BadParameter("must be 'full' or 'compact'", param_hint="--style")
@@ -69,6 +72,7 @@ def golden_options(
         tokenizer=tokenizer,
         decode=not no_decode,
         workers=workers,
+        unfinished=unfinished.value,
     )
 
 
@@ -81,6 +85,8 @@ def option_args(options: GoldenOptions, tokenizer: Path | None, sessions: Any) -
         words += ["--tokenizer", str(tokenizer)]
     if not options.decode:
         words.append("--no-decode")
+    if options.unfinished != "keep":
+        words += ["--unfinished", options.unfinished]
     for session in sessions or ():
         words += ["--session", session]
     return words
@@ -88,7 +94,9 @@ def option_args(options: GoldenOptions, tokenizer: Path | None, sessions: Any) -
 
 @app.command(
     help="Write one deterministic, diff-friendly text dump per session (<out>/<session>.txt) "
-    "to keep as golden files for 'tito check'. '--out -' prints the dumps instead.\n\n" + EXIT_CODES_HELP
+    "to keep as golden files for 'tito check'. '--out -' prints the dumps instead. A folder that already "
+    "holds dumps is refused unless --update (goldens never change implicitly).\n\n"
+    + exit_codes_help(EXIT_BAD_INPUT, EXIT_OUTPUT)
 )
 @guarded
 def dump(
@@ -105,22 +113,30 @@ def dump(
     tokenizer: Path | None = TOKENIZER,
     no_decode: bool = NO_DECODE,
     workers: int = WORKERS,
+    unfinished: UnfinishedChoice = UNFINISHED,
+    update: bool = typer.Option(
+        False,
+        "--update",
+        help="Write into a folder that already holds dumps: rewrite changed ones and remove stale ones "
+        "(when every session is dumped), as 'tito check --update' does.",
+    ),
 ) -> None:
     from ..golden.compare import iter_dumps, write_dumps
 
     options = golden_options(
-        policy, fork_threshold, reward_mode, max_sample_tokens, style, tokenizer, no_decode, workers
+        policy, fork_threshold, reward_mode, max_sample_tokens, style, tokenizer, no_decode, workers, unfinished
     )
     if out == "-":
         for one in iter_dumps(logs, options, sessions or None):
             sys.stdout.write(one.text)
         sys.stdout.flush()
         return
-    summary = write_dumps(logs, Path(out), options, sessions or None)
+    summary = write_dumps(logs, Path(out), options, sessions or None, update=update)
     total = len(summary.written) + len(summary.unchanged)
+    removed = f", {len(summary.removed)} stale removed" if summary.removed else ""
     err_console.print(
         f"wrote {len(summary.written)} of {total} dumps to {summary.out_dir} "
-        f"({len(summary.unchanged)} already identical)",
+        f"({len(summary.unchanged)} already identical{removed})",
         markup=False,
         soft_wrap=True,
     )

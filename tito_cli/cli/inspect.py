@@ -9,7 +9,7 @@ import typer
 from rich.console import Group, RenderableType
 from rich.text import Text
 
-from ..errors import InvalidSessionError, TitoError
+from ..errors import EXIT_BAD_INPUT, EXIT_REJECTED, InvalidSessionError, TitoError
 from ..render.drift_text import render_drift
 from ..render.jsonout import dumps
 from ..render.sample_text import render_samples
@@ -18,8 +18,9 @@ from ..render.tokens import TokenText, resolve_tokenizer
 from ..report.drift_window import divergences, drift_points
 from ..report.session_facts import clip_sample, samples_data, session_header, tree_nodes, turn_rows
 from ..run.corpus import Reject
-from .app import EXIT_CODES_HELP, app, err_console, guarded, out_console
+from .app import app, err_console, exit_codes_help, guarded, out_console
 from .options import FORK_THRESHOLD, MAX_SAMPLE_TOKENS, POLICY, REWARD_MODE, RewardChoice, policy_from
+from .unfinished import UNFINISHED, UnfinishedChoice
 from .viewing import LOGS_ENV, UNWRAPPED, is_plain, open_logs, show, with_pager
 
 VIEWS = ("turns", "tree", "samples")
@@ -83,7 +84,7 @@ def parse_turns(value: str | None) -> range | None:
     help="Show one session as the trainer will see it: its turns and the linearizer's decision for each, "
     "its routing tree, and its samples with trained tokens marked. Narrow it down with --sample, --turns, "
     "--drift and --around. On a terminal the output goes through a pager (less -R, or $PAGER); piped "
-    "output is never wrapped.\n\n" + EXIT_CODES_HELP
+    "output is never wrapped.\n\n" + exit_codes_help(EXIT_REJECTED, EXIT_BAD_INPUT)
 )
 @guarded
 def inspect(
@@ -134,6 +135,7 @@ def inspect(
     fork_threshold: int = FORK_THRESHOLD,
     reward_mode: RewardChoice | None = REWARD_MODE,
     max_sample_tokens: int | None = MAX_SAMPLE_TOKENS,
+    unfinished: UnfinishedChoice = UNFINISHED,
 ) -> None:
     if logs_arg is not None and logs is not None and logs_arg != logs:
         raise typer.BadParameter(f"two log folders: {logs_arg} and --logs {logs}", param_hint="LOGS")
@@ -146,7 +148,7 @@ def inspect(
         views = list(VIEWS)
     seqs = parse_turns(turns)
     chosen = policy_from(policy, fork_threshold, reward_mode, max_sample_tokens)
-    corpus = open_logs(folder)
+    corpus = open_logs(folder, unfinished)
     result = corpus.session(session, chosen)
     if isinstance(result, Reject):
         raise InvalidSessionError(

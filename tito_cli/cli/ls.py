@@ -6,12 +6,14 @@ from pathlib import Path
 
 import typer
 
+from ..errors import EXIT_BAD_INPUT
 from ..render.jsonout import dumps
 from ..render.listing import render_listing
 from ..render.plain import to_plain
 from ..report.facts import FIELDS, FilterError, compile_filter, session_row, sort_rows
-from .app import EXIT_CODES_HELP, app, err_console, guarded, out_console
+from .app import app, err_console, exit_codes_help, guarded, out_console
 from .options import FORK_THRESHOLD, MAX_SAMPLE_TOKENS, POLICY, REWARD_MODE, RewardChoice, policy_from
+from .unfinished import UNFINISHED, UnfinishedChoice
 from .viewing import LOGS_ENV, open_logs
 
 _FIELDS_HELP = "; ".join(f"{name}: {meaning}" for name, meaning in FIELDS.items())
@@ -20,7 +22,7 @@ _FIELDS_HELP = "; ".join(f"{name}: {meaning}" for name, meaning in FIELDS.items(
 @app.command(
     "ls",
     help="List the sessions of a turn log: turns, leaves, samples, trained tokens, forks, realigns, "
-    "rewrite merges, reward, and why a session was rejected.\n\n" + EXIT_CODES_HELP,
+    "rewrite merges, reward, and why a session was rejected.\n\n" + exit_codes_help(EXIT_BAD_INPUT),
 )
 @guarded
 def ls(
@@ -46,6 +48,7 @@ def ls(
     fork_threshold: int = FORK_THRESHOLD,
     reward_mode: RewardChoice | None = REWARD_MODE,
     max_sample_tokens: int | None = MAX_SAMPLE_TOKENS,
+    unfinished: UnfinishedChoice = UNFINISHED,
 ) -> None:
     try:
         predicate = compile_filter(where)
@@ -61,7 +64,7 @@ def ls(
     }
 
     chosen = policy_from(policy, fork_threshold, reward_mode, max_sample_tokens)
-    corpus = open_logs(logs)
+    corpus = open_logs(logs, unfinished)
     rows = []
     total = 0
     try:

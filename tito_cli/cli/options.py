@@ -48,13 +48,16 @@ FORK_THRESHOLD = typer.Option(
     "--fork-threshold",
     min=0,
     help="Tokens: a drift inside the latest response is realigned when it (slime-v4) or the incoming output "
-    "(slime-0.3) is shorter than this, else it forks; also bounds short-rewrite absorption. 0 disables both.",
+    "(slime-0.3) is shorter than this, else it forks; also bounds short-rewrite absorption. 0 disables both. "
+    "Raising it can lower the trained tokens: a realign cuts the drifted part of the held response "
+    "(slime-0.3: all of it), which then leaves training.",
 )
 REWARD_MODE = typer.Option(
     None,
     "--reward-mode",
     show_default="the policy's",
-    help="'split': each sample gets reward / samples of its session; 'full': each gets the whole reward.",
+    help="'split': each sample gets reward / samples of its session, so a sample's reward depends on how many "
+    "samples its session forked into; 'full': each gets the whole reward.",
 )
 MAX_SAMPLE_TOKENS = typer.Option(
     None,

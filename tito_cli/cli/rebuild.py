@@ -8,15 +8,16 @@ from typing import Any
 
 import typer
 
-from ..errors import EXIT_OK, EXIT_REJECTED
+from ..errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_OUTPUT, EXIT_REJECTED
 from ..export.base import format_names
 from ..render.summary import render_rebuild_summary
 from ..run.local import BATCHES_PER_WORKER
 from ..run.rebuild import rebuild as rebuild_logs
-from .app import EXIT_CODES_HELP, app, err_console, guarded, progress_bar
+from .app import app, err_console, exit_codes_help, guarded, progress_bar, state
 from .export import FORKED, LABELS, LOGPROBS, SPLIT_BY, ForkedChoice, LogprobsChoice, check_format, export_options
 from .import_traces import REWARDS_HELP, SESSION_HEADER_HELP, TOKENIZER_HELP, VERBATIM_HELP, ImportFormat
 from .options import FORK_THRESHOLD, MAX_SAMPLE_TOKENS, POLICY, REWARD_MODE, RewardChoice, policy_from
+from .unfinished import UNFINISHED, UnfinishedChoice
 
 
 class EngineChoice(Enum):
@@ -24,7 +25,10 @@ class EngineChoice(Enum):
     ray = "ray"
 
 
-@app.command(help="Route and linearize every session of a turn log into a samples Parquet file.\n\n" + EXIT_CODES_HELP)
+@app.command(
+    help="Route and linearize every session of a turn log into a samples Parquet file.\n\n"
+    + exit_codes_help(EXIT_REJECTED, EXIT_BAD_INPUT, EXIT_OUTPUT)
+)
 @guarded
 def rebuild(
     logs: list[Path] = typer.Argument(
@@ -66,6 +70,7 @@ def rebuild(
         show_default=f"the log split in {BATCHES_PER_WORKER} batches per worker",
         help="Size (MiB of decoded turn columns) of the batches of sessions handed to workers.",
     ),
+    unfinished: UnfinishedChoice = UNFINISHED,
     from_format: ImportFormat | None = typer.Option(
         None,
         "--from",
@@ -79,7 +84,7 @@ def rebuild(
     engine: EngineChoice = typer.Option(
         EngineChoice.local,
         "--engine",
-        help="'local': this machine's processes. 'ray': a Ray Data pipeline (pip install 'tito[ray]') that "
+        help="'local': this machine's processes. 'ray': a Ray Data pipeline (pip install 'tito-cli\\[ray]') that "
         "rebuilds sessions across a cluster; the files written are the same, see docs/performance.md.",
     ),
     split_by: int = SPLIT_BY,
@@ -96,11 +101,21 @@ def rebuild(
     if engine is EngineChoice.ray:
         from ..run.ray_data import rebuild_ray
 
-        summary = rebuild_ray(logs, out, chosen, overwrite=overwrite, output_format=format, options=sink_options)
+        quiet = not state.verbose  # Ray's INFO lines only with -v
+        summary = rebuild_ray(
+            logs,
+            out,
+            chosen,
+            overwrite=overwrite,
+            output_format=format,
+            options=sink_options,
+            unfinished=unfinished.value,
+            quiet=quiet,
+        )
         err_console.print(render_rebuild_summary(summary), soft_wrap=True)
         raise typer.Exit(EXIT_REJECTED if summary.rejected else EXIT_OK)
     options: dict[str, Any] = {"overwrite": overwrite, "workers": workers, "batch_bytes": batch_bytes}
-    options.update(output_format=format, options=sink_options)
+    options.update(output_format=format, options=sink_options, unfinished=unfinished.value)
     if from_format is not None:
         from ..render.import_summary import render_import_summary
         from ..run.rebuild_from import rebuild_from

@@ -8,8 +8,8 @@ from pathlib import Path
 import typer
 
 from .._paths import FIXTURE_TOKENIZER as DEFAULT_TOKENIZER
-from ..errors import EXIT_USAGE
-from .app import EXIT_CODES_HELP, app, err_console, guarded, progress_bar
+from ..errors import EXIT_OUTPUT, EXIT_USAGE
+from .app import app, err_console, exit_codes_help, guarded, progress_bar
 
 
 class ProfileChoice(Enum):
@@ -23,7 +23,7 @@ class ProfileChoice(Enum):
     help="Simulate coding-agent sessions into a turn log, offline, with a real tokenizer and chat template.\n\n"
     "The sessions contain tool-call loops, sub-agents, compaction, retries, re-rendered history, stripped "
     "reasoning, non-canonical output ids and truncated replies. The same arguments give byte-identical "
-    "files.\n\n" + EXIT_CODES_HELP
+    "files.\n\n" + exit_codes_help(EXIT_OUTPUT)
 )
 @guarded
 def simulate(

@@ -16,6 +16,7 @@ from ..errors import UnreadableLogError
 from ..render.plain import plain_width, to_plain
 from ..run.corpus import Corpus
 from .app import out_console
+from .unfinished import UnfinishedChoice
 
 __all__ = ["LOGS_ENV", "PAGER_ENV", "UNWRAPPED", "is_plain", "open_logs", "show", "with_pager"]
 
@@ -27,14 +28,14 @@ PAGER_ENV = "TITO_PAGER"
 UNWRAPPED = 100_000
 
 
-def open_logs(logs: Path) -> Corpus:
+def open_logs(logs: Path, unfinished: UnfinishedChoice = UnfinishedChoice.keep) -> Corpus:
     if not logs.exists():
         raise UnreadableLogError(
             "no such log folder",
             file=logs,
             tip=f"give the log folder (inspect: --logs DIR) or set {LOGS_ENV}",
         )
-    return Corpus.open([logs])
+    return Corpus.open([logs], unfinished=unfinished.value)
 
 
 def is_plain() -> bool:

@@ -72,11 +72,13 @@ def sample_metadata(result: SessionResult, sample: LinearizedSample) -> str:
 
     A sessions row whose metadata has its own ``"tito"`` key, or anything
     that is not strict JSON, was rejected when the sessions table was read.
+    ``finished`` is false for a session rebuilt without a sessions row: its reward of 0.0 is
+    not the environment's verdict (the harness died), and a trainer may want to leave it out.
     """
     meta = dict(result.info.metadata or {})
     if sample.flags is not None:
         meta.update(sample.flags)
-    meta[PROVENANCE_KEY] = provenance(sample)
+    meta[PROVENANCE_KEY] = {**provenance(sample), "finished": result.info.finished}
     return json.dumps(meta, sort_keys=True, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 

@@ -71,7 +71,7 @@ class RolloutDump(Sink):
         except ImportError:
             raise ExportError(
                 "--to slime writes torch files, and torch is not installed",
-                tip="pip install 'tito[slime]'  (on these machines: pip install torch==2.13.0, a CPU build)",
+                tip="pip install 'tito-cli[slime]'  (on these machines: pip install torch==2.13.0, a CPU build)",
             ) from None
         options = context.options
         if options.split_by is not None:

@@ -17,12 +17,13 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
+from typing import NoReturn
 
 from .._atomic import atomic_path
 from ..algorithm.policy import Policy, default_policy
 from ..errors import OutputError
 from ..render.tokens import TokenText
-from ..run.corpus import Corpus, find_session_id
+from ..run.corpus import Corpus, Unfinished, find_session_id
 from .serialize import (
     DUMP_HEADER,
     DumpStyle,
@@ -63,6 +64,8 @@ class GoldenOptions:
     #: Processes making dumps in parallel (1: in this process).  The dumps are
     #: the same for any number: each session's dump depends on that session alone.
     workers: int = 1
+    #: Sessions without a sessions row: rebuilt (``keep``) or dumped as rejected.
+    unfinished: Unfinished = "keep"
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +142,8 @@ class DumpSummary:
     written: list[Path] = field(default_factory=list)
     #: Files whose content was already identical (rewritten anyway is pointless, so skipped).
     unchanged: list[Path] = field(default_factory=list)
+    #: Stale dumps (of no session of the log) removed with ``update``.
+    removed: list[Path] = field(default_factory=list)
 
 
 # -- producing dumps ------------------------------------------------------------
@@ -155,7 +160,7 @@ def iter_dumps(
     # Open the log and resolve ids now, so bad input fails before any caller writes anything.
     options = options or GoldenOptions()
     paths = [Path(p) for p in inputs]
-    corpus = Corpus.open(paths)
+    corpus = Corpus.open(paths, unfinished=options.unfinished)
     wanted = None
     if only is not None:
         ids = corpus.session_ids()
@@ -203,7 +208,7 @@ _WORKER: tuple[Corpus, GoldenOptions, TokenText, list[str]] | None = None
 
 def _start_worker(paths: list[Path], options: GoldenOptions, search_from: list[Path]) -> None:
     global _WORKER
-    corpus = Corpus.open(paths)
+    corpus = Corpus.open(paths, unfinished=options.unfinished)
     tokens = golden_token_text(corpus.tokenizer, search_from, override=options.tokenizer, decode=options.decode)
     _WORKER = (corpus, options, tokens, [str(f.path) for f in corpus.log.files])
 
@@ -270,11 +275,33 @@ def write_dumps(
     out_dir: str | os.PathLike[str],
     options: GoldenOptions | None = None,
     only: Sequence[str] | None = None,
+    *,
+    update: bool = False,
 ) -> DumpSummary:
-    """Write ``<out_dir>/<session>.txt`` for each session; other files are left alone."""
+    """Write ``<out_dir>/<session>.txt`` for each session; files other than ``*.txt`` are left alone.
+
+    Into a folder that already holds dumps, nothing is written unless
+    ``update`` (as :func:`check_goldens`, goldens never change implicitly): a
+    run that would change, add or leave stale a dump raises.  With ``update``,
+    changed dumps are rewritten and, when every session is dumped, stale ones
+    removed.
+    """
     out = Path(out_dir)
+    existing = _existing_dumps(out)
     dumps = iter_dumps(inputs, options, only)
     summary = DumpSummary(out)
+    if existing and not update:
+        # Allowed only if it would change nothing: compare, and stop at the first difference.
+        for dump in dumps:
+            path = out / dump.file_name
+            if not path.is_file() or _read(path) != dump.text:
+                _refuse(out, f"{dump.session_id} {'changed' if path.is_file() else 'new'}")
+            summary.unchanged.append(path)
+        names = {p.name for p in summary.unchanged}
+        stale = [p for p in existing if p.name not in names] if only is None else []
+        if stale:
+            _refuse(out, f"{stale[0].name} stale")
+        return summary
     _make_dir(out)
     for dump in dumps:
         path = out / dump.file_name
@@ -283,7 +310,49 @@ def write_dumps(
             continue
         _write(path, dump.text)
         summary.written.append(path)
+    if update and only is None:
+        kept = {p.name for p in summary.written + summary.unchanged}
+        for path in existing:
+            if path.name not in kept:
+                _remove(path)
+                summary.removed.append(path)
     return summary
+
+
+def _refuse(folder: Path, first_difference: str) -> NoReturn:
+    raise OutputError(
+        f"the folder holds golden dumps that this log would change ({first_difference}); nothing written",
+        file=folder,
+        tip="tito check LOGS --golden FOLDER shows every difference; add --update to accept the rebuilt dumps "
+        "(changed ones rewritten, stale ones removed)",
+    )
+
+
+def _existing_dumps(folder: Path) -> list[Path]:
+    """The golden dumps in ``folder``: its ``*.txt`` files that start as a dump does, as
+    :func:`check_goldens` counts them (a README.txt or notes are not tito's to judge or remove)."""
+    if not folder.is_dir():
+        return []
+    found = []
+    for path in sorted(folder.glob("*.txt"), key=lambda p: p.name):
+        if path.name.startswith(".") or not path.is_file():
+            continue
+        try:
+            with path.open(encoding="utf-8", errors="replace") as f:
+                if f.read(len(DUMP_HEADER)) == DUMP_HEADER:
+                    found.append(path)
+        except OSError:
+            continue
+    return found
+
+
+def _remove(path: Path) -> None:
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise OutputError(f"cannot remove ({exc.strerror or exc})", file=path) from None
 
 
 # -- checking -------------------------------------------------------------------
@@ -345,12 +414,7 @@ def check_goldens(
         _make_dir(golden)
         for check in report.failures:
             if check.status is Status.STALE:
-                try:
-                    check.file.unlink()
-                except FileNotFoundError:
-                    pass
-                except OSError as exc:
-                    raise OutputError(f"cannot remove ({exc.strerror or exc})", file=check.file) from None
+                _remove(check.file)
             else:
                 assert check.rebuilt is not None
                 _write(check.file, check.rebuilt)

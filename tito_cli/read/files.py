@@ -16,10 +16,10 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..errors import SchemaError, UnreadableLogError
+from ..errors import LogError, SchemaError, UnreadableLogError
 from ..schema import FORMAT_VERSION, META_FORMAT, META_TABLE, META_TOKENIZER
 
-__all__ = ["READ_COLUMNS", "LogFile", "classify_file", "discover_files", "open_parquet"]
+__all__ = ["READ_COLUMNS", "LogFile", "classify_file", "discover_files", "open_parquet", "require_logs"]
 
 # Column -> check of its Arrow type, and whether a turns/sessions file must have it.
 _TURNS_COLUMNS: dict[str, tuple[str, bool]] = {
@@ -144,6 +144,22 @@ def _parquet_files(folder: Path, seen_folders: set[tuple[int, int]]) -> list[Pat
         folders.sort()
         files.extend(Path(top, name) for name in names if name.endswith(".parquet") and not name.startswith("."))
     return files
+
+
+def require_logs(found: list[Path], paths: Iterable[str | Path]) -> list[Path]:
+    """``found`` (from :func:`discover_files`), or an error naming ``paths`` when it is empty.
+
+    A mistyped or wrong folder must not rebuild into an empty samples file that exits 0.
+    """
+    if found:
+        return found
+    where = ", ".join(str(p) for p in paths) or "(no path given)"
+    raise LogError(
+        "no turn-log Parquet file found here (searched recursively for *.parquet)",
+        file=where,
+        tip="tito reads the Parquet turn logs TurnLogWriter writes (docs/capture.md); "
+        "convert logs in another format with tito import",
+    )
 
 
 def _file_id(path: Path) -> tuple[int, int] | None:

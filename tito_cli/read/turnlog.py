@@ -22,7 +22,7 @@ from .._arrow import NotUtf8, strings
 from ..errors import SchemaError, UnreadableLogError
 from ..schema import PROVENANCE_KEY
 from ..turns import RowRef, SessionInfo, canonical_json
-from .files import LogFile, classify_file, discover_files, open_parquet
+from .files import LogFile, classify_file, discover_files, open_parquet, require_logs
 from .rows import (
     INT64_MAX,
     FileIndex,
@@ -75,7 +75,8 @@ class TurnLog:
         pass over the files in parallel (about half a millisecond a file:
         seconds, before any session can be rebuilt, on a log of thousands).
         """
-        found = discover_files(paths, exclude=exclude)
+        paths = list(paths)
+        found = require_logs(discover_files(paths, exclude=exclude), paths)
         if not index:
             return cls([classify_file(p) for p in found])
         opened = list((map_files or map)(_open_file, found))

@@ -63,7 +63,11 @@ def render_corpus_stats(s: dict[str, Any]) -> RenderableType:
     totals.add_row("rewrite merges", _n(s["rewrite_merges"]), "")
     if s["ambiguous_rewrites"]:
         totals.add_row("ambiguous rewrites", _n(s["ambiguous_rewrites"]), "several candidates: not merged")
-    totals.add_row("no sessions row", _n(s["sessions_without_sessions_row"]), "sessions rebuilt with reward 0.0")
+    examples = s["sessions_without_sessions_row_examples"]
+    named = f", e.g. {', '.join(examples)}" if examples else ""
+    totals.add_row(
+        "no sessions row", _n(s["sessions_without_sessions_row"]), f"sessions rebuilt with reward 0.0{named}"
+    )
     parts.append(totals)
 
     parts.append(_section("distributions"))

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from .._paths import FIXTURE_TOKENIZER, PACKAGED_TOKENIZER
 from ..errors import TokenizerError
 
 __all__ = ["TokenText", "resolve_tokenizer", "visible"]
@@ -45,6 +46,8 @@ def resolve_tokenizer(spec: str | None, search_from: Iterable[Path] = ()) -> Pat
             candidate = folder / path
             if candidate.is_dir():
                 return candidate
+    if spec == FIXTURE_TOKENIZER:  # logs of `tito simulate`, read away from a checkout
+        return PACKAGED_TOKENIZER
     return None
 
 

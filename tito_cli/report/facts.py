@@ -20,7 +20,7 @@ import numpy as np
 from ..algorithm.policy import Policy, default_policy
 from ..algorithm.session import SessionReport, SessionResult
 from ..export.groups import GroupCounts
-from ..run.corpus import Reject
+from ..run.corpus import UNFINISHED_REASON, Reject
 from .session_facts import NO_SAMPLES_REASONS
 
 __all__ = [
@@ -47,6 +47,7 @@ FIELDS: dict[str, str] = {
     "realigns": "realigns",
     "merges": "rewrite merges",
     "reward": "the session's reward",
+    "unfinished": "true for a session without a sessions row (its harness did not finish it)",
     "rejected": "why the session was rejected (null when it was not)",
 }
 
@@ -56,6 +57,7 @@ def session_row(item: SessionResult | Reject) -> dict[str, Any]:
     if isinstance(item, Reject):
         row: dict[str, Any] = dict.fromkeys(FIELDS)
         row["session"] = item.session_id
+        row["unfinished"] = item.reason == UNFINISHED_REASON
         row["rejected"] = item.reason
         row["file"] = item.file
         row["row"] = item.row
@@ -72,6 +74,7 @@ def session_row(item: SessionResult | Reject) -> dict[str, Any]:
         "realigns": r.realigns,
         "merges": r.rewrite_merges,
         "reward": item.info.reward,
+        "unfinished": not item.info.finished,
         "rejected": None,
         "file": None,
         "row": None,
@@ -274,6 +277,8 @@ class CorpusStats:
     sessions_with_forks: int = 0
     sessions_with_realigns: int = 0
     sessions_without_row: int = 0
+    #: The first few sessions rebuilt without a sessions row.
+    without_row_examples: list[str] = field(default_factory=list)
     rejected: int = 0
     #: reason -> [count, first few session ids]; rejected sessions are listed by reject reason.
     zero_samples: dict[str, list[Any]] = field(default_factory=dict)
@@ -320,6 +325,7 @@ class CorpusStats:
             "ambiguous_rewrites": t.ambiguous_rewrites,
             "left_out_samples": t.left_out_samples,
             "sessions_without_sessions_row": self.sessions_without_row,
+            "sessions_without_sessions_row_examples": self.without_row_examples,
             "zero_sample_sessions": {
                 reason: {"sessions": count, "examples": examples}
                 for reason, (count, examples) in sorted(self.zero_samples.items())
@@ -355,6 +361,8 @@ def corpus_stats(items: Iterable[SessionResult | Reject], policy: Policy | None 
         stats.sessions_with_forks += r.fork_total > 0
         stats.sessions_with_realigns += r.realigns > 0
         stats.sessions_without_row += r.missing_sessions_row
+        if r.missing_sessions_row and len(stats.without_row_examples) < 3:
+            stats.without_row_examples.append(item.session_id)
         stats.turns_per_session.append(r.turns)
         stats.groups.add(item.session_id, item.info.group_index, len(item.samples))
         if not item.samples:

@@ -11,10 +11,12 @@ written once, here.
 
 from __future__ import annotations
 
+import difflib
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import pyarrow as pa
 
@@ -27,7 +29,24 @@ from ..read.turnlog import SessionsTable, TurnLog
 from ..read.validate import parse_session
 from ..turns import RowRef, SessionInfo
 
-__all__ = ["Corpus", "Reject", "SessionOutput", "find_session_id", "rebuild_rows", "session_output"]
+__all__ = [
+    "UNFINISHED_REASON",
+    "Corpus",
+    "Reject",
+    "SessionOutput",
+    "Unfinished",
+    "find_session_id",
+    "rebuild_rows",
+    "reject_unfinished",
+    "session_output",
+]
+
+#: What to do with a session that has turns but no sessions row (its harness died before
+#: finishing it): ``keep`` rebuilds it with reward 0.0 (and marks its samples), ``reject``
+#: leaves it out and lists it in the rejects report.
+Unfinished = Literal["keep", "reject"]
+
+UNFINISHED_REASON = "no sessions row: the session was not finished (--unfinished reject)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,12 +79,16 @@ class Corpus:
     """A turn log opened for rebuilding: files classified, sessions table read.
 
     Opening needs no policy; each rebuild (:meth:`results`, :meth:`session`)
-    names the one it uses.
+    names the one it uses.  ``unfinished="reject"`` rejects the sessions that
+    have turns but no sessions row.
     """
 
-    def __init__(self, log: TurnLog) -> None:
+    def __init__(self, log: TurnLog, *, unfinished: Unfinished = "keep") -> None:
         self.log = log
+        self.unfinished: Unfinished = unfinished
         self.sessions_table: SessionsTable = log.read_sessions()
+        if unfinished == "reject":
+            reject_unfinished(self.sessions_table, log)
 
     @classmethod
     def open(
@@ -74,6 +97,7 @@ class Corpus:
         *,
         exclude: Iterable[Path] = (),
         map_files: FileMap | None = None,
+        unfinished: Unfinished = "keep",
     ) -> Corpus:
         """Classify and index the log's files (every use of a corpus needs its index), then read its sessions table.
 
@@ -81,7 +105,7 @@ class Corpus:
         (see :meth:`TurnLog.open`).
         """
         log = TurnLog.open([Path(p) for p in inputs], exclude=exclude, index=True, map_files=map_files)
-        return cls(log)
+        return cls(log, unfinished=unfinished)
 
     @property
     def tokenizer(self) -> str | None:
@@ -110,6 +134,17 @@ class Corpus:
         for result in self.results(policy, only=[sid]):
             return result
         raise UnknownSessionError(f"no session {sid!r}")  # pragma: no cover - ids come from the log
+
+
+def reject_unfinished(table: SessionsTable, log: TurnLog) -> None:
+    """Mark every session with turns but no sessions row invalid, at its last turn row."""
+    index = log.index()
+    for sid, place in index.places.items():
+        if sid in table.infos or sid in table.invalid:
+            continue
+        group = index.row_groups[int(place.groups[-1])]
+        row = group.first_row + int(place.rows[-1])
+        table.invalid[sid] = (UNFINISHED_REASON, RowRef(str(log.turn_files[group.file].path), row))
 
 
 def rebuild_rows(
@@ -173,9 +208,12 @@ def find_session_id(session_ids: list[str], query: str) -> str:
         return matches[0]
     if not matches:
         close = [sid for sid in session_ids if query.lower() in sid.lower()][:20]
+        if not close:  # a near miss: a typo, a digit off, a wrong separator
+            close = difflib.get_close_matches(query, session_ids, n=5, cutoff=0.6)
         raise UnknownSessionError(
             f"no session matches {query!r} ({len(session_ids)} sessions in the log)",
             candidates=close,
+            suggestions=True,
             tip="run 'tito ls' to list the sessions" if not close else None,
         )
     raise UnknownSessionError(

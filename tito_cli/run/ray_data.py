@@ -22,6 +22,7 @@ builds the summary and the rejects report.
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict
@@ -36,14 +37,14 @@ import pyarrow.parquet as pq
 from .._arrow import list_array, primitive_array, string_array
 from ..algorithm.policy import Policy, default_policy
 from ..algorithm.session import SessionReport
-from ..errors import OutputError, TitoError
+from ..errors import MissingDependencyError, OutputError
 from ..export.base import ExportOptions, SinkContext, open_sink
 from ..read.files import READ_COLUMNS
 from ..read.rows import rows_from_table
 from ..read.turnlog import TurnLog
 from ..schema import SAMPLES_SCHEMA
 from ..turns import RowRef, SessionInfo
-from .corpus import Reject, session_output
+from .corpus import Reject, Unfinished, reject_unfinished, session_output
 from .export import tables_by_session
 from .rebuild import RebuildSummary, deliver, rejects_path
 
@@ -60,16 +61,26 @@ def rebuild_ray(
     overwrite: bool = False,
     output_format: str = "parquet",
     options: ExportOptions | None = None,
+    unfinished: Unfinished = "keep",
+    quiet: bool = True,
 ) -> RebuildSummary:
-    """Rebuild every session under ``inputs`` into ``out`` with Ray Data (the same files as :func:`rebuild`)."""
+    """Rebuild every session under ``inputs`` into ``out`` with Ray Data (the same files as :func:`rebuild`).
+
+    ``quiet``: Ray's own INFO and WARNING log lines (execution plans, timings) are not
+    shown; Ray keeps them in its session logs.  Errors still show.
+    """
     try:
         import ray
         import ray.data
     except ImportError:
-        raise TitoError(
+        raise MissingDependencyError(
             "the ray engine needs Ray Data, which is not installed",
-            tip="pip install 'tito[ray]'  (or: pip install 'ray[data]')",
+            tip="pip install 'tito-cli[ray]'  (or: pip install 'ray[data]' aiohttp)",
         ) from None
+    if quiet:
+        # After importing ray.data, which sets its loggers up (levels included) at import.
+        for name in ("ray", "ray.data"):
+            logging.getLogger(name).setLevel(logging.ERROR)
     policy = policy or default_policy()
     out = Path(out)
     rejects_file = rejects_path(out)
@@ -81,6 +92,8 @@ def rebuild_ray(
     # Indexed as it is classified (one open a file): the session ids below need the index.
     log = TurnLog.open([Path(p) for p in inputs], exclude=[out], index=True)
     sessions = log.read_sessions()
+    if unfinished == "reject":
+        reject_unfinished(sessions, log)
     summary = RebuildSummary(
         out=out,
         rejects_file=rejects_file,

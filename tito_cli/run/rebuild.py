@@ -21,9 +21,9 @@ from ..algorithm.session import SessionReport
 from ..errors import OutputError
 from ..export.base import ExportOptions, Sink, SinkContext, open_sink
 from ..export.rejects import RejectsReport, rejects_path
-from ..read.files import discover_files
+from ..read.files import discover_files, require_logs
 from ..read.turnlog import SessionsTable
-from .corpus import Corpus, Reject
+from .corpus import Corpus, Reject, Unfinished
 from .local import default_workers, early_pool, file_map, rebuild_outputs
 
 __all__ = ["RebuildSummary", "Reject", "deliver", "rebuild", "rejects_path"]
@@ -126,6 +126,7 @@ def rebuild(
     output_format: str = "parquet",
     options: ExportOptions | None = None,
     extra_rejects: Iterable[Reject] = (),
+    unfinished: Unfinished = "keep",
 ) -> RebuildSummary:
     """Rebuild every session under ``inputs`` into ``out`` (Parquet, docs/spec.md §5, or ``output_format``).
 
@@ -143,6 +144,8 @@ def rebuild(
     machine's cores; small logs are rebuilt in-process); the output is the
     same for any number.  ``batch_bytes`` sets the size of the batches of
     sessions handed to workers (see :func:`tito_cli.run.local.plan_batches`).
+    ``unfinished``: sessions without a sessions row are rebuilt with reward
+    0.0 (``keep``, their samples say ``"finished": false``) or rejected.
     """
     policy = policy or default_policy()
     out = Path(out)
@@ -150,11 +153,13 @@ def rebuild(
     check_output_target(out, overwrite=overwrite)
     check_output_target(rejects_file, overwrite=True)
     input_paths = [Path(p) for p in inputs]
-    files = leave_out_previous_output(discover_files(input_paths), input_paths, [out, rejects_file])
+    files = require_logs(
+        leave_out_previous_output(discover_files(input_paths), input_paths, [out, rejects_file]), input_paths
+    )
     workers = default_workers() if workers is None else workers
     rejected: list[Reject] = list(extra_rejects)
     with early_pool(len(files), workers) as pool:
-        corpus = Corpus.open(files, map_files=file_map(pool, len(files), workers))
+        corpus = Corpus.open(files, map_files=file_map(pool, len(files), workers), unfinished=unfinished)
         # Temporaries of a rebuild that was killed (SIGKILL, OOM) before it could clean up.
         stale = remove_stale_temporaries(out) + remove_stale_temporaries(rejects_file)
         session_ids = corpus.session_ids()

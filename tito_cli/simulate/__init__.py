@@ -28,7 +28,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from .._atomic import fsync_directory
-from .._paths import FIXTURE_TOKENIZER
+from .._paths import FIXTURE_TOKENIZER, PACKAGED_TOKENIZER
 from ..capture.writer import TurnLogWriter
 from ..errors import OutputError
 from .chat import Chat
@@ -50,7 +50,6 @@ __all__ = [
 
 #: The tokenizer shipped with tito, as recorded in the logs (a repo-relative path).
 DEFAULT_TOKENIZER = FIXTURE_TOKENIZER
-_REPO_ROOT = Path(__file__).resolve().parents[2]
 _EPOCH = datetime(2026, 6, 1, 9, 0, tzinfo=timezone.utc)
 
 
@@ -88,11 +87,11 @@ class SimulationSummary:
 
 
 def resolve_tokenizer(name: str) -> str:
-    """Where to load ``name`` from: the path itself, or the shipped copy for the default name."""
+    """Where to load ``name`` from: the path itself, or the packaged copy for the default name."""
     if Path(name).exists():
         return name
-    if name == DEFAULT_TOKENIZER and (_REPO_ROOT / DEFAULT_TOKENIZER).is_dir():
-        return str(_REPO_ROOT / DEFAULT_TOKENIZER)
+    if name == DEFAULT_TOKENIZER:
+        return str(PACKAGED_TOKENIZER)
     return name
 
 
