@@ -4,23 +4,27 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
+import sys
 from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
 from rich.console import Console
+from rich.text import Text
 from typer.testing import CliRunner
 
 from tito_cli.algorithm.policies import SlimeV4
 from tito_cli.algorithm.session import SessionResult
 from tito_cli.cli import app
 from tito_cli.cli.app import out_console
-from tito_cli.cli.viewing import is_plain
+from tito_cli.cli.viewing import is_plain, with_pager
 from tito_cli.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_REJECTED, EXIT_USAGE
 from tito_cli.render.plain import to_plain
-from tito_cli.render.sample_text import render_samples, samples_data, seq_ranges
-from tito_cli.render.session_view import render_tree, render_turns, tree_nodes, turn_rows
+from tito_cli.render.sample_text import render_samples, seq_ranges
+from tito_cli.render.session_view import DECISION_LEGEND, render_tree, render_turns
+from tito_cli.report.session_facts import samples_data, tree_nodes, turn_rows
 from tito_cli.run.corpus import Corpus, Reject
 from tito_cli.tokenizer import TokenText, visible
 
@@ -78,8 +82,9 @@ def test_turns_view_shows_each_decision(agent_logs: Path) -> None:
         "  3  4  tool_calls     239      55  yes  clean: extends held tokens                 sample 0",
         "  4  5  length         245      19  yes  fork: before latest response at 41 (-253)  sample 1",
         "  5  6  stop           245      49  yes  fork: before latest response at 41 (-253)  sample 2",
-        "at N: tokens the prompt shares with those held for its path; (-N): held tokens it does not repeat. A",
-        "realign cuts them and continues the sample; a fork starts a new one.",
+        # Piped output is never wrapped: the legend is one line.
+        "at N: tokens the prompt shares with those held for its path; (-N): held tokens it does not repeat. "
+        "A realign cuts them and continues the sample; a fork starts a new one.",
     ]
 
 
@@ -114,7 +119,8 @@ def test_tree_view_marks_sub_agent_realign_fork_and_retry(agent_logs: Path) -> N
     tree = lines[lines.index("routing tree") + 1 :]
     assert tree == [
         "s-7f3a-fix-tests",
-        "├── ⑂ main  system    [3 tools] You are a coding agent. Use the tools to inspect and fix the reposi…",
+        # Piped output is never cropped either: previews are whole (up to their 200 characters).
+        "├── ⑂ main  system    [3 tools] You are a coding agent. Use the tools to inspect and fix the repository.",
         "│   user      The test test_add fails. Please fix it.",
         "│   assistant seq 0 #1 in 40 out 68 tool_calls  [reasoning] → run_tests",
         "│   tool      FAILED tests/test_utils.py::test_add - assert add(2, 2) == 4",
@@ -123,9 +129,11 @@ def test_tree_view_marks_sub_agent_realign_fork_and_retry(agent_logs: Path) -> N
         "│   assistant seq 3 #4 in 239 out 55 tool_calls  [reasoning] → read_file",
         "│   tool      def add(a, b): return a - b",
         "│   user      Keep the fix minimal.",
-        "│   ├── ⑂ first try  assistant seq 4 #5 in 245 out 19 length fork: before latest response  The bug …",
+        "│   ├── ⑂ first try  assistant seq 4 #5 in 245 out 19 length fork: before latest response  "
+        "The bug is in add: it subtracts.",
         "│   │             ⤷ leaf 0 → samples 0, 1",
-        "│   └── ⑂ retry  assistant seq 5 #6 in 245 out 49 stop fork: before latest response  [reasoning] Fi…",
+        "│   └── ⑂ retry  assistant seq 5 #6 in 245 out 49 stop fork: before latest response  "
+        "[reasoning] Fixed: add now returns a + b.",
         "│                 ⤷ leaf 1 → sample 2",
         "└── ⑂ sub-agent  system    You are a search sub-agent. Answer with file paths only.",
         "    user      Find where add is defined",
@@ -553,6 +561,121 @@ def test_every_conformance_session_renders_and_agrees(folder: Path, tmp_path: Pa
             plain = to_plain(render_samples(data, text, brackets=True))
             plain += to_plain(render_tree(result.session_id, nodes)) + to_plain(render_turns(rows))
             assert plain.count("[") == plain.count("]")
+
+
+# -- navigating a long session: --sample, --turns, --around, --drift, LOGS, the pager ------------
+
+
+def test_logs_folder_as_an_argument(agent_logs: Path) -> None:
+    by_option = run("inspect", MAIN, "--logs", str(agent_logs), "--view", "turns")
+    by_argument = run("inspect", MAIN, str(agent_logs), "--view", "turns")
+    assert by_argument[0] == EXIT_OK and by_argument[1] == by_option[1]
+    code, _, err = run("inspect", MAIN, str(agent_logs), "--logs", str(agent_logs / "other"))
+    assert code == EXIT_USAGE and "two log folders" in err
+
+
+def test_one_sample(agent_logs_no_tokenizer: Path) -> None:
+    code, lines, _ = run("inspect", MAIN, str(agent_logs_no_tokenizer), "--sample", "2", "--full")
+    assert code == EXIT_OK
+    # Only the samples view, only sample 2, and its marks are still its loss mask.
+    assert "turns" not in lines and "routing tree" not in lines
+    assert [line.split()[1] for line in lines if re.match(r"sample \d+  ", line)] == ["2"]
+    result = main_result(agent_logs_no_tokenizer)
+    (tokens, mask), = parse_id_view(lines)
+    assert tokens == result.samples[2].tokens.tolist()
+    assert mask == result.samples[2].loss_mask.tolist()
+    code, _, err = run("inspect", MAIN, str(agent_logs_no_tokenizer), "--sample", "4")
+    assert code == EXIT_USAGE and "has 4 samples (0 to 3)" in err
+
+
+def test_a_turn_range(agent_logs: Path) -> None:
+    code, lines, _ = run("inspect", MAIN, str(agent_logs), "--turns", "1..3", "--view", "turns,samples", "--json")
+    assert code == EXIT_OK
+    data = json.loads("\n".join(lines))
+    assert [r["seq"] for r in data["turns"]] == [1, 2, 3]
+    assert data["samples"], "samples packing seqs 1-3 are shown"
+    for sample in data["samples"]:
+        assert {r["seq"] for r in sample["regions"]} <= {1, 2, 3}
+        assert sample["shown"] == {"turns": [1, 3], "tokens": None, "focus": None}
+        for region in sample["regions"]:
+            assert len(region["ids"]) == region["end"] - region["start"]
+    for value in ("3..1", "a..b"):
+        assert run("inspect", MAIN, str(agent_logs), "--turns", value)[0] == EXIT_USAGE
+
+
+def test_around_a_token(agent_logs_no_tokenizer: Path) -> None:
+    result = main_result(agent_logs_no_tokenizer)
+    tokens = result.samples[0].tokens.tolist()
+    at = len(tokens) // 2
+    code, lines, _ = run("inspect", MAIN, str(agent_logs_no_tokenizer), "--sample", "0", "--around", str(at), "--json")
+    assert code == EXIT_OK
+    (sample,) = json.loads("\n".join(lines))["samples"]
+    lo, hi = sample["shown"]["tokens"]
+    assert lo <= at < hi and hi - lo <= 2 * 64 + 1
+    shown = [t for r in sample["regions"] for t in r["ids"]]
+    assert shown == tokens[lo:hi]
+    assert sample["shown"]["focus"] == at
+    # In text, the token asked about is marked (between ⟦ ⟧ when piped), and only it.
+    code, lines, _ = run("inspect", MAIN, str(agent_logs_no_tokenizer), "--sample", "0", "--around", str(at))
+    marked = re.findall(r"⟦(\d+)⟧", "\n".join(lines))
+    assert marked == [str(tokens[at])]
+
+
+def test_drift_shows_each_fork_and_realign_in_three_lines(agent_logs: Path) -> None:
+    code, lines, _ = run("inspect", MAIN, str(agent_logs), "--drift")
+    assert code == EXIT_OK
+    result = main_result(agent_logs)
+    expected = sorted(s for s, d in result.linearization.turn_decisions().items() if d.kind in ("fork", "realign"))
+    heads = [i for i, line in enumerate(lines) if re.match(r"seq \d+ · (fork|realign)", line)]
+    assert [int(lines[i].split()[1]) for i in heads] == expected
+    for i in heads:
+        # A heading, the held tokens and the prompt's: a drift point fits in a screen whatever the session's size.
+        assert lines[i + 1].startswith("  held   ") and lines[i + 2].startswith("  prompt ")
+        assert lines[i + 3 : i + 4] in ([], [""])
+        assert lines[i + 1].count("⟦") == lines[i + 2].count("⟦") == 1
+        held = lines[i + 1][len("  held   ") :]
+        prompt = lines[i + 2][len("  prompt ") :]
+        assert held[: held.index("⟦")] == prompt[: prompt.index("⟦")]  # the same up to the first difference
+
+    code, lines, _ = run("inspect", MAIN, str(agent_logs), "--drift", "--json")
+    points = json.loads("\n".join(lines))["drift"]
+    decisions = result.linearization.turn_decisions()
+    for p in points:
+        d = decisions[p["seq"]]
+        assert (p["kind"], p["index"], p["held_length"] - p["index"]) == (d.kind, d.lcp, d.drift)
+        assert p["held_text"] is not None and p["prompt_text"] is not None
+
+
+def test_demo_drift_points_fit_a_screen() -> None:
+    """Every demo session: each drift point is three lines (unwrapped), one line per window."""
+    for sid in Corpus.open([DEMO_LOGS]).session_ids():
+        code, lines, _ = run("inspect", sid, str(DEMO_LOGS), "--drift")
+        assert code == EXIT_OK
+        body = lines[lines.index("") + 1 :]  # below the header
+        if body == ["no fork or realign: every prompt extended the tokens held for its path"]:
+            continue
+        blocks = "\n".join(body).split("\n\n")
+        assert all(len(block.splitlines()) == 3 for block in blocks), sid
+
+
+def test_piped_output_is_not_wrapped(agent_logs: Path) -> None:
+    code, lines, _ = run("inspect", MAIN, str(agent_logs), "--view", "turns", env={"COLUMNS": "40"})
+    assert code == EXIT_OK
+    assert any(len(line) > 40 for line in lines)
+    assert DECISION_LEGEND in lines
+
+
+def test_pager_gets_the_output_with_less_options(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    got, options = tmp_path / "paged.txt", tmp_path / "less.txt"
+    script = (
+        "import os, sys; "
+        f"open({str(got)!r}, 'w').write(sys.stdin.read()); open({str(options)!r}, 'w').write(os.environ['LESS'])"
+    )
+    monkeypatch.setenv("TITO_PAGER", f"{sys.executable} -c {shlex.quote(script)}")
+    monkeypatch.delenv("LESS", raising=False)
+    with_pager(Text("a line for the pager"))
+    assert "a line for the pager" in got.read_text()
+    assert options.read_text() == "FRX"
 
 
 def test_a_near_miss_suggests_the_closest_session_ids(agent_logs: Path) -> None:

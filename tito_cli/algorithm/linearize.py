@@ -85,6 +85,19 @@ class Linearization:
     #: in emission order.
     left_out: list[tuple[int, int]] = field(default_factory=list)
 
+    def turn_decisions(self) -> dict[int, Decision]:
+        """The decision for each packed turn (by seq), from the first leaf that packed it.
+
+        Every leaf through a generated node packs the same chain up to it, from
+        an empty segment, so all leaves reach the same decision there; only
+        ``trained`` differs (a turn is trained by its first leaf).  Counts,
+        ``inspect`` and ``view`` all read a turn's decision from here.
+        """
+        first: dict[int, Decision] = {}
+        for d in self.decisions:
+            first.setdefault(d.seq, d)
+        return first
+
 
 def common_prefix_length(a: npt.NDArray[np.int32], b: npt.NDArray[np.int32]) -> int:
     return common_prefix(a, b)

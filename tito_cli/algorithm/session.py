@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from enum import Enum
 from itertools import pairwise
 
 from ..turns import SessionInfo, Turn
@@ -17,7 +18,29 @@ from .linearize import Linearization, LinearizedSample, linearize
 from .policy import ForkCause, Policy
 from .router import SessionTree, route
 
-__all__ = ["SessionReport", "SessionResult", "rebuild_session", "seq_gaps"]
+__all__ = ["NoSamples", "SessionReport", "SessionResult", "no_samples_cause", "rebuild_session", "seq_gaps"]
+
+
+class NoSamples(str, Enum):
+    """Why a valid session yields no sample (one decision; ``notes`` and ``tito stats`` word it)."""
+
+    #: Every turn has an empty ``prompt_messages`` (skipped, docs/spec.md §3 step 1).
+    ALL_SKIPPED = "all_skipped"
+    #: Every packed turn's output is empty.
+    EMPTY_OUTPUTS = "empty_outputs"
+    #: Outputs exist, but none is trained after a first prompt (already trained elsewhere).
+    NOTHING_TRAINED = "nothing_trained"
+
+
+def no_samples_cause(tree: SessionTree, samples: Sequence[LinearizedSample]) -> NoSamples | None:
+    """``None`` when the session has samples, else why it has none."""
+    if samples:
+        return None
+    if not tree.turns:
+        return NoSamples.ALL_SKIPPED
+    if all(len(t.output_ids) == 0 for t in tree.turns):
+        return NoSamples.EMPTY_OUTPUTS
+    return NoSamples.NOTHING_TRAINED
 
 
 @dataclass(slots=True)
@@ -60,6 +83,9 @@ class SessionReport:
     #: The cap they exceeded; per session only.
     max_sample_tokens: int | None = None
 
+    #: Why the session has no samples (a :class:`NoSamples` value), ``None`` when it has some.
+    no_samples: str | None = None
+
     @classmethod
     def for_policy(cls, policy: Policy) -> SessionReport:
         """An empty report counting the fork causes ``policy`` can give."""
@@ -72,8 +98,8 @@ class SessionReport:
     def notes(self) -> list[str]:
         """Why a valid session yields no samples, and other things its user should know."""
         notes = []
-        if self.samples == 0:
-            if self.skipped_turns == self.turns:
+        if self.no_samples is not None:
+            if self.no_samples == NoSamples.ALL_SKIPPED:
                 why = f"all {self.turns} turns have an empty prompt_messages (skipped, docs/spec.md §3 step 1)"
             else:
                 why = (
@@ -157,13 +183,15 @@ def rebuild_session(session_id: str, turns: Sequence[Turn], info: SessionInfo | 
     if lin.left_out:
         report.left_out_samples = len(lin.left_out)
         report.max_sample_tokens = policy.max_sample_tokens
+    cause = no_samples_cause(tree, samples)
+    report.no_samples = cause.value if cause is not None else None
     for sample in samples:
         trained = int(sample.loss_mask.sum())
         report.trained_tokens += trained
         report.context_tokens += sample.response_length - trained
     # A turn shared by several leaves is packed once per leaf, always with the
     # same decision (the chain up to it is the same); count each turn once.
-    first_decisions = {d.seq: d for d in reversed(lin.decisions)}.values()
+    first_decisions = lin.turn_decisions().values()
     kinds = Counter(d.kind for d in first_decisions)
     report.realigns = kinds["realign"]
     for decision in first_decisions:

@@ -18,6 +18,7 @@ from . import (  # noqa: F401
     export,
     import_traces,
     inspect,
+    view,
     ls,
     stats,
     dump,

@@ -10,24 +10,20 @@ from rich.console import Group, RenderableType
 from rich.text import Text
 
 from ..errors import EXIT_BAD_INPUT, EXIT_REJECTED, InvalidSessionError
+from ..render.drift_text import render_drift as render_drift_points
 from ..render.drift_view import render_drift
 from ..render.jsonout import dumps
-from ..render.sample_text import render_samples, samples_data
-from ..render.session_view import (
-    render_header,
-    render_tree,
-    render_turns,
-    session_header,
-    tree_nodes,
-    turn_rows,
-)
+from ..render.sample_text import render_samples
+from ..render.session_view import render_header, render_tree, render_turns
 from ..report.drift import divergences
+from ..report.drift_points import drift_points
+from ..report.session_facts import clip_sample, samples_data, session_header, tree_nodes, turn_rows
 from ..run.corpus import Reject
 from ..tokenizer import TokenText
-from .app import app, err_console, exit_codes_help, guarded
+from .app import app, err_console, exit_codes_help, guarded, out_console
 from .options import FORK_THRESHOLD, MAX_SAMPLE_TOKENS, POLICY, REWARD_MODE, TOKENIZER, RewardChoice, policy_from
 from .unfinished import UNFINISHED, UnfinishedChoice
-from .viewing import LOGS_ENV, choose_tokenizer, is_plain, open_logs, show
+from .viewing import LOGS_ENV, UNWRAPPED, choose_tokenizer, is_plain, open_logs, show, with_pager
 
 VIEWS = ("turns", "tree", "drift", "samples")
 
@@ -43,35 +39,89 @@ def parse_views(value: str) -> list[str]:
     return [v for v in VIEWS if v in views]  # always in the same order
 
 
+#: Tokens shown each side of ``--around N``.
+AROUND = 64
+
+
+def parse_turns(value: str | None) -> range | None:
+    """``A..B``, ``A..``, ``..B`` or ``A`` (seqs, inclusive) as a range of seqs."""
+    if value is None:
+        return None
+    lo_text, sep, hi_text = value.partition("..")
+    try:
+        lo = int(lo_text) if lo_text.strip() else 0
+        hi = int(hi_text) if hi_text.strip() else (2**63 - 1 if sep else lo)
+    except ValueError:
+        raise typer.BadParameter(f"{value!r} is not a seq range such as 3..7, 3.. or 5", param_hint="--turns") from None
+    if hi < lo:
+        raise typer.BadParameter(f"{value!r} ends before it starts", param_hint="--turns")
+    return range(lo, hi + 1)
+
+
 @app.command(
     help="Show one session as the trainer will see it: its turns and the linearizer's decision for each, "
-    "its routing tree, and its samples with trained tokens marked.\n\n" + exit_codes_help(EXIT_REJECTED, EXIT_BAD_INPUT)
+    "its routing tree, and its samples with trained tokens marked. Narrow it down with --sample, --turns, "
+    "--drift and --around. On a terminal the output goes through a pager (less -R, or $PAGER); piped "
+    "output is never wrapped.\n\n" + exit_codes_help(EXIT_REJECTED, EXIT_BAD_INPUT)
 )
 @guarded
 def inspect(
     session: str = typer.Argument(..., help="A session id, or a unique prefix of one."),
-    logs: Path = typer.Option(
-        Path("logs"), "--logs", "-l", envvar=LOGS_ENV, help=f"The turn-log folder (or ${LOGS_ENV})."
+    logs_arg: Path | None = typer.Argument(
+        None, metavar="[LOGS]", help=f"The turn-log folder (default ./logs, or ${LOGS_ENV}); or --logs."
     ),
-    view: str = typer.Option(
-        ",".join(VIEWS),
+    logs: Path | None = typer.Option(
+        None, "--logs", "-l", envvar=LOGS_ENV, help=f"The turn-log folder (or ${LOGS_ENV}), as the LOGS argument."
+    ),
+    view: str | None = typer.Option(
+        None,
         "--view",
-        help="Comma-separated views to show: turns, tree, drift (where each fork and realign diverged, "
-        "decoded, with its likely class), samples.",
+        help="Comma-separated views to show: turns, tree, drift (where each fork and realign diverged, decoded, "
+        "with its likely class), samples (default: all four; only samples with --sample or --around).",
+    ),
+    sample: int | None = typer.Option(None, "--sample", "-s", min=0, help="Show only sample K (0-based)."),
+    turns: str | None = typer.Option(
+        None,
+        "--turns",
+        help="Only turns with seq in A..B (also A.. or ..B or one seq): in the turns view and in the samples' "
+        "regions.",
+    ),
+    drift: bool = typer.Option(
+        False,
+        "--drift",
+        help="Show only the forks and realigns, each with the held and the prompt tokens decoded around the "
+        "first difference.",
+    ),
+    around: int | None = typer.Option(
+        None,
+        "--around",
+        min=0,
+        help=f"Show only the tokens within {AROUND} of this token index in each sample shown (with --sample: "
+        "that sample).",
     ),
     tokenizer: list[str] | None = TOKENIZER,
     ids: bool = typer.Option(False, "--ids", help="Show token ids instead of decoded text."),
     full: bool = typer.Option(False, "--full", help="Show first prompts and long context runs in full."),
     as_json: bool = typer.Option(False, "--json", help="Print the selected views as JSON (stable keys)."),
+    no_pager: bool = typer.Option(False, "--no-pager", help="Print straight to the terminal, without a pager."),
     policy: str = POLICY,
     fork_threshold: int = FORK_THRESHOLD,
     reward_mode: RewardChoice | None = REWARD_MODE,
     max_sample_tokens: int | None = MAX_SAMPLE_TOKENS,
     unfinished: UnfinishedChoice = UNFINISHED,
 ) -> None:
-    views = parse_views(view)
+    if logs_arg is not None and logs is not None and logs_arg != logs:
+        raise typer.BadParameter(f"two log folders: {logs_arg} and --logs {logs}", param_hint="LOGS")
+    folder = logs_arg or logs or Path("logs")
+    if view is not None:
+        views = parse_views(view)
+    elif sample is not None or around is not None:
+        views = ["samples"]
+    else:
+        views = list(VIEWS)
+    seqs = parse_turns(turns)
     chosen = policy_from(policy, fork_threshold, reward_mode, max_sample_tokens)
-    corpus = open_logs(logs, unfinished)
+    corpus = open_logs(folder, unfinished)
     result = corpus.session(session, chosen)
     if isinstance(result, Reject):
         raise InvalidSessionError(
@@ -80,34 +130,59 @@ def inspect(
             row=result.row,
             session_id=result.session_id,
         )
+    if sample is not None and sample >= len(result.samples):
+        raise typer.BadParameter(
+            f"session {result.session_id} has {len(result.samples)} samples (0 to {len(result.samples) - 1})"
+            if result.samples
+            else f"session {result.session_id} has no samples",
+            param_hint="--sample",
+        )
 
     text, note = TokenText(), None
-    if ("samples" in views or "drift" in views) and not ids:
-        text, note = choose_tokenizer(tokenizer, corpus.tokenizer, logs)
-    drift = divergences(result, text) if "drift" in views else []
+    if ("samples" in views or "drift" in views or drift) and not ids:
+        text, note = choose_tokenizer(tokenizer, corpus.tokenizer, folder)
+    if note:
+        err_console.print(Text(note, style="dim"))
+    found = divergences(result, text if text.decodes else None) if (drift or "drift" in views) else []
+    if drift:
+        points = drift_points(result, found)
+        if as_json:
+            typer.echo(dumps({"session": session_header(result), "tokenizer": text.name, "drift": points}))
+            return
+        page(
+            [render_header(session_header(result)), Text(""), render_drift_points(points, text, plain=is_plain())],
+            no_pager,
+        )
+        return
+    samples: list[dict[str, Any]] = []
+    if "samples" in views:
+        samples = samples_data(result, text, None if sample is None else [sample])
+        if seqs is not None:
+            samples = [s for s in samples if any(seq in seqs for seq in s["turns"])]
+        if seqs is not None or around is not None:
+            window = None if around is None else range(max(0, around - AROUND), around + AROUND + 1)
+            samples = [clip_sample(s, text, seqs=seqs, tokens=window, focus=around) for s in samples]
+    rows = turn_rows(result) if "turns" in views else []
+    if seqs is not None:
+        rows = [r for r in rows if r["seq"] in seqs]
 
     if as_json:
         data: dict[str, Any] = {"session": session_header(result)}
         if "samples" in views or "drift" in views:
             data["tokenizer"] = text.name
         if "turns" in views:
-            data["turns"] = turn_rows(result)
+            data["turns"] = rows
         if "tree" in views:
             data["tree"] = tree_nodes(result)
         if "drift" in views:
-            data["drift"] = [d.as_dict() for d in drift]
+            data["drift"] = [d.as_dict() for d in found]
         if "samples" in views:
-            data["samples"] = samples_data(result, text)
+            data["samples"] = samples
         typer.echo(dumps(data))
-        if note:
-            err_console.print(Text(note, style="dim"))
         return
 
-    if note:
-        err_console.print(Text(note, style="dim"))
     parts: list[RenderableType] = [render_header(session_header(result))]
     if "turns" in views:
-        rows = turn_rows(result)
         parts += [Text("\nturns", style="bold underline"), render_turns(rows, result.policy.realign_effect)]
     if "tree" in views:
         parts += [
@@ -115,9 +190,21 @@ def inspect(
             render_tree(result.session_id, tree_nodes(result)),
         ]
     if "drift" in views:
-        parts += [Text("\ndrift", style="bold underline"), render_drift(drift)]
+        parts += [Text("\ndrift", style="bold underline"), render_drift(found)]
     if "samples" in views:
         # Colour marks trained tokens on a terminal; plain text (a pipe, NO_COLOR) uses [brackets].
-        samples = render_samples(samples_data(result, text), text, full=full, brackets=is_plain())
-        parts += [Text("\nsamples", style="bold underline"), samples]
-    show(Group(*parts))
+        shown = render_samples(samples, text, full=full or around is not None, brackets=is_plain())
+        parts += [Text("\nsamples", style="bold underline"), shown]
+    page(parts, no_pager)
+
+
+def page(parts: list[RenderableType], no_pager: bool) -> None:
+    """Into the pager on a terminal (unless --no-pager); piped, never wrapped: a line is a line for grep."""
+    renderable = Group(*parts)
+    if out_console.is_terminal:
+        if no_pager:
+            out_console.print(renderable)
+        else:
+            with_pager(renderable)
+    else:
+        show(renderable, width=UNWRAPPED)

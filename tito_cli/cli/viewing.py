@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import os
+import shlex
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import typer
@@ -15,10 +19,14 @@ from ..tokenizer import TokenText, parse_tokenizer_options
 from .app import out_console
 from .unfinished import UnfinishedChoice
 
-__all__ = ["LOGS_ENV", "choose_tokenizer", "is_plain", "open_logs", "show"]
+__all__ = ["LOGS_ENV", "PAGER_ENV", "UNWRAPPED", "choose_tokenizer", "is_plain", "open_logs", "show", "with_pager"]
 
 #: Where commands that read logs look when no folder is given (default ./logs).
 LOGS_ENV = "TITO_LOGS"
+#: The pager for a terminal, before $PAGER and ``less`` (as git's GIT_PAGER); empty or ``cat`` for none.
+PAGER_ENV = "TITO_PAGER"
+#: Width of output that must not wrap (pipes, files): a line of data stays one line for grep.
+UNWRAPPED = 100_000
 
 
 def open_logs(logs: Path, unfinished: UnfinishedChoice = UnfinishedChoice.keep) -> Corpus:
@@ -60,3 +68,37 @@ def show(renderable: RenderableType, width: int | None = None) -> None:
         out_console.print(renderable)
     else:
         typer.echo(to_plain(renderable, width or plain_width()), nl=False)
+
+
+def _pager_command() -> list[str] | None:
+    spec = os.environ.get(PAGER_ENV)
+    if spec is None:
+        spec = os.environ.get("PAGER", "less")
+    command = shlex.split(spec)
+    if not command or command[0] == "cat" or shutil.which(command[0]) is None:
+        return None
+    return command
+
+
+def with_pager(renderable: RenderableType) -> None:
+    """Show ``renderable`` on the terminal through a pager, as git does.
+
+    ``$TITO_PAGER``, else ``$PAGER``, else ``less``; ``LESS=FRX`` unless set
+    (quit when it fits one screen, keep the colours, leave the text on the
+    screen).  No pager found: printed directly.
+    """
+    command = _pager_command()
+    if command is None:
+        out_console.print(renderable)
+        return
+    with out_console.capture() as capture:
+        out_console.print(renderable)
+    env = dict(os.environ)
+    env.setdefault("LESS", "FRX")
+    try:
+        pager = subprocess.Popen(command, stdin=subprocess.PIPE, env=env)
+        pager.communicate(capture.get().encode(sys.stdout.encoding or "utf-8", errors="replace"))
+    except BrokenPipeError:  # the pager was closed before reading everything
+        pass
+    except OSError:
+        out_console.print(renderable)

@@ -48,8 +48,9 @@ from ..algorithm.policy import Policy
 from ..algorithm.router import Node
 from ..algorithm.session import SessionResult
 from ..errors import TokenizerError
-from ..render.describe import message_preview
+from ..report.describe import message_preview
 from ..report.drift import divergences
+from ..report.session_facts import Region, rewrites, sample_regions
 from ..run.corpus import Reject
 from ..tokenizer import TokenizerChoice, TokenText, as_choice, visible
 from ..turns import canonical_json
@@ -257,7 +258,7 @@ def _outcome(result: SessionResult) -> list[str]:
 def _turns(result: SessionResult) -> list[str]:
     tree = result.tree
     index = {id(t): i for i, t in enumerate(tree.turns, start=1)}
-    absorbed = {n.merged_rewrite.abandoned_seq: n for n in tree.merges if n.merged_rewrite is not None}
+    absorbed = rewrites(result)
     rows: list[tuple[int, str]] = []
     for turn in tree.turns:
         logprobs = "logprobs" if turn.output_logprobs is not None else "no logprobs"
@@ -269,8 +270,7 @@ def _turns(result: SessionResult) -> list[str]:
         )
         if turn.ill_formed:
             line += " (ill-formed)"
-        node = absorbed.get(turn.seq)
-        if node is not None:
+        if turn.seq in absorbed:
             line += " (absorbed: rewritten by a later prompt)"
         rows.append((turn.seq, line))
     rows.extend((seq, f"seq {seq}: skipped (empty prompt)") for seq in tree.skipped)
@@ -375,30 +375,27 @@ class _Run:
     flag: str
 
 
-def span_runs(sample: LinearizedSample) -> list[_Run]:
-    """Split a sample's tokens by origin (first prompt, prompt tail, output) and loss value."""
-    total = len(sample.tokens)
-    offset = sample.first_prompt_length
-    # (start, end, label, is_output, trained) per origin, in token order.
-    pieces: list[tuple[int, int, str, bool, bool]] = [(0, min(offset, total), "prompt", False, False)]
-    position = offset
-    for span in sample.spans:
-        seq = span.turn.seq
-        if span.start > position:
-            pieces.append((position, span.start, f"tail seq {seq}", False, False))
-        pieces.append((span.start, span.end, f"out seq {seq}", True, span.trained))
-        position = max(position, span.end)
-    if position < total:  # not produced by the linearizer; shown rather than hidden
-        pieces.append((position, total, "after last output", False, False))
+def _region_label(region: Region) -> str:
+    """How a region is labelled in a dump (the label column of span lines)."""
+    if region.kind == "first_prompt":
+        return "prompt"
+    if region.kind == "prompt":
+        return f"tail seq {region.seq}"
+    return f"out seq {region.seq}"
 
+
+def span_runs(sample: LinearizedSample) -> list[_Run]:
+    """Split a sample's tokens by origin (its regions: first prompt, prompt tail, output) and loss value."""
+    offset = sample.first_prompt_length
     # Loss flags come from the mask itself (the prompt region has none), so a run
     # whose mask were mixed would be split rather than mislabelled.
     loss = np.concatenate((np.zeros(offset, dtype=np.int8), np.asarray(sample.loss_mask, dtype=np.int8)))
     runs: list[_Run] = []
-    for start, end, label, is_output, trained in pieces:
+    for region in sample_regions(sample):
+        start, end, label, is_output = region.start, region.end, _region_label(region), region.kind == "output"
         if start == end:
             if is_output:  # an empty output still shows that the turn was packed here
-                runs.append(_Run(start, end, label, "TRAIN" if trained else "ctx"))
+                runs.append(_Run(start, end, label, "TRAIN" if region.trained else "ctx"))
             continue
         cuts = [start, *(start + 1 + np.flatnonzero(np.diff(loss[start:end]))).tolist(), end]
         for lo, hi in pairwise(cuts):

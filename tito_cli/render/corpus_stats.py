@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..algorithm.policy import policy_label
-from .session_view import FORK_LABELS
+from ..report.session_facts import FORK_LABELS
 from .visible import one_line
 
 __all__ = ["render_corpus_stats"]

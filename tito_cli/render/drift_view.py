@@ -8,7 +8,7 @@ from rich.console import Group, RenderableType
 from rich.text import Text
 
 from ..report.drift import Divergence
-from .session_view import FORK_LABELS
+from ..report.session_facts import FORK_LABELS
 
 __all__ = ["DIVERGENCE_MARK", "divergence_lines", "divergence_parts", "render_drift"]
 

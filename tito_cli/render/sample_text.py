@@ -1,11 +1,8 @@
 """A sample's tokens as a person reads them: regions labelled by turn, trained tokens marked.
 
-A sample's tokens are contiguous *regions*: the first prompt, then for each
-packed turn the part of its prompt not already held (tool results, user
-messages) and its output span.  Output spans of trained turns carry loss 1
-(all of it, or what survived a realign); everything else is context.  The
-regions are computed from the linearizer's spans, so the marks shown are the
-sample's loss mask, not a re-derivation of it.
+The regions come from :func:`tito_cli.report.session_facts.samples_data`
+(the linearizer's spans, so the marks shown are the sample's loss mask, not a
+re-derivation of it).
 
 Trained tokens are shown in colour on a terminal, or between ``[`` and ``]``
 in plain text (the form golden strings use).  Whitespace is made visible
@@ -14,18 +11,15 @@ in plain text (the form golden strings use).  Whitespace is made visible
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from rich.console import Group, RenderableType
 from rich.text import Text
 
-from ..algorithm.linearize import LinearizedSample
-from ..algorithm.session import SessionResult
+from ..report.session_facts import FORK_LABELS
 from ..tokenizer import TokenText
-from .session_view import FORK_LABELS
 
-__all__ = ["Region", "render_samples", "sample_regions", "samples_data"]
+__all__ = ["render_samples", "seq_ranges"]
 
 #: Context runs longer than this are shown as head, a count, and tail (unless --full).
 COLLAPSE_OVER = 48
@@ -33,89 +27,6 @@ COLLAPSE_KEEP = 12
 
 TRAINED_STYLE = "bold green"
 LABEL_STYLE = "dim cyan"
-
-
-@dataclass(frozen=True, slots=True)
-class Region:
-    """Positions ``[start, end)`` of a sample's tokens, and where they came from."""
-
-    kind: str  # "first_prompt", "prompt" (a later turn's new prompt tokens) or "output"
-    seq: int
-    start: int
-    end: int
-    trained: bool
-    #: For an output cut by a realign: how many of its tokens were generated in all.
-    generated: int | None = None
-
-
-def sample_regions(sample: LinearizedSample) -> list[Region]:
-    spans = sample.spans
-    regions = [Region("first_prompt", spans[0].turn.seq, 0, sample.first_prompt_length, False)]
-    position = sample.first_prompt_length
-    for span in spans:
-        if span.start > position:
-            regions.append(Region("prompt", span.turn.seq, position, span.start, False))
-        generated = len(span.turn.output_ids)
-        regions.append(
-            Region(
-                "output",
-                span.turn.seq,
-                span.start,
-                span.end,
-                span.trained,
-                generated if span.end - span.start != generated else None,
-            )
-        )
-        position = span.end
-    if position != len(sample.tokens):  # pragma: no cover - the linearizer's invariant
-        raise AssertionError(f"regions cover {position} of {len(sample.tokens)} tokens")
-    return regions
-
-
-def _decode_raw(text: TokenText, ids: list[int]) -> str | None:
-    if text.tokenizer is None:
-        return None
-    return str(text.tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False))
-
-
-def samples_data(result: SessionResult, text: TokenText) -> list[dict[str, Any]]:
-    """Every sample with its reward and regions (ids, and decoded text when a tokenizer is loaded)."""
-    out = []
-    for i, (sample, reward) in enumerate(zip(result.samples, result.rewards, strict=True)):
-        regions = []
-        for r in sample_regions(sample):
-            ids = [int(t) for t in sample.tokens[r.start : r.end]]
-            regions.append(
-                {
-                    "kind": r.kind,
-                    "seq": r.seq,
-                    "start": r.start,
-                    "end": r.end,
-                    "trained": r.trained,
-                    "generated": r.generated,
-                    "ids": ids,
-                    "text": _decode_raw(text, ids),
-                }
-            )
-        out.append(
-            {
-                "index": i,
-                "leaf": sample.leaf,
-                "segment": sample.segment,
-                "reward": reward,
-                "fork": sample.fork.value if sample.fork is not None else None,
-                "turns": list(sample.seqs),
-                "trained_turns": list(sample.trained_seqs),
-                "tokens": len(sample.tokens),
-                "first_prompt_length": sample.first_prompt_length,
-                "response_length": sample.response_length,
-                "trained_tokens": int(sample.loss_mask.sum()),
-                "flags": sample.flags,
-                "cut_at": sample.cut_at,
-                "regions": regions,
-            }
-        )
-    return out
 
 
 def _body(text: TokenText, ids: list[int], trained: bool, brackets: bool) -> Text:
@@ -130,6 +41,23 @@ def _body(text: TokenText, ids: list[int], trained: bool, brackets: bool) -> Tex
     body = Text(shown, style=TRAINED_STYLE if trained else "")
     body.highlight_regex("[␣↵⇥]", "dim")  # the text stays in front; the markers recede
     return body
+
+
+def _focused(text: TokenText, ids: list[int], k: int, trained: bool, brackets: bool) -> Text:
+    """A run with token ``k`` marked (``--around``): reversed on a terminal, between ``⟦ ⟧`` in plain text."""
+    gap = "" if text.decodes else " "
+    out = Text()
+    if k:
+        out.append_text(_body(text, ids[:k], trained, brackets))
+        # _body drops the line break after a final ↵; the run goes on here, so it is put back.
+        out.append("\n" if text.decodes and text.piece(ids[k - 1]).endswith("↵") else gap)
+    token = text.piece(ids[k]) if text.decodes else str(ids[k])
+    marked = f"⟦{token}⟧" if brackets else token
+    out.append(f"[{marked}]" if trained and brackets else marked, style="reverse bold")
+    if k + 1 < len(ids):
+        out.append("\n" if token.endswith("↵") else gap)
+        out.append_text(_body(text, ids[k + 1 :], trained, brackets))
+    return out
 
 
 def _label_text(label: str) -> Text:
@@ -191,6 +119,13 @@ def _sample_heading(s: dict[str, Any]) -> list[Text]:
     if s["flags"] is not None:
         on = [name for name, value in s["flags"].items() if value]
         lines.append(Text(f"  flags {' · '.join(on) if on else 'none'}", style="dim", no_wrap=True))
+    shown = s.get("shown") or {}
+    if shown.get("tokens") is not None:
+        lo, hi = shown["tokens"]
+        lines.append(Text(f"  showing tokens {lo:,}–{hi:,} of {s['tokens']:,}", style="dim", no_wrap=True))
+    if shown.get("turns") is not None:
+        lo, hi = shown["turns"]
+        lines.append(Text(f"  showing turns {lo}–{hi}", style="dim", no_wrap=True))
     return lines
 
 
@@ -231,5 +166,9 @@ def render_samples(
                 parts.append(_label_text(f"┄ {hidden:,} context tokens not shown ┄"))
                 parts.append(_body(text, ids[-COLLAPSE_KEEP:], False, brackets))
             else:
-                parts.append(_body(text, ids, region["trained"], brackets))
+                focus = (s.get("shown") or {}).get("focus")
+                if focus is not None and region["start"] <= focus < region["end"]:
+                    parts.append(_focused(text, ids, focus - region["start"], region["trained"], brackets))
+                else:
+                    parts.append(_body(text, ids, region["trained"], brackets))
     return Group(*parts)

@@ -8,20 +8,13 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from ..algorithm.policy import ForkCause
 from ..report.drift import DRIFT_CLASSES
+from ..report.session_facts import FORK_PHRASES
 from ..run.export import ExportSummary
 from ..run.rebuild import RebuildSummary
 from .visible import one_line
 
 __all__ = ["render_export_summary", "render_rebuild_summary"]
-
-_FORK_LABELS = {
-    ForkCause.PROMPT_REGION.value: "in the prompt region",
-    ForkCause.BEFORE_LATEST_RESPONSE.value: "before the latest response",
-    ForkCause.DRIFT_TOO_LONG.value: "drift too long",
-    ForkCause.OUTPUT_TOO_LONG.value: "output too long to realign",
-}
 
 
 def _class_order(name: str) -> tuple[int, int]:
@@ -50,7 +43,7 @@ def render_rebuild_summary(summary: RebuildSummary) -> RenderableType:
     row("context tokens", t.context_tokens)
     row("forks", t.fork_total)
     for cause in summary.policy.fork_causes:
-        row(f"  {_FORK_LABELS[cause.value]}", t.forks.get(cause.value, 0))
+        row(f"  {FORK_PHRASES[cause.value]}", t.forks.get(cause.value, 0))
     row("realigns", t.realigns)
     if t.drift_classes:
         row("forks and realigns by drift class", sum(t.drift_classes.values()))

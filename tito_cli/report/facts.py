@@ -23,6 +23,7 @@ from ..export.groups import GroupCounts
 from ..run.corpus import UNFINISHED_REASON, Reject
 from ..tokenizer import TokenText
 from .drift import DRIFT_CLASSES, divergences
+from .session_facts import NO_SAMPLES_REASONS
 
 __all__ = [
     "FIELDS",
@@ -254,13 +255,11 @@ def percentiles(values: Iterable[int], points: Iterable[int] = (50, 90, 99)) -> 
 
 
 def zero_sample_reason(result: SessionResult) -> str:
-    """Why a rebuilt session gave no sample."""
-    turns = result.tree.turns
-    if not turns:
-        return "every prompt_messages is empty (all turns skipped)"
-    if all(len(t.output_ids) == 0 for t in turns):
-        return "every output is empty"
-    return "no trained token after a first prompt"
+    """Why a rebuilt session gave no sample (the decision the rebuild made, as ``tito stats`` words it)."""
+    cause = result.report.no_samples
+    if cause is None:
+        raise ValueError(f"session {result.session_id} has samples")
+    return NO_SAMPLES_REASONS[cause]
 
 
 def _reason_kind(reason: str) -> str:
