@@ -15,7 +15,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from .tokens import TokenText
+from ..tokenizer import TokenText
 
 __all__ = ["render_drift"]
 

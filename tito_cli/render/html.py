@@ -40,9 +40,9 @@ from ..report.session_facts import (
     turn_rows,
 )
 from ..run.corpus import Reject
+from ..tokenizer import TokenText
 from .sample_text import seq_ranges
 from .session_view import DECISION_LEGEND
-from .tokens import TokenText
 
 __all__ = ["DRIFT_POSITION_BINS", "bar_chart", "view_page"]
 
