@@ -49,7 +49,7 @@ def run_import(fmt: str, folder: Path, sources: list[str], options: dict[str, An
 
 
 def turns_of(log: Path) -> list[dict[str, Any]]:
-    """The log's turn rows, each row stored against a base (format 2, docs/spec.md §8.2) made whole again."""
+    """The log's turn rows, each row stored against a base (format 2) made whole again (docs/spec.md §9)."""
     rows = [row for path in sorted(log.glob("turns-*.parquet")) for row in pq.read_table(path).to_pylist()]
     by_key = {(r["session_id"], r["seq"]): r for r in rows}
 
@@ -475,3 +475,26 @@ def test_an_anthropic_messages_exchange_maps_its_system_content_blocks_and_stop_
     ]
     assert json.loads(turn["response_message"]) == {"role": "assistant", "content": blocks}
     assert turn["finish_reason"] == "tool_calls"
+
+
+def test_a_sessions_row_the_writer_refuses_rejects_its_session_whole(tmp_path: Path) -> None:
+    """A rewards line whose metadata uses the reserved "tito" key: that session is rejected before any of
+    its turns is buffered (it used to stop the import with an internal error); the others import."""
+    folder = SOURCES / "openai-exchanges"
+    rewards = read_jsonl(folder / "rewards.jsonl")
+    refused = rewards[0]["session_id"]
+    rewards[0]["metadata"] = {"tito": "mine"}
+    rewards_file = tmp_path / "rewards.jsonl"
+    rewards_file.write_text("".join(json.dumps(r) + "\n" for r in rewards), encoding="utf-8")
+    summary = import_traces(
+        "openai-exchanges",
+        [folder / "exchanges.jsonl"],
+        tmp_path / "log",
+        rewards=rewards_file,
+        session_header="X-Session-Id",
+    )
+    assert [r.session_id for r in summary.rejected] == [refused]
+    assert "reserved" in summary.rejected[0].reason
+    imported = {s.session_id for s in summary.sessions}
+    assert refused not in imported and imported == {r["session_id"] for r in rewards} - {refused}
+    assert refused not in {row["session_id"] for row in turns_of(tmp_path / "log")}

@@ -129,10 +129,10 @@ def test_drift_points_match_the_decisions(demo_page: str) -> None:
 
 def test_some_sessions_only(tmp_path: Path) -> None:
     out = tmp_path / "two.html"
-    code, _, err = run("view", "demo-0-0003", "demo-0-0009", "--logs", str(DEMO), "--out", str(out))
+    code, _, err = run("view", "qwen3-0-0003", "qwen3-0-0009", "--logs", str(DEMO), "--out", str(out))
     assert code == EXIT_OK, err
     data = page_data(out.read_text(encoding="utf-8"))
-    assert sorted(data["sessions"]) == ["demo-0-0003", "demo-0-0009"]
+    assert sorted(data["sessions"]) == ["qwen3-0-0003", "qwen3-0-0009"]
 
 
 def test_rejected_session_is_listed_with_its_reason(tmp_path: Path) -> None:

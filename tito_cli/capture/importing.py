@@ -40,7 +40,7 @@ from .importers.base import (
 from .importers.base import (
     align_responses as _align,
 )
-from .writer import TurnLogWriter
+from .writer import TurnLogWriter, sessions_row
 
 __all__ = ["ImportSummary", "ImportedSessionReport", "import_traces", "read_rewards"]
 
@@ -287,6 +287,25 @@ def _record(
     """Record a checked session.  The writer validates each turn too: should it refuse the first
     turn, nothing of the session is buffered and it is rejected; refusing a later one would leave
     part of the session in the log, which :func:`check_turn` (the same contract) rules out."""
+    outcome = session.outcome
+    reward_from: str | None = "source"
+    if outcome is None:
+        outcome = outcomes.get(session.session_id)
+        reward_from = "rewards file" if outcome is not None else None
+    if outcome is not None and session.turns:
+        # Checked before any turn is buffered: a refused sessions row rejects the session whole.
+        try:
+            sessions_row(
+                session.session_id,
+                outcome.reward,
+                index=outcome.index,
+                group_index=outcome.group_index,
+                label=outcome.label,
+                metadata=outcome.metadata,
+                rollout_id=outcome.rollout_id,
+            )
+        except ValueError as exc:
+            raise _WriterRefused(session.turns[0], f"its sessions row: {exc}") from exc
     next_seq = 0
     for position, turn in enumerate(session.turns):
         seq = turn.seq if turn.seq is not None else next_seq
@@ -300,11 +319,6 @@ def _record(
                     f"after accepting the earlier ones ({exc}); the turn-log check missed what it checks"
                 ) from exc
             raise _WriterRefused(turn, str(exc)) from exc
-    outcome = session.outcome
-    reward_from: str | None = "source"
-    if outcome is None:
-        outcome = outcomes.get(session.session_id)
-        reward_from = "rewards file" if outcome is not None else None
     if outcome is not None:
         writer.finish_session(
             session.session_id,

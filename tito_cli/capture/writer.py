@@ -55,7 +55,7 @@ from ..schema import PROVENANCE_KEY, SESSIONS_SCHEMA, TURNS_SCHEMA, TURNS_SCHEMA
 from .delta import DeltaEncoder
 from .row_groups import write_row_groups
 
-__all__ = ["TurnLogWriter"]
+__all__ = ["TurnLogWriter", "sessions_row"]
 
 JsonLike = str | dict[str, Any] | list[Any] | None
 
@@ -355,36 +355,13 @@ class TurnLogWriter:
         ``rollout_id`` (slime's, docs/spec.md §8.8) is copied to every sample;
         samples of a session without one carry its ``index``.
         """
-        _check_text(session_id, "session_id", required=True)
-        if reward is not None and (
-            isinstance(reward, bool) or not isinstance(reward, numbers.Real) or not math.isfinite(reward)
-        ):
-            raise ValueError(f"reward must be a finite number or None, got {reward!r}")
-        _check_int(index, "index")
-        _check_int(group_index, "group_index")
-        _check_int(rollout_id, "rollout_id")
-        _check_text(label, "label", required=False)
-        if metadata is not None and not isinstance(metadata, (str, dict)):
-            raise ValueError(f"metadata must be a JSON object, got {type(metadata).__name__}")
-        if isinstance(metadata, dict) and PROVENANCE_KEY in metadata:
-            raise ValueError(f"metadata key {PROVENANCE_KEY!r} is reserved for the samples' provenance")
-        meta_text = _json_text(metadata, "metadata")
-        _check_text(meta_text, "metadata", required=False)
-        row: dict[str, Any] = {
-            "session_id": session_id,
-            "reward": reward,
-            "index": index,
-            "group_index": group_index,
-            "label": label,
-            "metadata": meta_text,
-            "rollout_id": rollout_id,
-        }
+        row = sessions_row(session_id, reward, index, group_index, label, metadata, rollout_id=rollout_id)
         with self._lock:
             self._check_open()
             if self._deltas is not None:
                 self._deltas.forget(session_id)
             self._sessions.append(row)
-            full = self._grow(64 + len(session_id) + len(meta_text or ""))
+            full = self._grow(64 + len(session_id) + len(row["metadata"] or ""))
         if full:
             self._flush(only_if_full=True)
 
@@ -535,6 +512,49 @@ class TurnLogWriter:
         fsync_directory(self.directory)
         self.files_written.append(target)
         return target
+
+
+
+def sessions_row(
+    session_id: str,
+    reward: float | None,
+    index: int | None = None,
+    group_index: int | None = None,
+    label: str | None = None,
+    metadata: JsonLike = None,
+    *,
+    rollout_id: int | None = None,
+) -> dict[str, Any]:
+    """The sessions row :meth:`TurnLogWriter.finish_session` buffers, checked (``ValueError`` for a bad one).
+
+    Callers that must refuse a whole session before any of its turns is buffered (the importers) check its
+    row with this first.
+    """
+    _check_text(session_id, "session_id", required=True)
+    if reward is not None and (
+        isinstance(reward, bool) or not isinstance(reward, numbers.Real) or not math.isfinite(reward)
+    ):
+        raise ValueError(f"reward must be a finite number or None, got {reward!r}")
+    _check_int(index, "index")
+    _check_int(group_index, "group_index")
+    _check_int(rollout_id, "rollout_id")
+    _check_text(label, "label", required=False)
+    if metadata is not None and not isinstance(metadata, (str, dict)):
+        raise ValueError(f"metadata must be a JSON object, got {type(metadata).__name__}")
+    if isinstance(metadata, dict) and PROVENANCE_KEY in metadata:
+        raise ValueError(f"metadata key {PROVENANCE_KEY!r} is reserved for the samples' provenance")
+    meta_text = _json_text(metadata, "metadata")
+    _check_text(meta_text, "metadata", required=False)
+    row: dict[str, Any] = {
+        "session_id": session_id,
+        "reward": reward,
+        "index": index,
+        "group_index": group_index,
+        "label": label,
+        "metadata": meta_text,
+        "rollout_id": rollout_id,
+    }
+    return row
 
 
 def _turns_table(rows: list[dict[str, Any]], tokenizer: str | None, format: int = 1) -> pa.Table:

@@ -27,7 +27,7 @@ def drift_points(result: SessionResult, found: list[Divergence]) -> list[dict[st
     """The divergences as rows, each with its decision's wording and the sample it shows in."""
     prompt_lengths = {turn.seq: len(turn.prompt_ids) for turn in result.tree.turns}
     rows = []
-    for d in found:
+    for d in sorted(found, key=lambda d: d.seq):  # in arrival order, as the turns are listed
         decision = {"kind": d.kind, "lcp": d.index, "drift": d.drift, "cause": d.cause}
         rows.append(
             {
