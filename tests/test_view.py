@@ -186,3 +186,31 @@ def test_log_text_cannot_break_out_of_the_page(tmp_path: Path) -> None:
     data = page_data(page)
     assert list(data["sessions"]) == [hostile]
     assert data["sessions"][hostile]["tree"][0]["preview"] == hostile
+
+
+def test_policy_flag_filters_mark_the_sessions_whose_samples_carry_them(tmp_path: Path) -> None:
+    """Under slime-0.3 the table offers the per-sample flags as filters (docs/spec.md §8.6), and a session's
+    row carries each flag that some expected sample of the reference carries; slime-v4 pages offer none."""
+    from .helpers import read_jsonl
+
+    folder = ROOT / "fixtures" / "conformance-slime03" / "cases-threshold-1024"
+    log = tmp_path / "logs"
+    write_log(log, read_jsonl(folder / "turns.jsonl"), read_jsonl(folder / "sessions.jsonl"))
+    out = tmp_path / "flags.html"
+    threshold = (folder / "threshold").read_text().strip()
+    code, _, err = run("view", "--all", "--logs", str(log), "--out", str(out), "--policy", "slime-0.3",
+                       "--fork-threshold", threshold)
+    assert code == EXIT_OK, err
+    page = out.read_text(encoding="utf-8")
+    rows = dict(re.findall(r'<tr data-session="([^"]+)"([^>]*)>', page))
+    expected = {e["session_id"]: e["samples"] for e in read_jsonl(folder / "expected.jsonl")}
+    for row_flag, sample_flag in (("truncated", "truncated"), ("usetool", "use_tool"), ("illformed", "ill_formed")):
+        assert f'class="flag" value="{row_flag}"' in page
+        marked = {sid for sid, attrs in rows.items() if f"data-{row_flag}=" in attrs}
+        want = {sid for sid, samples in expected.items() if any(s["metadata"][sample_flag] for s in samples)}
+        assert marked == want, row_flag
+        assert want, f"the cases corpus has sessions flagged {sample_flag}"
+
+    code, _, err = run("view", "--all", "--logs", str(log), "--out", str(out), "--fork-threshold", threshold)
+    assert code == EXIT_OK, err
+    assert 'value="illformed"' not in out.read_text(encoding="utf-8")

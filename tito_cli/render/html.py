@@ -54,6 +54,13 @@ FLAGS = {
     "rejected": "rejected",
     "nosamples": "no samples",
 }
+#: Filters by the policy's per-sample flags (slime-0.3, docs/spec.md §8.6): row flag → (sample flag, label).
+#: Shown when some sample of the page carries flags; a session has the row flag when any of its samples does.
+POLICY_FLAGS = {
+    "truncated": ("truncated", "truncated"),
+    "usetool": ("use_tool", "uses a tool"),
+    "illformed": ("ill_formed", "ill-formed"),
+}
 _NUMERIC = {"turns", "leaves", "samples", "trained", "context", "forks", "realigns", "merges", "reward"}
 _HOT = {"forks", "realigns", "merges"}
 #: Drift position within the context is shown in this many bins of the held tokens' length.
@@ -210,7 +217,17 @@ def _reject_payload(reject: Reject) -> dict[str, Any]:
     }
 
 
-def _table_row(row: dict[str, Any]) -> dict[str, Any]:
+def _policy_flags(item: SessionResult | Reject) -> list[str] | None:
+    """The row flags of POLICY_FLAGS that some sample of the session carries; ``None`` if its samples carry none."""
+    if isinstance(item, Reject):
+        return []
+    carried = [s.flags for s in item.samples if s.flags is not None]
+    if not carried:
+        return None
+    return [key for key, (flag, _) in POLICY_FLAGS.items() if any(f.get(flag) for f in carried)]
+
+
+def _table_row(row: dict[str, Any], policy_flags: list[str] | None = None) -> dict[str, Any]:
     cells = {}
     sort = {}
     for key in FIELDS:
@@ -235,6 +252,7 @@ def _table_row(row: dict[str, Any]) -> dict[str, Any]:
         flags.append("rejected")
     if not row["samples"]:
         flags.append("nosamples")
+    flags += policy_flags or []
     hot = {key: bool(row[key]) for key in _HOT}
     hot["samples"] = row["samples"] == 0
     return {
@@ -279,10 +297,14 @@ def view_page(
     rows: list[dict[str, Any]] = []
     all_drift: list[Divergence] = []
     used: set[int] = set()
+    flagged = False  # some sample carries policy flags: offer their filters
 
     def each() -> Iterator[SessionResult | Reject]:
+        nonlocal flagged
         for item in items:
-            rows.append(_table_row(session_row(item)))
+            policy_flags = _policy_flags(item)
+            flagged = flagged or policy_flags is not None
+            rows.append(_table_row(session_row(item), policy_flags))
             if isinstance(item, Reject):
                 sessions[item.session_id] = _reject_payload(item)
             else:
@@ -318,7 +340,7 @@ def view_page(
         tokenizer=text.name or "none (token ids)",
         totals=totals,
         charts=_charts(stats, all_drift),
-        flags=list(FLAGS.items()),
+        flags=list(FLAGS.items()) + ([(key, label) for key, (_, label) in POLICY_FLAGS.items()] if flagged else []),
         columns=[(key, key, key in _NUMERIC) for key in FIELDS],
         rows=rows,
         css=_asset("view.css"),
