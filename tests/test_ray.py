@@ -149,3 +149,27 @@ def test_ray_reads_an_optional_column_that_only_some_files_have(tmp_path: Path) 
     want = pq.read_table(tmp_path / "local.parquet")
     assert local.sessions > 0
     assert any(json.loads(m)["ill_formed"] for m in want.column("metadata").to_pylist())
+
+
+def test_ray_never_writes_over_its_input_or_into_a_folder(tmp_path: Path) -> None:
+    """The local runner's output rules hold for --engine ray too: an --out that is one of the log's files
+    (here through a symlink) or a folder is refused with exit 5's error, whatever --overwrite says."""
+    from tito_cli.errors import OutputError
+    from tito_cli.run.ray_data import rebuild_ray
+
+    folder = FOLDERS[0]
+    logs = tmp_path / "logs"
+    [turns_file, *_] = sorted(
+        p for p in write_log(logs, read_jsonl(folder / "turns.jsonl"), read_jsonl(folder / "sessions.jsonl"))
+        if p.name.startswith("turns-")
+    )
+    before = turns_file.read_bytes()
+    link = tmp_path / "latest.parquet"
+    link.symlink_to(turns_file)
+    for out in (turns_file, link):
+        with pytest.raises(OutputError):
+            rebuild_ray([logs], out, SlimeV4(), overwrite=True)
+        assert turns_file.read_bytes() == before
+    with pytest.raises(OutputError):
+        rebuild_ray([logs], logs, SlimeV4(), overwrite=True)
+    assert turns_file.read_bytes() == before
