@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -14,50 +15,45 @@ from ..errors import OutputError
 from ..schema import SAMPLES_SCHEMA, table_metadata
 from .base import Sink, SinkContext, token_count
 
-__all__ = ["SINK", "SamplesWriter"]
+__all__ = ["SINK", "SamplesWriter", "StreamedParquetFile"]
 
 
-class SamplesWriter(Sink):
-    """Streams sessions' samples into a Parquet file, staged beside ``out`` until published.
+class StreamedParquetFile(Sink):
+    """A Parquet file written a row group at a time, staged beside ``out`` until published.
 
-    Rows are buffered and written as row groups of about ``row_group_tokens``
-    tokens, or ``row_group_sessions`` sessions, whichever comes first, so
-    memory stays bounded by a row group, not the corpus (each buffered
-    session is a small Arrow table of its own, some kilobytes of objects and
-    buffers however few its tokens: by tokens alone, a log of many tiny
-    sessions was buffered whole).  Row groups are cut between sessions,
-    after the session that reaches either size, so the file's bytes depend
-    only on the sessions written and their order (not on how many workers
-    produced them, nor on the runner).
+    Sessions' tables are buffered and written as row groups of about
+    ``row_group_tokens`` tokens (or ``row_group_sessions`` sessions, when
+    given), cut between sessions after the session that reaches either size,
+    so the file's bytes depend only on the sessions written and their order.
+    A subclass says what a row group's rows become (:meth:`_row_group_table`).
     """
 
     def __init__(
-        self, out: Path, context: SinkContext, *, row_group_tokens: int = 2 << 20, row_group_sessions: int = 1024
+        self,
+        out: Path,
+        context: SinkContext,
+        schema: pa.Schema,
+        *,
+        row_group_tokens: int,
+        row_group_sessions: int | None = None,
+        **writer_options: Any,
     ) -> None:
         super().__init__(out, context)
         self.check_target(out)
         self.row_group_tokens = row_group_tokens
         self.row_group_sessions = row_group_sessions
-        meta = table_metadata("samples", context.tokenizer)
-        meta[b"tito.policy"] = json.dumps(context.policy.describe(), sort_keys=True).encode()
-        self.schema = SAMPLES_SCHEMA.with_metadata(meta)
+        self.schema = schema
         try:
             self._staged = StagedFile(out)
         except OSError as exc:
             raise OutputError(f"cannot write ({exc})", file=out) from None
-        # Token ids are nearly unique values: a dictionary is built and thrown away, so skip it.
-        # Min/max statistics of the list columns (tokens, masks, logprobs) help no reader
-        # and cost about a sixth of the write: keep them for the scalar columns only.
-        scalar_columns = [f.name for f in SAMPLES_SCHEMA if not pa.types.is_list(f.type)]
-        self._writer = pq.ParquetWriter(
-            self._staged.path,
-            self.schema,
-            compression="zstd",
-            use_dictionary=["session_id", "label", "status"],
-            write_statistics=scalar_columns,
-        )
+        self._writer = pq.ParquetWriter(self._staged.path, schema, compression="zstd", **writer_options)
         self._tables: list[pa.Table] = []
         self._buffered_tokens = 0
+
+    def _row_group_table(self, samples: pa.Table) -> pa.Table:
+        """The rows the buffered samples become in the file (one per sample)."""
+        raise NotImplementedError
 
     def add(self, table: pa.Table) -> None:
         """Buffer one session's rows (as made by :func:`~tito_cli.export.base.session_table`)."""
@@ -65,15 +61,14 @@ class SamplesWriter(Sink):
             return
         self._tables.append(table)
         self._buffered_tokens += token_count(table)
-        if self._buffered_tokens >= self.row_group_tokens or len(self._tables) >= self.row_group_sessions:
+        full = self.row_group_sessions is not None and len(self._tables) >= self.row_group_sessions
+        if self._buffered_tokens >= self.row_group_tokens or full:
             self._write_row_group()
 
     def _write_row_group(self) -> None:
         if not self._tables:
             return
-        # Not combined into one chunk per column: the writer streams chunks into the same
-        # pages (the bytes are the same either way), and combining copies every token once more.
-        table = pa.concat_tables(self._tables).replace_schema_metadata(self.schema.metadata)
+        table = self._row_group_table(pa.concat_tables(self._tables))
         self._writer.write_table(table)
         self.samples_written += table.num_rows
         self._tables = []
@@ -90,6 +85,43 @@ class SamplesWriter(Sink):
         with contextlib.suppress(Exception):
             self._writer.close()
         self._staged.discard()
+
+
+class SamplesWriter(StreamedParquetFile):
+    """Streams sessions' samples into a Parquet file, staged beside ``out`` until published.
+
+    Row groups are cut at about ``row_group_tokens`` tokens or
+    ``row_group_sessions`` sessions, whichever comes first, so memory stays
+    bounded by a row group, not the corpus (each buffered session is a small
+    Arrow table of its own, some kilobytes of objects and buffers however few
+    its tokens: by tokens alone, a log of many tiny sessions was buffered
+    whole).  The bytes do not depend on how many workers produced the
+    sessions, nor on the runner.
+    """
+
+    def __init__(
+        self, out: Path, context: SinkContext, *, row_group_tokens: int = 2 << 20, row_group_sessions: int = 1024
+    ) -> None:
+        meta = table_metadata("samples", context.tokenizer)
+        meta[b"tito.policy"] = json.dumps(context.policy.describe(), sort_keys=True).encode()
+        # Token ids are nearly unique values: a dictionary is built and thrown away, so skip it.
+        # Min/max statistics of the list columns (tokens, masks, logprobs) help no reader
+        # and cost about a sixth of the write: keep them for the scalar columns only.
+        scalar_columns = [f.name for f in SAMPLES_SCHEMA if not pa.types.is_list(f.type)]
+        super().__init__(
+            out,
+            context,
+            SAMPLES_SCHEMA.with_metadata(meta),
+            row_group_tokens=row_group_tokens,
+            row_group_sessions=row_group_sessions,
+            use_dictionary=["session_id", "label", "status"],
+            write_statistics=scalar_columns,
+        )
+
+    def _row_group_table(self, samples: pa.Table) -> pa.Table:
+        # Not combined into one chunk per column: the writer streams chunks into the same
+        # pages (the bytes are the same either way), and combining copies every token once more.
+        return samples.replace_schema_metadata(self.schema.metadata)
 
 
 SINK = SamplesWriter
