@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+import os
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
+
+import numpy as np
+import pytest
 
 from tito_cli.capture.writer import TurnLogWriter
 
@@ -61,3 +65,64 @@ def write_log(
                 rollout_id=s.get("rollout_id"),
             )
     return writer.files_written
+
+
+# -- conformance corpora ------------------------------------------------------------------
+
+
+def conformance_log(folder: Path, logs: Path) -> list[str]:
+    """A conformance folder's turns written as a log at ``logs``, and the CLI options of its run."""
+    # Several small flushes, so each session's turns are spread over files.  The writer keeps
+    # the message JSON's number types (json.dumps writes 1.0 as 1.0): slime-0.3's identity cases need them.
+    write_log(logs, read_jsonl(folder / "turns.jsonl"), read_jsonl(folder / "sessions.jsonl"), max_rows=97)
+    options = ["--fork-threshold", (folder / "threshold").read_text().strip()]
+    cap = folder / "max_sample_tokens"
+    if cap.is_file():
+        options += ["--max-sample-tokens", cap.read_text().strip()]
+    return options
+
+
+def assert_samples_match_expected(
+    folder: Path,
+    rows: list[dict[str, Any]],
+    check_sample: Callable[[dict[str, Any], dict[str, Any], str], None],
+) -> None:
+    """Samples rows (in file order) against the folder's ``expected.jsonl``, every failure naming the session.
+
+    The same sessions (those with no samples are absent from both), in
+    session-id order, each with the same samples: index, tokens, response
+    length, loss mask, logprobs and reward; ``check_sample(row, expected,
+    where)`` adds what the corpus's policy checks besides.
+    """
+    got: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        got.setdefault(row["session_id"], []).append(row)
+    expected = {e["session_id"]: e["samples"] for e in read_jsonl(folder / "expected.jsonl")}
+    assert sorted(got) == sorted(sid for sid, samples in expected.items() if samples)
+    assert [r["session_id"] for r in rows] == sorted(r["session_id"] for r in rows)
+    for sid, samples in expected.items():
+        mine = got.get(sid, [])
+        assert len(mine) == len(samples), sid
+        for i, (a, e) in enumerate(zip(mine, samples, strict=True)):
+            where = f"{sid} sample {i}"
+            assert a["sample_index"] == i, where
+            assert a["tokens"] == e["tokens"], where
+            assert a["response_length"] == e["response_length"], where
+            assert a["loss_mask"] == e["loss_mask"], where
+            # The samples column is float32; the reference's values are compared at that precision.
+            assert a["rollout_log_probs"] == np.asarray(e["rollout_log_probs"], np.float32).tolist(), where
+            assert a["reward"] == e["reward"], where
+            check_sample(a, e, where)
+
+
+def assert_copy_matches_shared(copy: Path, shared: Path) -> None:
+    """The project's copy of a corpus equals the one in ../shared; without ../shared it skips, only outside CI."""
+    if not shared.is_dir():
+        # CI always has ../shared beside the clone: there a missing corpus is a failure, not a skip.
+        if os.environ.get("CI"):
+            pytest.fail(f"{shared} is not beside the repository (CI must provide ../shared)")
+        pytest.skip(f"{shared} is not beside the repository")
+    mine = {p.relative_to(copy): p.read_bytes() for p in copy.rglob("*") if p.is_file()}
+    theirs = {p.relative_to(shared): p.read_bytes() for p in shared.rglob("*") if p.is_file()}
+    assert sorted(mine) == sorted(theirs)
+    assert [p for p in sorted(mine) if mine[p] != theirs[p]] == []

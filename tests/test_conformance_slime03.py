@@ -9,12 +9,10 @@ this process, with two worker processes, and on Ray (tests/test_ray.py).
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
@@ -22,7 +20,15 @@ from typer.testing import CliRunner
 from tito_cli.cli import app
 from tito_cli.errors import EXIT_OK
 
-from .helpers import CONFORMANCE_SLIME03, REPO, conformance_folders, read_jsonl, write_log
+from .helpers import (
+    CONFORMANCE_SLIME03,
+    REPO,
+    assert_copy_matches_shared,
+    assert_samples_match_expected,
+    conformance_folders,
+    conformance_log,
+    read_jsonl,
+)
 
 SHARED = REPO.parent / "shared" / "spec" / "conformance-slime03"
 FOLDERS = conformance_folders(CONFORMANCE_SLIME03)
@@ -38,54 +44,28 @@ def test_corpus_is_present() -> None:
 
 def test_copy_matches_the_shared_corpus() -> None:
     """The project's copy equals ../shared/spec/conformance-slime03; without ../shared only outside CI."""
-    if not SHARED.is_dir():
-        if os.environ.get("CI"):
-            pytest.fail(f"{SHARED} is missing: CI must check the copy against the shared corpus")
-        pytest.skip(f"{SHARED} is not beside the repository")
-    mine = {p.relative_to(CONFORMANCE_SLIME03): p.read_bytes() for p in CONFORMANCE_SLIME03.rglob("*") if p.is_file()}
-    theirs = {p.relative_to(SHARED): p.read_bytes() for p in SHARED.rglob("*") if p.is_file()}
-    assert mine == theirs
+    assert_copy_matches_shared(CONFORMANCE_SLIME03, SHARED)
 
 
 def folder_log(folder: Path, logs: Path) -> list[str]:
     """The folder's turns written as a log (spread over files), and the CLI options of its run."""
-    # Several small flushes, so each session's turns are spread over files.  The writer keeps
-    # the message JSON's number types (json.dumps writes 1.0 as 1.0): the identity cases need them.
-    write_log(logs, read_jsonl(folder / "turns.jsonl"), read_jsonl(folder / "sessions.jsonl"), max_rows=97)
-    options = ["--policy", "slime-0.3", "--fork-threshold", (folder / "threshold").read_text().strip()]
-    cap = folder / "max_sample_tokens"
-    if cap.is_file():
-        options += ["--max-sample-tokens", cap.read_text().strip()]
-    return options
+    return ["--policy", "slime-0.3", *conformance_log(folder, logs)]
 
 
 def assert_matches_reference(folder: Path, rows: list[dict[str, Any]], summary: str) -> None:
     """Samples rows (in file order) and the CLI's summary against the folder's expected outputs."""
-    got: dict[str, list[dict[str, Any]]] = {}
-    for row in rows:
-        got.setdefault(row["session_id"], []).append(row)
-    expected = {e["session_id"]: e["samples"] for e in read_jsonl(folder / "expected.jsonl")}
-    assert sorted(got) == sorted(sid for sid, samples in expected.items() if samples)
-    assert [r["session_id"] for r in rows] == sorted(r["session_id"] for r in rows)
-    for sid, samples in expected.items():
-        mine = got.get(sid, [])
-        assert len(mine) == len(samples), sid
-        for i, (a, e) in enumerate(zip(mine, samples, strict=True)):
-            where = f"{sid} sample {i}"
-            assert a["sample_index"] == i, where
-            assert a["tokens"] == e["tokens"], where
-            assert a["response_length"] == e["response_length"], where
-            assert a["loss_mask"] == e["loss_mask"], where
-            assert a["rollout_log_probs"] == np.asarray(e["rollout_log_probs"], np.float32).tolist(), where
-            assert a["reward"] == e["reward"], where
-            metadata = json.loads(a["metadata"])
-            assert {k: metadata[k] for k in FLAGS} == e["metadata"], where
-            assert set(metadata) == {*FLAGS, "tito"}, where  # provenance kept, nothing else added
-            if "rollout_id" in e:
-                assert a["rollout_id"] == e["rollout_id"], where
-            else:  # the random sessions: always the index
-                sessions = {s["session_id"]: s for s in read_jsonl(folder / "sessions.jsonl")}
-                assert a["rollout_id"] == sessions[sid]["index"], where
+    sessions = {s["session_id"]: s for s in read_jsonl(folder / "sessions.jsonl")}
+
+    def check_flags_and_rollout_id(row: dict[str, Any], expected: dict[str, Any], where: str) -> None:
+        metadata = json.loads(row["metadata"])
+        assert {k: metadata.get(k) for k in FLAGS} == expected["metadata"], where
+        assert set(metadata) == {*FLAGS, "tito"}, where  # provenance kept, nothing else added
+        if "rollout_id" in expected:
+            assert row["rollout_id"] == expected["rollout_id"], where
+        else:  # the random sessions: always the index
+            assert row["rollout_id"] == sessions[row["session_id"]]["index"], where
+
+    assert_samples_match_expected(folder, rows, check_flags_and_rollout_id)
 
     # Samples the reference emits with a negative response_length are left out and reported.
     notes = read_jsonl(folder / "notes.jsonl")
