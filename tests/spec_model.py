@@ -9,6 +9,7 @@ random sessions and demand identical samples.  Keep it naive.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +37,21 @@ class ModelSample:
     reward: float
 
 
+def _mount_point(root: Any, messages: list[Any], same_message: Callable[[Any, Any], bool]) -> tuple[Any, int]:
+    """§3 step 3: the mount point, and the index of the first prompt message with no matching child."""
+    node, i = root, 0
+    while i < len(messages):
+        match = None
+        for child in node.children:
+            if child.role == messages[i]["role"] and same_message(child, messages[i]):
+                match = child
+                break
+        if match is None:
+            break
+        node, i = match, i + 1
+    return node, i
+
+
 def _route(turns: list[Any], threshold: int) -> _Node:
     root = _Node(None, None)
     for turn in sorted(turns, key=lambda t: t.seq):
@@ -43,17 +59,8 @@ def _route(turns: list[Any], threshold: int) -> _Node:
         # 1. An empty prompt is skipped.
         if not messages:
             continue
-        # 3. Walk from the root, taking the first child with equal role and message.
-        node, i = root, 0
-        while i < len(messages):
-            match = None
-            for child in node.children:
-                if child.key is not None and child.role == messages[i]["role"] and child.key == _key(messages[i]):
-                    match = child
-                    break
-            if match is None:
-                break
-            node, i = match, i + 1
+        # 3. Walk from the root, taking the first child with equal role and message (canonical JSON).
+        node, i = _mount_point(root, messages, lambda child, m: child.key is not None and child.key == _key(m))
         # 4. Absorb a short assistant rewrite into the one candidate leaf.
         if threshold > 0 and i < len(messages) and messages[i]["role"] == "assistant":
             candidates = [
@@ -80,10 +87,14 @@ def _route(turns: list[Any], threshold: int) -> _Node:
     return root
 
 
-def _leaves_with_chains(root: _Node) -> list[list[_Node]]:
-    chains: list[list[_Node]] = []
+# -- §4 steps that §8 keeps as written ("as in §4"): both models take them from here ----------
 
-    def visit(node: _Node, path: list[_Node]) -> None:
+
+def _leaves_with_chains(root: Any) -> list[list[Any]]:
+    """Every leaf's chain, from the root's child down to the leaf, leaves depth-first in insertion order."""
+    chains: list[list[Any]] = []
+
+    def visit(node: Any, path: list[Any]) -> None:
         if not node.children and path:
             chains.append(path)
         for child in node.children:
@@ -91,6 +102,40 @@ def _leaves_with_chains(root: _Node) -> list[list[_Node]]:
 
     visit(root, [])
     return chains
+
+
+def _fresh_segment() -> dict[str, Any]:
+    return {"tokens": [], "mask": [], "logprobs": [], "spans": [], "first_prompt": 0, "turns": 0}
+
+
+def _common_prefix(tokens: list[int], prompt: list[int]) -> int:
+    """§4 step 1's ``lcp``."""
+    lcp = 0
+    while lcp < min(len(tokens), len(prompt)) and tokens[lcp] == prompt[lcp]:
+        lcp += 1
+    return lcp
+
+
+def _claim(node: Any, claimed: list[Any]) -> bool:
+    """§4 step 4: the turn is trained if its node is not yet claimed; claim it."""
+    trained = not any(c is node for c in claimed)
+    if trained:
+        claimed.append(node)
+    return trained
+
+
+def _append_output(seg: dict[str, Any], turn: Any, trained: bool) -> None:
+    """The end of §4 step 5: the output ids appended, their span recorded, the first prompt's length kept."""
+    start = len(seg["tokens"])
+    recorded = turn.output_logprobs
+    for j, token in enumerate(int(x) for x in turn.output_ids):
+        seg["tokens"].append(token)
+        seg["mask"].append(1 if trained else 0)
+        seg["logprobs"].append(float(recorded[j]) if trained and recorded is not None else 0.0)
+    seg["spans"].append([start, len(seg["tokens"])])
+    if seg["turns"] == 0:
+        seg["first_prompt"] = len(turn.prompt_ids)
+    seg["turns"] += 1
 
 
 def model_rebuild(turns: list[Any], threshold: int, reward: float, reward_mode: str) -> list[ModelSample]:
@@ -105,21 +150,15 @@ def model_rebuild(turns: list[Any], threshold: int, reward: float, reward_mode: 
             return
         out.append((list(tokens), len(tokens) - first, mask[first:], logprobs[first:]))
 
-    def fresh() -> dict[str, Any]:
-        return {"tokens": [], "mask": [], "logprobs": [], "spans": [], "first_prompt": 0, "turns": 0}
-
     for chain in _leaves_with_chains(root):
-        seg = fresh()
+        seg = _fresh_segment()
         for node in chain:
             if node.turn is None:
                 continue
             turn = node.turn
             prompt = [int(x) for x in turn.prompt_ids]
-            tokens = seg["tokens"]
-            lcp = 0
-            while lcp < min(len(tokens), len(prompt)) and tokens[lcp] == prompt[lcp]:
-                lcp += 1
-            drift = len(tokens) - lcp
+            lcp = _common_prefix(seg["tokens"], prompt)
+            drift = len(seg["tokens"]) - lcp
             if drift == 0:
                 can = True
             elif not seg["spans"] or lcp < seg["spans"][-1][0]:
@@ -128,11 +167,9 @@ def model_rebuild(turns: list[Any], threshold: int, reward: float, reward_mode: 
                 can = threshold > 0 and drift < threshold
             if not can:
                 close(seg)
-                seg = fresh()
+                seg = _fresh_segment()
                 lcp = 0
-            trained = not any(c is node for c in claimed)
-            if trained:
-                claimed.append(node)
+            trained = _claim(node, claimed)
             # Realign: cut back to lcp; a cut inside the last span shortens it.
             del seg["tokens"][lcp:], seg["mask"][lcp:], seg["logprobs"][lcp:]
             if seg["spans"] and seg["spans"][-1][1] > lcp:
@@ -141,16 +178,7 @@ def model_rebuild(turns: list[Any], threshold: int, reward: float, reward_mode: 
                 seg["tokens"].append(token)
                 seg["mask"].append(0)
                 seg["logprobs"].append(0.0)
-            start = len(seg["tokens"])
-            recorded = turn.output_logprobs
-            for j, token in enumerate(int(x) for x in turn.output_ids):
-                seg["tokens"].append(token)
-                seg["mask"].append(1 if trained else 0)
-                seg["logprobs"].append(float(recorded[j]) if trained and recorded is not None else 0.0)
-            seg["spans"].append([start, len(seg["tokens"])])
-            if seg["turns"] == 0:
-                seg["first_prompt"] = len(prompt)
-            seg["turns"] += 1
+            _append_output(seg, turn, trained)
         close(seg)
 
     share = reward / len(out) if reward_mode == "split" and out else reward
@@ -192,20 +220,10 @@ def _route_slime03(turns: list[Any], threshold: int) -> _ValueNode:
         messages = turn.prompt_messages
         if not messages:
             continue
-        node, i = root, 0
-        while i < len(messages):
-            match = None
-            for child in node.children:
-                if (
-                    child.message is not None
-                    and child.role == messages[i]["role"]
-                    and _same_value(child.message, messages[i])
-                ):
-                    match = child
-                    break
-            if match is None:
-                break
-            node, i = match, i + 1
+        # §3 step 3, messages equal by value (§8.1).
+        node, i = _mount_point(
+            root, messages, lambda child, m: child.message is not None and _same_value(child.message, m)
+        )
         # §8.2: all assistant children count; only a sole, generated, childless, short one absorbs.
         if threshold > 0 and i < len(messages) and messages[i]["role"] == "assistant":
             assistants = [c for c in node.children if c.role == "assistant"]
@@ -221,19 +239,6 @@ def _route_slime03(turns: list[Any], threshold: int) -> _ValueNode:
             node = child
         node.children.append(_ValueNode("assistant", turn.response_message, turn=turn))
     return root
-
-
-def _value_chains(root: _ValueNode) -> list[list[_ValueNode]]:
-    chains: list[list[_ValueNode]] = []
-
-    def visit(node: _ValueNode, path: list[_ValueNode]) -> None:
-        if not node.children and path:
-            chains.append(path)
-        for child in node.children:
-            visit(child, [*path, child])
-
-    visit(root, [])
-    return chains
 
 
 def model_rebuild_slime03(
@@ -265,10 +270,7 @@ def model_rebuild_slime03(
             logprobs = logprobs[: len(tokens) - first]
         out.append((list(tokens), len(tokens) - first, list(mask), list(logprobs), flags))
 
-    def fresh() -> dict[str, Any]:
-        return {"tokens": [], "mask": [], "logprobs": [], "spans": [], "first_prompt": 0, "turns": 0}
-
-    for chain in _value_chains(root):
+    for chain in _leaves_with_chains(root):
         generated = [n.turn for n in chain if n.turn is not None]
         # §8.6, over the leaf's chain: every sample of the leaf carries the same flags.
         flags = {
@@ -278,18 +280,15 @@ def model_rebuild_slime03(
             ),
             "ill_formed": any(t.ill_formed for t in generated),
         }
-        seg = fresh()
+        seg = _fresh_segment()
         for node in chain:
             if node.turn is None:
                 continue
             turn = node.turn
             prompt = [int(x) for x in turn.prompt_ids]
             output = [int(x) for x in turn.output_ids]
-            tokens = seg["tokens"]
-            lcp = 0
-            while lcp < min(len(tokens), len(prompt)) and tokens[lcp] == prompt[lcp]:
-                lcp += 1
-            drift = len(tokens) - lcp
+            lcp = _common_prefix(seg["tokens"], prompt)
+            drift = len(seg["tokens"]) - lcp
             # §8.3: the incoming output's length gates a realign.
             if drift == 0:
                 can = True
@@ -297,10 +296,8 @@ def model_rebuild_slime03(
                 can = bool(seg["spans"]) and lcp >= seg["spans"][-1][0] and len(output) < threshold
             if not can:
                 close(seg, flags)
-                seg = fresh()
-            trained = not any(c is node for c in claimed)
-            if trained:
-                claimed.append(node)
+                seg = _fresh_segment()
+            trained = _claim(node, claimed)
             if seg["tokens"] and drift:
                 # §8.4: everything from the latest response's start is the prompt's, loss 0.
                 s = seg["spans"][-1][0]
@@ -312,16 +309,8 @@ def model_rebuild_slime03(
                 seg["tokens"] += prompt[held:]
                 seg["mask"] += [0] * (len(prompt) - held)
                 seg["logprobs"] += [0.0] * (len(prompt) - held)
-            start = len(seg["tokens"])
-            recorded = turn.output_logprobs
-            for j, token in enumerate(output):
-                seg["tokens"].append(token)
-                seg["mask"].append(1 if trained else 0)
-                seg["logprobs"].append(float(recorded[j]) if trained and recorded is not None else 0.0)
-            seg["spans"].append([start, len(seg["tokens"])])
-            if seg["turns"] == 0:
-                seg["first_prompt"] = len(prompt)
-            seg["turns"] += 1
+            # Then the output is appended as in §4 and recorded as the new last span.
+            _append_output(seg, turn, trained)
         close(seg, flags)
 
     # §8.5: the whole reward by default.
