@@ -11,6 +11,10 @@ branching::
     rewards(reward, n)             the reward of each of a session's n samples
     sample_flags(turns)            per-leaf flags written into each sample's metadata
 
+``rewrite_candidates`` and ``fork_cause`` make the checks every policy shares
+(the opening of §3 step 4, the first rules of §4 step 2) and leave the rest
+to the policy: ``assistant_rewrite_candidates`` and ``latest_response_drift``.
+
 A policy is a frozen dataclass: one typed, picklable value that travels to
 worker processes and to Ray.  Its fields are the knobs (``fork_threshold``,
 ``reward_mode``, ``max_sample_tokens``); its class is the algorithm, named by
@@ -146,17 +150,23 @@ class Policy(ABC):
         reader keys prompts with it once and the router can tell they were.
         """
 
-    @abstractmethod
     def rewrite_candidates(self, mount: Node, message: Message) -> Sequence[Node]:
         """The children of ``mount`` competing to absorb ``message``, the first unmatched prompt message.
 
         Exactly one: it absorbs the rewrite.  None: nothing happens.  Several:
         nothing happens, and the router records an ambiguous rewrite.
         """
+        # SPEC §3 step 4 and §8.2 open alike: only a threshold > 0 and an assistant message.
+        if self.fork_threshold <= 0 or message.get("role") != "assistant":
+            return ()
+        return self.assistant_rewrite_candidates(mount)
+
+    @abstractmethod
+    def assistant_rewrite_candidates(self, mount: Node) -> Sequence[Node]:
+        """:meth:`rewrite_candidates` for an assistant message, the threshold being > 0."""
 
     # -- linearization (SPEC §4) -------------------------------------------
 
-    @abstractmethod
     def fork_cause(
         self, lcp: int, drift: int, first_prompt_length: int, last_span_start: int | None, turn: Turn
     ) -> ForkCause | None:
@@ -166,6 +176,19 @@ class Policy(ABC):
         how many held tokens it drops; ``last_span_start``: where the
         segment's latest response starts (``None`` before its first).
         """
+        # SPEC §4 step 2 and §8.3 share all but their last rule: a clean continuation is
+        # absorbed, a divergence before the latest response forks.
+        if drift == 0:
+            return None
+        if last_span_start is None or lcp < first_prompt_length:
+            return ForkCause.PROMPT_REGION
+        if lcp < last_span_start:
+            return ForkCause.BEFORE_LATEST_RESPONSE
+        return self.latest_response_drift(drift, turn)
+
+    @abstractmethod
+    def latest_response_drift(self, drift: int, turn: Turn) -> ForkCause | None:
+        """:meth:`fork_cause` when the ``drift`` (> 0) lies in the latest response: ``None`` to realign."""
 
     @abstractmethod
     def realign_cut(self, last_span_start: int, lcp: int) -> int:

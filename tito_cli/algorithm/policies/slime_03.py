@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ...turns import Message, MessageKey, Turn
+from ...turns import MessageKey, Turn
 from ..policy import ForkCause, Policy, RewardMode
 from ..router import Node
 
@@ -68,30 +68,19 @@ class Slime03(Policy):
         # Equal by value (§8.1): 1, 1.0 and true are one message.
         return value_key
 
-    def rewrite_candidates(self, mount: Node, message: Message) -> Sequence[Node]:
+    def assistant_rewrite_candidates(self, mount: Node) -> Sequence[Node]:
         # §8.2: every assistant child counts, generated or not; only a sole, short, childless
         # generated one absorbs.
-        threshold = self.fork_threshold
-        if threshold <= 0 or message.get("role") != "assistant":
-            return ()
         assistants = [c for c in mount.children if c.role == "assistant"]
         if len(assistants) != 1:
             return assistants
         only = assistants[0]
-        if only.turn is None or only.children or len(only.turn.output_ids) >= threshold:
+        if only.turn is None or only.children or len(only.turn.output_ids) >= self.fork_threshold:
             return ()
         return assistants
 
-    def fork_cause(
-        self, lcp: int, drift: int, first_prompt_length: int, last_span_start: int | None, turn: Turn
-    ) -> ForkCause | None:
+    def latest_response_drift(self, drift: int, turn: Turn) -> ForkCause | None:
         # §8.3: the gate is the incoming output's length, not the drifted tail's.
-        if drift == 0:
-            return None
-        if last_span_start is None or lcp < first_prompt_length:
-            return ForkCause.PROMPT_REGION
-        if lcp < last_span_start:
-            return ForkCause.BEFORE_LATEST_RESPONSE
         if len(turn.output_ids) < self.fork_threshold:
             return None
         return ForkCause.OUTPUT_TOO_LONG

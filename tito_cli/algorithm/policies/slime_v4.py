@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ...turns import Message, MessageKey, Turn, message_key
+from ...turns import MessageKey, Turn, message_key
 from ..policy import ForkCause, Policy, RewardMode
 from ..router import Node
 
@@ -35,28 +35,20 @@ class SlimeV4(Policy):
         # Canonical JSON text (SPEC §3): 1, 1.0 and true differ.
         return message_key
 
-    def rewrite_candidates(self, mount: Node, message: Message) -> Sequence[Node]:
+    def assistant_rewrite_candidates(self, mount: Node) -> Sequence[Node]:
         # SPEC §3 step 4: generated assistant leaves with fewer output ids than the threshold.
-        threshold = self.fork_threshold
-        if threshold <= 0 or message.get("role") != "assistant":
-            return ()
         return [
             c
             for c in mount.children
-            if c.role == "assistant" and c.turn is not None and not c.children and len(c.turn.output_ids) < threshold
+            if c.role == "assistant"
+            and c.turn is not None
+            and not c.children
+            and len(c.turn.output_ids) < self.fork_threshold
         ]
 
-    def fork_cause(
-        self, lcp: int, drift: int, first_prompt_length: int, last_span_start: int | None, turn: Turn
-    ) -> ForkCause | None:
-        # SPEC §4 step 2: the length of the drifted tail decides.
-        if drift == 0:
-            return None
-        if last_span_start is None or lcp < first_prompt_length:
-            return ForkCause.PROMPT_REGION
-        if lcp < last_span_start:
-            return ForkCause.BEFORE_LATEST_RESPONSE
-        if 0 < drift < self.fork_threshold:
+    def latest_response_drift(self, drift: int, turn: Turn) -> ForkCause | None:
+        # SPEC §4 step 2, its last rule: the length of the drifted tail decides.
+        if drift < self.fork_threshold:
             return None
         return ForkCause.DRIFT_TOO_LONG
 
