@@ -75,18 +75,24 @@ def _json_text(value: JsonLike, what: str) -> str | None:
         raise ValueError(f"{what} cannot be stored as JSON ({exc})") from None
 
 
+def _one_dimensional(value: Sequence[float] | np.ndarray, what: str, items: str) -> np.ndarray:
+    """``value`` as a numpy array of one dimension (any dtype yet), or ``ValueError`` naming ``what``."""
+    try:
+        array = np.asarray(value)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{what} is not a sequence of {items} ({exc})") from None
+    if array.ndim != 1:
+        raise ValueError(f"{what} must be 1-D, got {array.ndim} dimensions")
+    return array
+
+
 def _token_ids(value: Sequence[int] | np.ndarray, what: str) -> np.ndarray:
     """``value`` as int32 ids, exactly: a 1-D sequence of integers in 0..2**31-1, or ``ValueError``.
 
     ``np.asarray(value, dtype=np.int32)`` would wrap 2**32 + 5 to 5, truncate
     1.7 to 1 and take a row of a 2-D array: ids that were never generated.
     """
-    try:
-        array = np.asarray(value)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{what} is not a sequence of integers ({exc})") from None
-    if array.ndim != 1:
-        raise ValueError(f"{what} must be 1-D, got {array.ndim} dimensions")
+    array = _one_dimensional(value, what, "integers")
     if array.size == 0:
         return np.zeros(0, dtype=np.int32)
     if array.dtype.kind == "O" and all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in array):
@@ -106,12 +112,7 @@ def _token_ids(value: Sequence[int] | np.ndarray, what: str) -> np.ndarray:
 def _logprobs(value: Sequence[float] | np.ndarray | None) -> np.ndarray | None:
     if value is None:
         return None
-    try:
-        array = np.asarray(value)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"output_logprobs is not a sequence of numbers ({exc})") from None
-    if array.ndim != 1:
-        raise ValueError(f"output_logprobs must be 1-D, got {array.ndim} dimensions")
+    array = _one_dimensional(value, "output_logprobs", "numbers")
     if array.size == 0:
         return np.zeros(0, dtype=np.float32)
     if array.dtype.kind not in "iuf":
