@@ -35,6 +35,7 @@ import shutil
 import stat
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -70,10 +71,8 @@ class Block:
     commands: list[Command] = field(default_factory=list)
 
 
-def parse(text: str) -> list[Block]:
-    """The ``console`` and ``sh`` blocks of a markdown document, with their commands."""
-    lines = text.split("\n")
-    blocks: list[Block] = []
+def _fenced_blocks(lines: list[str]) -> Iterator[tuple[str, int, int]]:
+    """Each fenced block's language, opening line and closing line (0-based; the end at an unclosed one)."""
     i = 0
     while i < len(lines):
         opening = _FENCE.match(lines[i])
@@ -84,11 +83,19 @@ def parse(text: str) -> list[Block]:
         j = i + 1
         while j < len(lines) and lines[j].rstrip() != fence:
             j += 1
+        yield lang, i, j
+        i = j + 1
+
+
+def parse(text: str) -> list[Block]:
+    """The ``console`` and ``sh`` blocks of a markdown document, with their commands."""
+    lines = text.split("\n")
+    blocks: list[Block] = []
+    for lang, i, j in _fenced_blocks(lines):
         if lang in ("console", "sh"):
             block = Block(lang, i + 1, j)
             block.commands = (_console if lang == "console" else _sh)(lines[i + 1 : j], i + 2)
             blocks.append(block)
-        i = j + 1
     return blocks
 
 
@@ -96,20 +103,10 @@ def unlabelled_commands(text: str) -> list[int]:
     """Lines (1-based) opening a fenced block that is not ``console``/``sh`` but starts with ``$ ``."""
     found = []
     lines = text.split("\n")
-    i = 0
-    while i < len(lines):
-        opening = _FENCE.match(lines[i])
-        if not opening:
-            i += 1
-            continue
-        fence, lang = opening.groups()
-        j = i + 1
-        while j < len(lines) and lines[j].rstrip() != fence:
-            j += 1
+    for lang, i, j in _fenced_blocks(lines):
         body = [line for line in lines[i + 1 : j] if line.strip()]
         if lang not in ("console", "sh") and body and body[0].startswith("$ "):
             found.append(i + 1)
-        i = j + 1
     return found
 
 
