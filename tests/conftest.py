@@ -1,4 +1,4 @@
-"""Test-suite configuration: the golden-dump plugin, ``--tito-update-docs``, and hypothesis profiles.
+"""Test-suite configuration: the golden-dump plugin, ``--tito-update-docs``, hypothesis profiles, ``offline``.
 
 ``HYPOTHESIS_PROFILE=ci`` (set by ``.ci/run``) runs the full property budget
 (500 examples per property); the default profile is a quick local run.
@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -34,3 +35,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="tests/test_docs.py: write the real output of every shown console command into the "
         "documents (review the diff) instead of failing on a difference.",
     )
+
+
+@pytest.fixture(scope="module")
+def offline() -> Iterator[None]:
+    """The Hugging Face libraries kept off the network for a module's tests (they load real tokenizers)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HF_HUB_OFFLINE", "1")
+        mp.setenv("TRANSFORMERS_OFFLINE", "1")
+        yield

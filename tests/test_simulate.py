@@ -8,7 +8,6 @@ import random
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,14 +38,6 @@ TOKENIZER = REPO / "fixtures" / "tokenizer"
 DEMO_ARGS = ["--sessions", "32", "--seed", "0", "--profile", "qwen3"]
 THRESHOLD = 1024
 PLAIN = Features(frozenset())
-
-
-@pytest.fixture(scope="module")
-def offline() -> Iterator[None]:
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("HF_HUB_OFFLINE", "1")
-        mp.setenv("TRANSFORMERS_OFFLINE", "1")
-        yield
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -59,14 +58,6 @@ CONVERSATION: list[dict[str, Any]] = [
     },
     {"role": "tool", "tool_call_id": "c3", "content": "1 passed"},
 ]
-
-
-@pytest.fixture(scope="module")
-def offline() -> Iterator[None]:
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("HF_HUB_OFFLINE", "1")
-        mp.setenv("TRANSFORMERS_OFFLINE", "1")
-        yield
 
 
 @pytest.fixture(scope="module")
