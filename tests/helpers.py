@@ -101,17 +101,27 @@ def assert_samples_match_expected(
     assert sorted(got) == sorted(sid for sid, samples in expected.items() if samples)
     assert [r["session_id"] for r in rows] == sorted(r["session_id"] for r in rows)
     for sid, samples in expected.items():
-        mine = got.get(sid, [])
-        assert len(mine) == len(samples), sid
-        for i, (a, e) in enumerate(zip(mine, samples, strict=True)):
-            where = f"{sid} sample {i}"
-            assert a["sample_index"] == i, where
-            assert a["tokens"] == e["tokens"], where
-            assert a["response_length"] == e["response_length"], where
-            assert a["loss_mask"] == e["loss_mask"], where
-            # The samples column is float32; the reference's values are compared at that precision.
-            assert a["rollout_log_probs"] == np.asarray(e["rollout_log_probs"], np.float32).tolist(), where
-            assert a["reward"] == e["reward"], where
+        assert_rows_match_samples(sid, got.get(sid, []), samples, check_sample)
+
+
+def assert_rows_match_samples(
+    sid: str,
+    rows: list[dict[str, Any]],
+    samples: list[dict[str, Any]],
+    check_sample: Callable[[dict[str, Any], dict[str, Any], str], None] | None = None,
+) -> None:
+    """One session's samples rows against the reference's samples, field by field, naming session and sample."""
+    assert len(rows) == len(samples), sid
+    for i, (a, e) in enumerate(zip(rows, samples, strict=True)):
+        where = f"{sid} sample {i}"
+        assert a["sample_index"] == i, where
+        assert a["tokens"] == e["tokens"], where
+        assert a["response_length"] == e["response_length"], where
+        assert a["loss_mask"] == e["loss_mask"], where
+        # The samples column is float32; the reference's values are compared at that precision.
+        assert a["rollout_log_probs"] == np.asarray(e["rollout_log_probs"], np.float32).tolist(), where
+        assert a["reward"] == e["reward"], where
+        if check_sample is not None:
             check_sample(a, e, where)
 
 

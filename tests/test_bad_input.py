@@ -28,7 +28,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
@@ -37,7 +36,7 @@ from tito_cli.cli import app
 from tito_cli.errors import EXIT_BAD_INPUT, EXIT_INTERNAL
 
 from .bad_input.kit import GOOD
-from .helpers import CONFORMANCE, REPO, read_jsonl
+from .helpers import CONFORMANCE, REPO, assert_rows_match_samples, read_jsonl
 
 SCENARIO_ROOT = Path(__file__).parent / "bad_input"
 SCENARIOS = sorted(p for p in SCENARIO_ROOT.iterdir() if (p / "expected.json").is_file())
@@ -120,17 +119,7 @@ def check_outcome(expected: dict[str, Any], out: Path, exit_code: int, stdout: s
     for sid, count in counts.items():
         assert len(written.get(sid, [])) == count, sid
     for sid, ref in exact.items():
-        want_samples = reference_samples(ref)
-        got_samples = written.get(sid, [])
-        assert len(got_samples) == len(want_samples), sid
-        for i, (got, want) in enumerate(zip(got_samples, want_samples, strict=True)):
-            where = f"{sid} sample {i}"
-            assert got["sample_index"] == i, where
-            assert got["tokens"] == want["tokens"], where
-            assert got["response_length"] == want["response_length"], where
-            assert got["loss_mask"] == want["loss_mask"], where
-            assert got["rollout_log_probs"] == np.asarray(want["rollout_log_probs"], np.float32).tolist(), where
-            assert got["reward"] == want["reward"], where
+        assert_rows_match_samples(sid, written.get(sid, []), reference_samples(ref))
 
     for sid, text in expected.get("notes", {}).items():
         assert squeeze(f"{sid}: {text}") in squeeze(stderr), stderr
