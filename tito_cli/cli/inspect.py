@@ -10,8 +10,7 @@ from rich.console import Group, RenderableType
 from rich.text import Text
 
 from ..errors import EXIT_BAD_INPUT, EXIT_REJECTED, InvalidSessionError
-from ..render.drift_text import render_drift as render_drift_points
-from ..render.drift_view import render_drift
+from ..render.drift import render_drift_summary, render_drift_windows
 from ..render.jsonout import dumps
 from ..render.sample_text import render_samples
 from ..render.session_view import render_header, render_tree, render_turns
@@ -147,10 +146,11 @@ def inspect(
     if drift:
         points = drift_points(result, found)
         if as_json:
-            typer.echo(dumps({"session": session_header(result), "tokenizer": text.name, "drift": points}))
+            drift_data = [p.as_dict() for p in points]
+            typer.echo(dumps({"session": session_header(result), "tokenizer": text.name, "drift": drift_data}))
             return
         page(
-            [render_header(session_header(result)), Text(""), render_drift_points(points, text, plain=is_plain())],
+            [render_header(session_header(result)), Text(""), render_drift_windows(points, text, plain=is_plain())],
             no_pager,
         )
         return
@@ -190,7 +190,7 @@ def inspect(
             render_tree(result.session_id, tree_nodes(result)),
         ]
     if "drift" in views:
-        parts += [Text("\ndrift", style="bold underline"), render_drift(found)]
+        parts += [Text("\ndrift", style="bold underline"), render_drift_summary(found)]
     if "samples" in views:
         # Colour marks trained tokens on a terminal; plain text (a pipe, NO_COLOR) uses [brackets].
         shown = render_samples(samples, text, full=full or around is not None, brackets=is_plain())

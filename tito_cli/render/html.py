@@ -180,7 +180,7 @@ def _session_payload(result: SessionResult, drift: list[Divergence], used: set[i
     for d in drift:
         used.update(d.held_ids)
         used.update(d.prompt_ids)
-    points = drift_points(result, drift)
+    points = [p.as_dict() for p in drift_points(result, drift)]
     fork_parts = [f"{FORK_LABELS[c]} {n}" for c, n in header["forks"].items() if n]
     return {
         "id": result.session_id,
