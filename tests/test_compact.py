@@ -128,7 +128,9 @@ def test_timestamps_ill_formed_flags_and_tokenizer_are_kept(tmp_path: Path) -> N
     assert formats(tmp_path / "v1") == {"1"}
 
 
-def test_a_huge_row_group_is_read_in_slices_and_compact_cuts_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_huge_row_group_is_read_in_slices_and_compact_cuts_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # A foreign writer's one big row group (here 80 KiB of a 4,000-row-per-group writer; the bound scaled down).
     log = tmp_path / "logs"
     write_log(log, read_jsonl(REPO / "fixtures/conformance/random-threshold-1024/turns.jsonl"), format=1,

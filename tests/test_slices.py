@@ -138,12 +138,15 @@ def test_each_slice_is_decoded_once_and_dropped_after_its_last_session(monkeypat
     assert next(sessions, None) is None
 
 
-def _sliced_index(sessions: list[list[int]], groups: int, slices: int, rows_per_slice: int, slice_bytes: float) -> LogIndex:
+def _sliced_index(
+    sessions: list[list[int]], groups: int, slices: int, rows_per_slice: int, slice_bytes: float
+) -> LogIndex:
     """``groups`` huge row groups of ``slices`` slices each; session i has a row in each slice of ``sessions[i]``
     (numbered across the row groups)."""
     per_row = slice_bytes / rows_per_slice
+    size = rows_per_slice
     row_groups = [
-        RowGroup(g, 0, k * rows_per_slice, rows_per_slice, per_row, offset=k * rows_per_slice, slice_rows=rows_per_slice)
+        RowGroup(g, 0, k * size, size, per_row, offset=k * size, slice_rows=size)
         for g in range(groups)
         for k in range(slices)
     ]
