@@ -153,7 +153,9 @@ def rebuild(
     ``workers`` processes rebuild sessions in parallel (default: as many of
     this machine's cores as the log's layout can use without decoding its row
     groups twice, :func:`tito_cli.run.local.workers_for`; small logs are
-    rebuilt in-process); the output is the same for any number.  ``batch_bytes`` sets the size of the batches of
+    rebuilt in-process).  A count given is lowered the same way, and
+    ``summary.workers_capped`` says so, unless ``batch_bytes`` is given too;
+    the output is the same for any number.  ``batch_bytes`` sets the size of the batches of
     sessions handed to workers (see :func:`tito_cli.run.local.plan_batches`).
     ``unfinished``: sessions without a sessions row are rebuilt with reward
     0.0 (``keep``, their samples say ``"finished": false``) or rejected.
