@@ -119,7 +119,8 @@ class RowGroup:
     #: The statistics put every prompt and output id in 0..INT32_MAX (see _row_group_facts).
     ids_in_range: bool = False
     #: A slice: its first row inside the row group, and the rows every slice of that row
-    #: group has (the last may have fewer).  ``slice_rows`` 0: the whole row group.
+    #: group has (the last may have fewer).  ``slice_rows`` 0: the whole row group.  The
+    #: slices of a row group are consecutive in ``LogIndex.row_groups``, in row order.
     offset: int = 0
     slice_rows: int = 0
 
@@ -465,7 +466,7 @@ class _SliceStreams:
             # (Passed: only when a slice is asked for again after it was dropped.)
             if stream is not None:
                 stream.close()
-            first_slice = g - group.offset // group.slice_rows
+            first_slice = g - group.offset // group.slice_rows  # (its slices are consecutive in the index)
             stream = self._open[key] = _SliceStream(self._files[group.file], group, first_slice, self._timestamps)
         decoded = []
         try:

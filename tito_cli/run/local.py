@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+import numpy as np
 import pyarrow as pa
 
 from ..algorithm.policy import Policy
@@ -127,14 +128,23 @@ def decoded_bytes(batches: list[ReadBatch]) -> float:
     from its start up to the last slice the batch needs (pyarrow cannot start
     a row group at a row offset, :attr:`RowGroup.read_bytes`).
     """
+    if not batches:
+        return 0.0
+    row_groups = batches[0].row_groups
+    # Per entry of the index's row groups (a row group, or a slice of one): the row group it
+    # belongs to, numbered, and what reading up to its end costs.
+    numbers: dict[tuple[int, int], int] = {}
+    parent = np.array([numbers.setdefault((g.file, g.index), len(numbers)) for g in row_groups], dtype=np.int64)
+    cost = np.array([g.read_bytes for g in row_groups], dtype=np.float64)
     total = 0.0
     for batch in batches:
-        through: dict[tuple[int, int], float] = {}
-        for g in {g for place in batch.sessions for g in place.groups.tolist()}:
-            group = batch.row_groups[g]
-            key = (group.file, group.index)
-            through[key] = max(through.get(key, 0.0), group.read_bytes)
-        total += sum(through.values())
+        if not batch.sessions:
+            continue
+        used = np.zeros(len(row_groups), dtype=bool)
+        used[np.concatenate([place.groups for place in batch.sessions])] = True
+        through = np.zeros(len(numbers), dtype=np.float64)
+        np.maximum.at(through, parent[used], cost[used])
+        total += float(through.sum())
     return total
 
 
