@@ -188,15 +188,15 @@ class LogIndex:
         """
         return sorted(self.places.values(), key=lambda p: (p.last_group, p.session_id))
 
-    def batches(self, target_bytes: float, *, finish_together: int = 0) -> list[ReadBatch]:
+    def batches(self, target_bytes: float, *, finish_together: int = 0, force_at: float = 4) -> list[ReadBatch]:
         """Cut the sessions, in log order, into batches of about ``target_bytes`` decoded bytes.
 
         A cut between two batches that both need a row group makes both decode
         it, so a batch that has reached its size is closed at the next *clean*
         cut (no later session reads a row group an earlier one read), unless
-        none comes before it has grown to four times its size.  (At twice,
-        small logs cut almost only between sessions sharing row groups: the
-        20-session benchmark decoded 42 row groups for 28.)
+        none comes before it has grown to ``force_at`` (four) times its size.
+        (At twice, small logs cut almost only between sessions sharing row
+        groups: the 20-session benchmark decoded 42 row groups for 28.)
 
         With ``finish_together=N`` (workers), batches shrink toward the end of
         the log: one takes at most what is left over ``2 * N``, so the last
@@ -219,7 +219,7 @@ class LogIndex:
         for k, place in enumerate(order):
             current.append(place)
             size += place.nbytes
-            if size >= 4 * target or (size >= target and clean[k]):
+            if size >= force_at * target or (size >= target and clean[k]):
                 batches.append(ReadBatch(self.row_groups, current))
                 left -= size
                 current, size = [], 0

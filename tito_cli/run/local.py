@@ -181,13 +181,17 @@ def plan_batches(index: LogIndex, workers: int, batch_bytes: float | None = None
     if workers <= 1 or index.nbytes < MIN_PARALLEL_BYTES:
         return sweep
     budget = MAX_DECODE_OVERHEAD * decoded_bytes(sweep)
-    count = BATCHES_PER_WORKER * workers
     plan = _spread(index, workers)
+    count = BATCHES_PER_WORKER * workers
     while decoded_bytes(plan) > budget:
         count //= 2
         if count < 2:
             return sweep
-        plan = index.batches(min(index.nbytes / count, MAX_BATCH_BYTES))
+        target = min(index.nbytes / count, MAX_BATCH_BYTES)
+        # Cut at clean cuts only when they come; or at the size, shared row groups or not
+        # (a log of huge row groups in slices may have no clean cut where it is needed).
+        candidates = (index.batches(target), index.batches(target, force_at=1))
+        plan = min(candidates, key=lambda batches: (decoded_bytes(batches) > budget, -len(batches)))
     return plan
 
 
