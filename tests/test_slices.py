@@ -173,6 +173,12 @@ def test_plans_count_a_slice_from_the_start_of_its_row_group() -> None:
         assert 2 <= len(plan) < len(local._spread(in_turn, workers)), workers
         assert decoded_bytes(plan) <= MAX_DECODE_OVERHEAD * once, workers
     assert workers_for(in_turn, 2) == 2 and worker_cap(in_turn, 2) is None
+    # Every session straddles two slices: no clean cut anywhere, so the plan cuts at the size.
+    chained = _sliced_index([[k // 4, k // 4 + 1] * 12 for k in range(44)], groups=3, slices=4, rows_per_slice=100,
+                            slice_bytes=64 << 20)
+    assert len(chained.batches(chained.nbytes / 2)) == 1
+    plan = plan_batches(chained, 2)
+    assert len(plan) >= 2 and decoded_bytes(plan) <= MAX_DECODE_OVERHEAD * decoded_bytes(plan_batches(chained, 1))
     # One huge row group: even two batches decode it 1.5 times (the second decodes the first's
     # slices on its way), so the log is one batch and an explicit count comes down to one.
     one_group = _sliced_index([[k // 4] * 25 for k in range(32)], groups=1, slices=8, rows_per_slice=100,
