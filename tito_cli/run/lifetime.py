@@ -14,6 +14,16 @@ A rebuild with workers can be ended by SIGKILL or SIGTERM (the OOM killer,
   the process dies, however it dies.  Every rebuild that starts workers
   first removes the handoff folders whose lock is free (a killed run's),
   and leaves those a live rebuild holds.
+
+A sweep must never take a live folder for a dead one, so a live folder's
+``.lock`` is never seen free: it is locked under another name and renamed
+into place (a sweep in between sees no ``.lock`` and leaves the folder), the
+folder is removed before its lock is let go, and where ``flock`` does not
+work no ``.lock`` appears at all.  A lock only says something to processes
+of the kernel that holds it (a ``$TMPDIR`` shared between machines, or a
+filesystem whose locks are node-local, would show another machine's live
+lock as free), so the ``.lock`` names its machine and boot, and a sweep
+leaves the folders of other machines alone.
 """
 
 from __future__ import annotations
@@ -23,6 +33,7 @@ import ctypes
 import os
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 import threading
@@ -81,22 +92,73 @@ def handoff_folder() -> Iterator[str]:
     """
     sweep_handoff_folders()
     folder = tempfile.mkdtemp(prefix=HANDOFF_PREFIX)
-    lock_fd = os.open(os.path.join(folder, _LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o600)
+    lock_fd = _lock_new_folder(folder)
     try:
-        if fcntl is not None:
-            with contextlib.suppress(OSError):
-                fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         yield folder
     finally:
-        os.close(lock_fd)
+        # Removed while still locked: a concurrent sweep never finds this folder's lock free.
         shutil.rmtree(folder, ignore_errors=True)
+        if lock_fd is not None:
+            os.close(lock_fd)
+
+
+def _lock_new_folder(folder: str) -> int | None:
+    """Give the new ``folder`` a ``.lock`` that is held from the moment it appears; return its fd.
+
+    A ``.lock`` created under its own name and locked next would be free for
+    an instant, and a sweep in that instant would remove the live folder (its
+    workers then fail to create their handoff files).  So the file is created
+    and locked under another name, then renamed.  Where ``flock`` fails (no
+    locks on this filesystem) the folder gets no ``.lock``, which sweeps leave
+    alone, and ``None`` is returned.
+    """
+    if fcntl is None:  # pragma: no cover
+        return None
+    claiming = os.path.join(folder, _LOCK_NAME + ".new")
+    fd = os.open(claiming, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        os.unlink(claiming)
+        return None
+    os.write(fd, _this_kernel().encode())
+    os.rename(claiming, os.path.join(folder, _LOCK_NAME))
+    return fd
+
+
+def _this_kernel() -> str:
+    """Who a lock taken here means something to: this machine's name and, on Linux, this boot's id."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        boot = ""
+    return f"{socket.gethostname()}\n{boot}\n"
+
+
+def _held_elsewhere(lock_text: str) -> bool:
+    """Whether a ``.lock`` written as ``lock_text`` may be held on another machine, out of our sight.
+
+    The locks of this boot of this kernel are ours to see (containers of one
+    host share it); a lock of this machine's earlier boot is certainly free.
+    An empty ``.lock`` comes from a tito that wrote no name: it is taken to be
+    this machine's, as that tito took it.
+    """
+    if not lock_text:
+        return False
+    host, _, boot = lock_text.partition("\n")
+    here_host, _, here_boot = _this_kernel().partition("\n")
+    if boot.strip() and boot == here_boot:
+        return False
+    return host != here_host
 
 
 def sweep_handoff_folders(parent: str | os.PathLike[str] | None = None) -> list[Path]:
     """Remove the handoff folders under ``parent`` (default ``$TMPDIR``) of rebuilds that died; return them.
 
-    A folder without a lock file is one being created (the lock comes right
-    after the folder), or not tito's own: it is left alone.
+    Left alone: folders whose ``.lock`` is held (a live rebuild's), folders
+    without a ``.lock`` (one being created, one where locks do not work, or
+    not tito's own) and folders whose ``.lock`` names another machine.
     """
     if fcntl is None:  # pragma: no cover
         return []
@@ -113,9 +175,12 @@ def sweep_handoff_folders(parent: str | os.PathLike[str] | None = None) -> list[
             continue
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            lock_text = os.read(fd, 4096).decode(errors="replace")
         except OSError:
             continue  # held: a live rebuild
         else:
+            if _held_elsewhere(lock_text):
+                continue
             shutil.rmtree(folder, ignore_errors=True)
             removed.append(folder)
         finally:

@@ -1,0 +1,175 @@
+"""The worker handoff folder: a sweep never takes a live rebuild's folder for a dead one's.
+
+Every rebuild with workers sweeps ``$TMPDIR`` of dead rebuilds' handoff
+folders (``run/lifetime.py``), so any rebuild may sweep while another is
+creating, using or removing its own.  A live folder removed under its
+workers is issue #23's ``FileNotFoundError … tito-handoff-…/batch-*.arrow``:
+these tests put a sweep at each of those moments.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import shutil
+import socket
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tito_cli.run import local
+from tito_cli.run.lifetime import HANDOFF_PREFIX, handoff_folder, sweep_handoff_folders
+from tito_cli.run.rebuild import rebuild
+
+from .helpers import write_log
+
+
+@pytest.fixture
+def scratch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A ``$TMPDIR`` of the test's own (other rebuilds on the machine sweep the real one)."""
+    folder = tmp_path / "tmp"
+    folder.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    return folder
+
+
+def _dead_folder(parent: Path, lock_text: str) -> Path:
+    """A handoff folder as a killed rebuild leaves it: a ``.lock`` nobody holds, and a handoff file."""
+    folder = Path(tempfile.mkdtemp(prefix=HANDOFF_PREFIX, dir=parent))
+    (folder / ".lock").write_text(lock_text)
+    (folder / "batch-x.arrow").write_bytes(b"rows")
+    return folder
+
+
+def test_a_sweep_in_the_instant_a_new_folder_is_locked_leaves_it(
+    scratch: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Another rebuild's sweep runs between the folder's creation and its lock (where the lock
+    # file was once created under its own name, free for that instant).
+    real_flock = fcntl.flock
+    sweeps: list[list[Path]] = []
+
+    def flock_after_a_sweep(fd: int, operation: int) -> None:
+        if not sweeps:
+            sweeps.append([])
+            sweeps[0] = sweep_handoff_folders(scratch)
+        real_flock(fd, operation)
+
+    monkeypatch.setattr(fcntl, "flock", flock_after_a_sweep)
+    with handoff_folder() as folder:
+        assert sweeps == [[]]
+        assert Path(folder).is_dir()
+        # What a worker then does with it.
+        fd, _ = tempfile.mkstemp(prefix="batch-", suffix=".arrow", dir=folder)
+        os.close(fd)
+        assert sweep_handoff_folders(scratch) == []
+    assert list(scratch.iterdir()) == []
+
+
+def test_a_folder_is_gone_before_its_lock_is_let_go(scratch: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A sweep that runs while a rebuild removes its own folder finds the lock held.
+    real_rmtree = shutil.rmtree
+    during_removal: list[list[Path]] = []
+
+    def rmtree_after_a_sweep(path: Any, *args: Any, **kwargs: Any) -> None:
+        if Path(path).parent == scratch and not during_removal:
+            during_removal.append([])
+            during_removal[0] = sweep_handoff_folders(scratch)
+        real_rmtree(path, *args, **kwargs)
+
+    monkeypatch.setattr(shutil, "rmtree", rmtree_after_a_sweep)
+    with handoff_folder():
+        pass
+    assert during_removal == [[]]
+    assert list(scratch.iterdir()) == []
+
+
+def test_where_flock_fails_a_folder_gets_no_lock_file_and_no_sweep_removes_it(
+    scratch: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_flock = fcntl.flock
+
+    def no_locks(fd: int, operation: int) -> None:
+        raise OSError(errno.ENOLCK, "no locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    with handoff_folder() as folder:
+        # Nothing that looks like a dead run's folder: no .lock (the claim under another name is gone too).
+        assert sorted(os.listdir(folder)) == []
+        # A sweep from a rebuild where locks do work (another mount, another process).
+        monkeypatch.setattr(fcntl, "flock", real_flock)
+        assert sweep_handoff_folders(scratch) == []
+        assert Path(folder).is_dir()
+        monkeypatch.setattr(fcntl, "flock", no_locks)
+    assert list(scratch.iterdir()) == []
+
+
+def test_dead_folders_are_swept_unless_their_lock_names_another_machine(scratch: Path) -> None:
+    here = socket.gethostname()
+    boot_id = Path("/proc/sys/kernel/random/boot_id")
+    boot = boot_id.read_text().strip() if boot_id.exists() else ""
+    this_boot = _dead_folder(scratch, f"{here}\n{boot}\n")
+    # This machine before a reboot: whoever held that lock is gone.
+    earlier_boot = _dead_folder(scratch, f"{here}\nearlier-boot\n")
+    # Written by a tito that put no name in its lock file.
+    unnamed = _dead_folder(scratch, "")
+    # Another machine sharing this TMPDIR: its lock may be held out of our sight.
+    elsewhere = _dead_folder(scratch, "other-host\nother-boot\n")
+
+    swept = sweep_handoff_folders(scratch)
+
+    assert sorted(swept) == sorted([this_boot, earlier_boot, unnamed])
+    assert [p.name for p in scratch.iterdir()] == [elsewhere.name]
+
+
+@pytest.mark.skipif(
+    local.worker_context().get_start_method() != "fork", reason="the patched handoff reaches forked workers only"
+)
+def test_a_rebuild_whose_every_handoff_write_follows_a_sweep_writes_the_same_bytes(
+    tmp_path: Path, scratch: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As if another rebuild started at every moment a worker creates a handoff file.
+    rng = np.random.default_rng(3)
+    turns = [
+        {
+            "session_id": f"s{s:03d}",
+            "seq": seq,
+            "prompt_ids": [1, 2, 3, *([9] * seq * 3)],
+            "output_ids": [int(t) for t in rng.integers(10, 99, size=3)],
+            "prompt_messages": [{"role": "user", "content": f"task {s}"}],
+        }
+        for s in range(40)
+        for seq in range(2)
+    ]
+    logs = tmp_path / "logs"
+    write_log(logs, turns, [{"session_id": f"s{s:03d}", "reward": 1.0} for s in range(40)], max_rows=8)
+    dead = _dead_folder(scratch, "")
+    real_write = local._Handoff.write
+
+    def write_after_a_sweep(outputs: list[Any], folder: str) -> None:
+        # In the worker: an error here fails the rebuild, as issue #23's did.
+        if Path(folder) in sweep_handoff_folders(scratch):
+            raise AssertionError(f"a sweep removed the live handoff folder {folder}")
+        real_write(outputs, folder)
+
+    monkeypatch.setattr(local._Handoff, "write", staticmethod(write_after_a_sweep))
+    one = rebuild([logs], tmp_path / "one.parquet", workers=1)
+    two = rebuild([logs], tmp_path / "two.parquet", workers=2, batch_bytes=0)
+
+    assert two.sessions == one.sessions == 40
+    assert (tmp_path / "two.parquet").read_bytes() == (tmp_path / "one.parquet").read_bytes()
+    assert not dead.exists()
+    assert list(scratch.iterdir()) == []
+
+
+def test_a_handoff_folder_removed_by_something_else_is_named_in_the_error(scratch: Path) -> None:
+    gone = scratch / f"{HANDOFF_PREFIX}gone"
+    with pytest.raises(FileNotFoundError) as caught:
+        local._Handoff.write([], str(gone))
+    assert caught.value.filename == str(gone)
+    assert "removed while the rebuild ran, and not by tito" in str(caught.value)
+    assert f"something cleaning {scratch}?" in str(caught.value)
