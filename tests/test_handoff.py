@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import multiprocessing
 import os
 import shutil
 import socket
 import tempfile
+from multiprocessing.synchronize import Event
 from pathlib import Path
 from typing import Any
 
@@ -173,3 +175,39 @@ def test_a_handoff_folder_removed_by_something_else_is_named_in_the_error(scratc
     assert caught.value.filename == str(gone)
     assert "removed while the rebuild ran, and not by tito" in str(caught.value)
     assert f"something cleaning {scratch}?" in str(caught.value)
+
+
+def _sweep_until(stop: Event, parent: str, ready: Any) -> None:
+    sweep_handoff_folders(parent)
+    ready.put(os.getpid())
+    while not stop.is_set():
+        sweep_handoff_folders(parent)
+
+
+def test_live_folders_survive_sweeps_running_alongside_them(scratch: Path) -> None:
+    # No injection: two processes sweep without pause while folders come and go. With the
+    # .lock created free and locked next, about 3% of these folders were removed under their owner.
+    context = multiprocessing.get_context("spawn")
+    stop, ready = context.Event(), context.Queue()
+    sweepers = [context.Process(target=_sweep_until, args=(stop, str(scratch), ready)) for _ in range(2)]
+    for sweeper in sweepers:
+        sweeper.start()
+    lost = []
+    try:
+        for _ in sweepers:
+            ready.get(timeout=120)
+        for _ in range(3000):
+            with handoff_folder() as folder:
+                try:
+                    fd, _ = tempfile.mkstemp(prefix="batch-", suffix=".arrow", dir=folder)
+                except FileNotFoundError:
+                    lost.append(folder)
+                else:
+                    os.close(fd)
+    finally:
+        stop.set()
+        for sweeper in sweepers:
+            sweeper.join(60)
+    assert [s.exitcode for s in sweepers] == [0, 0]
+    assert lost == []
+    assert list(scratch.iterdir()) == []
