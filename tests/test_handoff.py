@@ -16,6 +16,7 @@ import os
 import shutil
 import socket
 import tempfile
+import threading
 from multiprocessing.synchronize import Event
 from pathlib import Path
 from typing import Any
@@ -126,6 +127,26 @@ def test_dead_folders_are_swept_unless_their_lock_names_another_machine(scratch:
 
     assert sorted(swept) == sorted([this_boot, earlier_boot, unnamed])
     assert [p.name for p in scratch.iterdir()] == [elsewhere.name]
+
+
+
+def test_a_sweep_passes_over_what_tito_did_not_make(scratch: Path, tmp_path: Path) -> None:
+    # $TMPDIR is shared: anyone can name things tito-handoff-*.
+    fifo = Path(tempfile.mkdtemp(prefix=HANDOFF_PREFIX, dir=scratch))
+    os.mkfifo(fifo / ".lock")  # opening it to read would wait for a writer
+    elsewhere = tmp_path / "not-in-tmp"
+    (elsewhere / "kept").mkdir(parents=True)
+    (elsewhere / ".lock").write_text("")
+    (scratch / f"{HANDOFF_PREFIX}link").symlink_to(elsewhere)
+    (scratch / f"{HANDOFF_PREFIX}file").write_text("")
+    swept: list[list[Path]] = []
+    sweep = threading.Thread(target=lambda: swept.append(sweep_handoff_folders(scratch)), daemon=True)
+    sweep.start()
+    sweep.join(30)
+    assert not sweep.is_alive(), "the sweep hangs on a FIFO named .lock"
+    assert swept == [[]]
+    assert (elsewhere / "kept").is_dir()
+    assert len(list(scratch.iterdir())) == 3
 
 
 @pytest.mark.skipif(

@@ -34,6 +34,7 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import sys
 import tempfile
 import threading
@@ -92,7 +93,11 @@ def handoff_folder() -> Iterator[str]:
     """
     sweep_handoff_folders()
     folder = tempfile.mkdtemp(prefix=HANDOFF_PREFIX)
-    lock_fd = _lock_new_folder(folder)
+    try:
+        lock_fd = _lock_new_folder(folder)
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
     try:
         yield folder
     finally:
@@ -122,8 +127,12 @@ def _lock_new_folder(folder: str) -> int | None:
         os.close(fd)
         os.unlink(claiming)
         return None
-    os.write(fd, _this_kernel().encode())
-    os.rename(claiming, os.path.join(folder, _LOCK_NAME))
+    try:
+        os.write(fd, _this_kernel().encode())
+        os.rename(claiming, os.path.join(folder, _LOCK_NAME))
+    except BaseException:
+        os.close(fd)
+        raise
     return fd
 
 
@@ -165,15 +174,18 @@ def sweep_handoff_folders(parent: str | os.PathLike[str] | None = None) -> list[
     root = Path(parent if parent is not None else tempfile.gettempdir())
     removed = []
     try:
-        candidates = sorted(p for p in root.iterdir() if p.name.startswith(HANDOFF_PREFIX))
+        candidates = sorted(p for p in root.iterdir() if p.name.startswith(HANDOFF_PREFIX) and not p.is_symlink())
     except OSError:
         return []
     for folder in candidates:
         try:
-            fd = os.open(folder / _LOCK_NAME, os.O_RDONLY)
+            # Not blocking, not followed: $TMPDIR is shared, and a FIFO named .lock would hang the open.
+            fd = os.open(folder / _LOCK_NAME, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
         except OSError:
             continue
         try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                continue  # not a lock tito made
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             lock_text = os.read(fd, 4096).decode(errors="replace")
         except OSError:
