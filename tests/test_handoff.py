@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tito_cli.errors import OutputError
 from tito_cli.run import local
 from tito_cli.run.lifetime import HANDOFF_PREFIX, handoff_folder, sweep_handoff_folders
 from tito_cli.run.rebuild import rebuild
@@ -187,6 +188,33 @@ def test_a_rebuild_whose_every_handoff_write_follows_a_sweep_writes_the_same_byt
     assert (tmp_path / "two.parquet").read_bytes() == (tmp_path / "one.parquet").read_bytes()
     assert not dead.exists()
     assert list(scratch.iterdir()) == []
+
+
+@pytest.mark.skipif(
+    local.worker_context().get_start_method() != "fork", reason="the patched handoff reaches forked workers only"
+)
+def test_a_rebuild_whose_handoff_folder_something_else_removes_fails_saying_so(
+    tmp_path: Path, scratch: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    logs = tmp_path / "logs"
+    turns = [
+        {"session_id": f"s{s}", "seq": 0, "prompt_ids": [1, 2], "output_ids": [3], "prompt_messages": []}
+        for s in range(6)
+    ]
+    write_log(logs, turns, max_rows=2)
+    real_write = local._Handoff.write
+
+    def write_after_a_tmp_cleaner(outputs: list[Any], folder: str) -> None:
+        shutil.rmtree(folder)  # in the worker: what `rm -rf /tmp/*` does to a running rebuild
+        real_write(outputs, folder)
+
+    monkeypatch.setattr(local._Handoff, "write", staticmethod(write_after_a_tmp_cleaner))
+    out = tmp_path / "out.parquet"
+    out.write_bytes(b"the previous samples")
+    with pytest.raises(OutputError) as caught:
+        rebuild([logs], out, workers=2, batch_bytes=0, overwrite=True)
+    assert "handoff folder was removed while the rebuild ran, and not by tito" in str(caught.value)
+    assert out.read_bytes() == b"the previous samples"
 
 
 def test_a_handoff_folder_removed_by_something_else_is_named_in_the_error(scratch: Path) -> None:
