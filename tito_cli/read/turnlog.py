@@ -123,8 +123,8 @@ class TurnLog:
             infos.pop(sid, None)
         return SessionsTable(infos, invalid)
 
-    def session_ids(self) -> list[str]:
-        """Every session id that has turns, in code-point order."""
+    def session_ids(self) -> Sequence[str]:
+        """Every session id that has turns, in code-point order (the index's: not to be changed)."""
         return self.index().session_ids
 
     def index(self, only: set[str] | None = None) -> LogIndex:
@@ -138,8 +138,7 @@ class TurnLog:
         if self._index is not None:
             if only is None:
                 return self._index
-            places = {sid: place for sid, place in self._index.places.items() if sid in only}
-            return LogIndex(self._index.row_groups, places)
+            return self._index.only(only)
         index = build_index(self.turn_files, only)
         if only is None:
             self._index = index
