@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import difflib
 import os
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -154,7 +154,7 @@ def reject_unfinished(table: SessionsTable, log: TurnLog) -> None:
 
 def rebuild_rows(
     rows: SessionRows,
-    infos: dict[str, SessionInfo],
+    infos: Mapping[str, SessionInfo],
     invalid: dict[str, tuple[str, RowRef]],
     policy: Policy,
 ) -> SessionResult | Reject:
@@ -177,7 +177,7 @@ def rebuild_rows(
 
 def session_output(
     rows: SessionRows,
-    infos: dict[str, SessionInfo],
+    infos: Mapping[str, SessionInfo],
     invalid: dict[str, tuple[str, RowRef]],
     policy: Policy,
     count_drift: SessionFacts | None = None,
