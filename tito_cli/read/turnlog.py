@@ -245,6 +245,8 @@ class TurnLog:
                 kept_ids.append(sid)
                 kept_rows.append(k)
         del ids, sorted_ids
+        if self._index is not None:
+            kept_ids = _same_strings(kept_ids, self._index.session_ids)
         positions = np.array(kept_rows, dtype=np.int64)
         infos = SessionInfos(
             kept_ids,
@@ -288,6 +290,21 @@ class TurnLog:
         """
         index = self.index(only)
         yield from read_batch(self.turn_files, ReadBatch(index.row_groups, index.in_id_order()))
+
+
+def _same_strings(ids: list[str], known: Sequence[str]) -> list[str]:
+    """``ids`` (sorted), each replaced by the equal string of ``known`` (sorted) when it has one.
+
+    The sessions table and the index then share one string per session id
+    instead of holding two equal copies for the whole run.
+    """
+    shared = []
+    k = 0
+    for sid in ids:
+        while k < len(known) and known[k] < sid:
+            k += 1
+        shared.append(known[k] if k < len(known) and known[k] == sid else sid)
+    return shared
 
 
 def _open_file(path: Path) -> tuple[LogFile, FileIndex | None]:

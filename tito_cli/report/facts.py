@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -246,7 +247,10 @@ def compile_filter(expression: str) -> Predicate:
 
 def percentiles(values: Iterable[int], points: Iterable[int] = (50, 90, 99)) -> dict[str, int | None]:
     """Nearest-rank percentiles plus the maximum: integers, the same on every machine."""
-    data = np.sort(np.fromiter(values, dtype=np.int64))
+    if isinstance(values, array) and values.typecode == "q":
+        data = np.sort(np.frombuffer(values, dtype=np.int64)) if len(values) else np.zeros(0, dtype=np.int64)
+    else:
+        data = np.sort(np.fromiter(values, dtype=np.int64))
     out: dict[str, int | None] = {}
     for p in points:
         out[f"p{p}"] = int(data[max(0, math.ceil(p / 100 * len(data)) - 1)]) if len(data) else None
@@ -284,9 +288,10 @@ class CorpusStats:
     rejected: int = 0
     #: reason -> [count, first few session ids]; rejected sessions are listed by reject reason.
     zero_samples: dict[str, list[Any]] = field(default_factory=dict)
-    prompt_lengths: list[int] = field(default_factory=list)
-    output_lengths: list[int] = field(default_factory=list)
-    turns_per_session: list[int] = field(default_factory=list)
+    #: Per turn and per session: machine integers (8 bytes each), not a list of Python ints.
+    prompt_lengths: array[int] = field(default_factory=lambda: array("q"))
+    output_lengths: array[int] = field(default_factory=lambda: array("q"))
+    turns_per_session: array[int] = field(default_factory=lambda: array("q"))
     #: Sessions and samples per ``group_index`` (GRPO group integrity).
     groups: GroupCounts = field(default_factory=GroupCounts)
     #: Forks and realigns by drift class (``report/drift.py``), and whether they were decoded.
