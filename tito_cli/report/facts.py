@@ -8,11 +8,12 @@ language and ``--json`` all use the same field names.
 
 from __future__ import annotations
 
+import heapq
 import math
 import re
 from array import array
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +34,7 @@ __all__ = [
     "compile_filter",
     "corpus_stats",
     "percentiles",
+    "select_rows",
     "session_row",
     "sort_rows",
     "zero_sample_reason",
@@ -93,6 +95,50 @@ def sort_rows(rows: list[dict[str, Any]], key: str, descending: bool = False) ->
     present.sort(key=lambda r: r["session"])
     present.sort(key=lambda r: r[key], reverse=descending)
     return present + sorted(missing, key=lambda r: r["session"])
+
+
+class _RowOrder:
+    """A row's place in :func:`sort_rows`' order: non-null values first, by value, ties and nulls by session."""
+
+    __slots__ = ("descending", "missing", "session", "value")
+
+    def __init__(self, row: dict[str, Any], key: str, descending: bool) -> None:
+        self.value = row[key]
+        self.missing = self.value is None
+        self.session = row["session"]
+        self.descending = descending
+
+    def __lt__(self, other: _RowOrder) -> bool:
+        if self.missing != other.missing:
+            return other.missing
+        if not self.missing and self.value != other.value:
+            return bool(self.value > other.value) if self.descending else bool(self.value < other.value)
+        return bool(self.session < other.session)
+
+
+def select_rows(
+    rows: Iterable[dict[str, Any]], key: str, descending: bool = False, limit: int | None = None
+) -> tuple[list[dict[str, Any]], int]:
+    """The first ``limit`` rows in :func:`sort_rows`' order (all without a limit), and how many rows there were.
+
+    With a limit, only that many rows are held at a time (a heap), however many
+    sessions the log has.
+    """
+    if key not in FIELDS:
+        raise FilterError(f"cannot sort by {key!r}; fields: {', '.join(FIELDS)}")
+    count = 0
+
+    def counted() -> Iterator[dict[str, Any]]:
+        nonlocal count
+        for row in rows:
+            count += 1
+            yield row
+
+    if limit is None:
+        everything = list(counted())
+        return sort_rows(everything, key, descending), count
+    chosen = heapq.nsmallest(limit, counted(), key=lambda row: _RowOrder(row, key, descending))
+    return chosen, count
 
 
 # -- the filter language ----------------------------------------------------
