@@ -446,11 +446,13 @@ def assemble_index(parts: Sequence[FileIndex]) -> LogIndex:
     del codes
     kept = np.zeros(len(names), dtype=bool)
     kept[code] = True
-    by_id = sorted(np.flatnonzero(kept).tolist(), key=names.__getitem__)
+    kept_codes = np.flatnonzero(kept)
+    # (An object array sorts the strings in code-point order, as sorted() does, without an int per id.)
+    by_id = kept_codes[np.argsort(np.array(names, dtype=object)[kept_codes], kind="stable")]
     position_of_code = np.zeros(len(names), dtype=np.int64)
     position_of_code[by_id] = np.arange(len(by_id), dtype=np.int64)
-    session_ids = [names[c] for c in by_id]
-    del names, by_id
+    session_ids = [names[c] for c in by_id.tolist()]
+    del names, by_id, kept_codes
     position = position_of_code[code]
     file_no = np.repeat(np.arange(len(parts)), [len(part.local) for part in parts])
     # Rows in seq order (a null seq sorts last, where validation reports it), ties by file and row.
@@ -541,12 +543,18 @@ def index_parquet(log_file: LogFile, parquet: pq.ParquetFile, only: frozenset[st
     )
 
 
-def _session_ids(sids: pa.Array, log_file: LogFile) -> list[str | None]:
-    cells = strings(sids)
-    for row, sid in enumerate(cells):
-        if isinstance(sid, NotUtf8):
-            raise SchemaError(f"session_id is {sid}", file=log_file.path, row=row)
-    return cells  # type: ignore[return-value]  # no NotUtf8 left
+#: Session ids converted to Python strings at a time by the index pass (a bound on its transient
+#: objects: the whole column at once was a string per turn, most of them duplicates, alive together).
+_ID_CHUNK_ROWS = 16384
+
+
+def _session_ids(sids: pa.Array, log_file: LogFile) -> Iterator[str | None]:
+    for start in range(0, len(sids), _ID_CHUNK_ROWS):
+        cells = strings(sids.slice(start, _ID_CHUNK_ROWS))
+        for offset, sid in enumerate(cells):
+            if isinstance(sid, NotUtf8):
+                raise SchemaError(f"session_id is {sid}", file=log_file.path, row=start + offset)
+        yield from cells  # type: ignore[misc]  # no NotUtf8 left
 
 
 def read_batch(

@@ -185,13 +185,19 @@ class TurnLog:
         tables = [_read(log_file) for log_file in self.session_files]
         names = [str(log_file.path) for log_file in self.session_files]
         # Every row's session id (a null or non-UTF-8 id fails the whole log, naming the row).
+        # Each id is the index's string when the index has it: the table and the index share one
+        # string per session instead of holding two equal copies for the whole run.
+        known = self._index.session_ids if self._index is not None else []
         ids: list[str] = []
         for log_file, table in zip(self.session_files, tables, strict=True):
-            for row, sid in enumerate(strings(table.column("session_id").combine_chunks())):
-                if sid is None or isinstance(sid, NotUtf8):
-                    what = "null" if sid is None else str(sid)
-                    raise SchemaError(f"session_id is {what}", file=log_file.path, row=row)
-                ids.append(sid)
+            column = table.column("session_id").combine_chunks()
+            for start in range(0, len(column), _CHECK_ROWS):
+                for row, sid in enumerate(strings(column.slice(start, _CHECK_ROWS)), start):
+                    if sid is None or isinstance(sid, NotUtf8):
+                        what = "null" if sid is None else str(sid)
+                        raise SchemaError(f"session_id is {what}", file=log_file.path, row=row)
+                    k = bisect.bisect_left(known, sid)
+                    ids.append(known[k] if k < len(known) and known[k] == sid else sid)
         count = len(ids)
         file_numbers = np.repeat(np.arange(len(tables), dtype=np.int32), [t.num_rows for t in tables])
         rows = np.concatenate([np.arange(t.num_rows, dtype=np.int64) for t in tables] or [np.zeros(0, np.int64)])
@@ -245,8 +251,6 @@ class TurnLog:
                 kept_ids.append(sid)
                 kept_rows.append(k)
         del ids, sorted_ids
-        if self._index is not None:
-            kept_ids = _same_strings(kept_ids, self._index.session_ids)
         positions = np.array(kept_rows, dtype=np.int64)
         infos = SessionInfos(
             kept_ids,
@@ -290,21 +294,6 @@ class TurnLog:
         """
         index = self.index(only)
         yield from read_batch(self.turn_files, ReadBatch(index.row_groups, index.in_id_order()))
-
-
-def _same_strings(ids: list[str], known: Sequence[str]) -> list[str]:
-    """``ids`` (sorted), each replaced by the equal string of ``known`` (sorted) when it has one.
-
-    The sessions table and the index then share one string per session id
-    instead of holding two equal copies for the whole run.
-    """
-    shared = []
-    k = 0
-    for sid in ids:
-        while k < len(known) and known[k] < sid:
-            k += 1
-        shared.append(known[k] if k < len(known) and known[k] == sid else sid)
-    return shared
 
 
 def _open_file(path: Path) -> tuple[LogFile, FileIndex | None]:
