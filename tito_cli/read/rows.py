@@ -167,7 +167,7 @@ class LogIndex:
     ) -> LogIndex:
         """An index of sessions ``session_ids`` (sorted, unique) whose rows are ``[starts[k], starts[k + 1])``."""
         index = cls(row_groups)
-        index._ids = list(session_ids)
+        index._ids = session_ids if isinstance(session_ids, list) else list(session_ids)
         index._starts = starts.astype(np.int64, copy=False)
         index.groups = groups.astype(np.int32, copy=False)
         index.rows = rows.astype(np.int64, copy=False)
@@ -340,11 +340,6 @@ class SessionPlaces(Sequence[SessionPlace]):
         place = self.log_index.place
         for position in self.positions.tolist():
             yield place(position)
-
-    @property
-    def session_ids(self) -> list[str]:
-        ids = self.log_index.session_ids
-        return [ids[k] for k in self.positions.tolist()]
 
     @property
     def nbytes(self) -> int:
