@@ -1,8 +1,9 @@
 """Parquet files cut into row groups bounded by rows and by bytes.
 
-A reader decodes a whole row group at a time (``read/rows.py``), so a row
-group's size is its working set: bounding it by bytes, not only by rows, keeps
-that bounded for files tito writes whatever the prompts' lengths.
+A reader decodes a row group whole when it is small enough (``read/rows.py``:
+larger ones, from other writers, in slices), so a row group's size is its
+working set: bounding it by bytes, not only by rows, keeps that bounded for
+files tito writes whatever the prompts' lengths, and lets them be read whole.
 """
 
 from __future__ import annotations
