@@ -8,6 +8,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from ..capture.row_groups import ROW_GROUP_BYTES
 from ..report.drift import DRIFT_CLASSES
 from ..report.session_facts import FORK_PHRASES
 from ..run.export import ExportSummary
@@ -81,7 +82,7 @@ def render_rebuild_summary(summary: RebuildSummary) -> RenderableType:
             Text(
                 f"warning: {file} has a row group of {rows:,} rows, {size / 2**20:,.0f} MiB decoded: each worker "
                 f"holds it whole while it rebuilds its sessions. `tito compact` rewrites a log in row groups of "
-                f"at most 64 MiB.",
+                f"at most {ROW_GROUP_BYTES >> 20} MiB.",
                 style="yellow",
             )
         )

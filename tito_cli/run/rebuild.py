@@ -98,7 +98,7 @@ class RebuildSummary:
 
 
 #: A row group decoding to more than this is reported: memory grows with it (a reader decodes a
-#: row group whole).  Files tito writes stay far below (capture/row_groups.py: 64 MiB).
+#: row group whole).  Files tito writes stay far below (capture/row_groups.py: ROW_GROUP_BYTES).
 LARGE_ROW_GROUP_BYTES = 512 << 20
 
 
