@@ -2,10 +2,13 @@
 
     python benchmarks/compact.py                  # 100 sessions, 5 rounds
     python benchmarks/compact.py --quick          # 6 sessions x 20 turns, 2 rounds: checks that it runs
-    python benchmarks/compact.py --sessions 300 --generator swe
+    python benchmarks/compact.py --generator qwen3 --sessions 1000
 
-The workload (benchmarks/workload.py, random ids, prompts to ~110k tokens) is
-generated in format 1 and converted with ``tito compact``; both are cached.
+The workload (benchmarks/workload.py): ``synthetic`` (random ids, prompts to
+~110k tokens) is generated in format 1 and converted to format 2 with ``tito
+compact``; ``qwen3`` and ``swe`` (``tito simulate --profile ...``) are
+converted to both.  All are cached, the converted logs with the row-group
+bound they were written with (a change of the default rewrites them).
 Then, round after round (every other round in reverse order), each command as
 its own process:
 
@@ -41,9 +44,10 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from run import Run, rebuild_cmd, run  # noqa: E402
-from workload import REPO, WorkloadSpec, ensure  # noqa: E402
+from workload import FORMAT_AWARE, REPO, WorkloadSpec, ensure  # noqa: E402
 
 sys.path.insert(0, str(REPO))
+from tito_cli.capture.row_groups import ROW_GROUP_BYTES  # noqa: E402
 from tito_cli.run.compact import compact  # noqa: E402
 
 TARGETS = {
@@ -58,13 +62,33 @@ TARGETS = {
 
 
 def logs_in_both_formats(spec: WorkloadSpec) -> tuple[Path, Path]:
-    """The workload in format 1, and converted to format 2 (cached beside it)."""
-    v1 = ensure(dataclasses.replace(spec, format=1)) / "logs"
-    v2 = v1.parent / "logs-v2"
-    if not (v1.parent / "COMPLETE-v2").exists():
-        compact([v1], v2, format=2, overwrite=True)
-        (v1.parent / "COMPLETE-v2").write_text("")
+    """The workload in format 1 and in format 2, each converted with ``tito compact`` unless generated so."""
+    aware = spec.generator in FORMAT_AWARE
+    folder = ensure(dataclasses.replace(spec, format=1) if aware else spec)
+    generated = folder / "logs"
+    v1 = generated if aware else folder / "logs-v1"
+    v2 = folder / "logs-v2"
+    written_with = f"row_group_bytes {ROW_GROUP_BYTES}\n"
+    for log, format in ((v1, 1), (v2, 2)):
+        marker = folder / f"COMPLETE-v{format}"
+        if log != generated and (not marker.exists() or marker.read_text() != written_with):
+            compact([generated], log, format=format, overwrite=True)
+            marker.write_text(written_with)
     return v1, v2
+
+
+def describe(spec: WorkloadSpec, v1: Path) -> str:
+    """What the workload is: the synthetic one's shape, or a simulated log's turns and longest prompt."""
+    if spec.generator in FORMAT_AWARE:
+        return (f"{spec.generator}, {spec.sessions} sessions x {spec.turns} turns (+ sub-agents), prompts to "
+                f"{spec.final_prompt_tokens:,} tokens")
+    turns = longest = 0
+    for path in turn_files(v1):
+        ids = pq.read_table(path, columns=["prompt_ids"]).column(0).combine_chunks()
+        offsets = np.frombuffer(ids.buffers()[1], dtype=np.int32, count=len(ids) + 1 + ids.offset)[ids.offset :]
+        turns += len(ids)
+        longest = max(longest, int(np.diff(offsets).max(initial=0)))
+    return f"{spec.generator} (tito simulate), {spec.sessions} sessions, {turns:,} turns, prompts to {longest:,} tokens"
 
 
 def turn_files(log: Path) -> list[Path]:
@@ -104,7 +128,7 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=None, help="sessions of the timed workload (default 100)")
     parser.add_argument("--repeat", type=int, default=None, help="rounds of timed runs (default 5; quick 2)")
     parser.add_argument("--reference-rounds", type=int, default=1, help="rounds that run the slow reference")
-    parser.add_argument("--generator", default="synthetic", help="workload generator: synthetic or swe")
+    parser.add_argument("--generator", default="synthetic", help="workload generator: synthetic, qwen3 or swe")
     args = parser.parse_args()
     if args.quick:
         spec = WorkloadSpec(generator=args.generator, sessions=6, turns=20)
@@ -117,8 +141,7 @@ def main() -> None:
     small_v1, small_v2 = logs_in_both_formats(small)
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO / "tito_cli")], check=True)
     facts = storage(v1, v2)
-    print(f"workload: {spec.generator}, {spec.sessions} sessions x {spec.turns} turns (+ sub-agents), prompts to "
-          f"{spec.final_prompt_tokens:,} tokens; format 1 {facts['v1 bytes'] / 2**20:.1f} MiB, "
+    print(f"workload: {describe(spec, v1)}; format 1 {facts['v1 bytes'] / 2**20:.1f} MiB, "
           f"format 2 {facts['v2 bytes'] / 2**20:.1f} MiB")
     print(f"load average before: {os.getloadavg()[0]:.2f} (on {os.cpu_count()} cores)")
 
