@@ -146,10 +146,14 @@ class _Segment:
         compared, and neither prompt is built (a delta turn's prompt is built
         only when asked for).
         """
-        if self.last is None:
+        last = self.last
+        if last is None:
             return 0
-        if use_deltas and turn.base is not None and turn.base[0] is self.last:
+        if use_deltas and turn.base is not None and turn.base[0] is last:
             start = turn.base[1]
+            skip = start - last.prompt_length
+            if skip >= 0:  # the common case: all of the held prompt is shared, and the output's start
+                return start + common_prefix_length(last.output_ids[skip:], turn.new_prompt_ids)
             return start + _common_prefix_of_slices(self.held_slices(start), turn.new_prompt_ids)
         return _common_prefix_of_slices(self.held_slices(0), turn.prompt_ids)
 
