@@ -14,6 +14,16 @@ A rebuild with workers can be ended by SIGKILL or SIGTERM (the OOM killer,
   the process dies, however it dies.  Every rebuild that starts workers
   first removes the handoff folders whose lock is free (a killed run's),
   and leaves those a live rebuild holds.
+
+A sweep must never take a live folder for a dead one, so a live folder's
+``.lock`` is never seen free: it is locked under another name and renamed
+into place (a sweep in between sees no ``.lock`` and leaves the folder), the
+folder is removed before its lock is let go, and where ``flock`` does not
+work no ``.lock`` appears at all.  A lock only says something to processes
+of the kernel that holds it (a ``$TMPDIR`` shared between machines, or a
+filesystem whose locks are node-local, would show another machine's live
+lock as free), so the ``.lock`` names its machine and boot, and a sweep
+leaves the folders of other machines alone.
 """
 
 from __future__ import annotations
@@ -23,6 +33,8 @@ import ctypes
 import os
 import shutil
 import signal
+import socket
+import stat
 import sys
 import tempfile
 import threading
@@ -81,41 +93,106 @@ def handoff_folder() -> Iterator[str]:
     """
     sweep_handoff_folders()
     folder = tempfile.mkdtemp(prefix=HANDOFF_PREFIX)
-    lock_fd = os.open(os.path.join(folder, _LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        if fcntl is not None:
-            with contextlib.suppress(OSError):
-                fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        lock_fd = _lock_new_folder(folder)
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    try:
         yield folder
     finally:
-        os.close(lock_fd)
+        # Removed while still locked: a concurrent sweep never finds this folder's lock free.
         shutil.rmtree(folder, ignore_errors=True)
+        if lock_fd is not None:
+            os.close(lock_fd)
+
+
+def _lock_new_folder(folder: str) -> int | None:
+    """Give the new ``folder`` a ``.lock`` that is held from the moment it appears; return its fd.
+
+    A ``.lock`` created under its own name and locked next would be free for
+    an instant, and a sweep in that instant would remove the live folder (its
+    workers then fail to create their handoff files).  So the file is created
+    and locked under another name, then renamed.  Where ``flock`` fails (no
+    locks on this filesystem) the folder gets no ``.lock``, which sweeps leave
+    alone, and ``None`` is returned.
+    """
+    if fcntl is None:  # pragma: no cover
+        return None
+    claiming = os.path.join(folder, _LOCK_NAME + ".new")
+    fd = os.open(claiming, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        os.unlink(claiming)
+        return None
+    try:
+        os.write(fd, _this_kernel().encode())
+        os.rename(claiming, os.path.join(folder, _LOCK_NAME))
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _this_kernel() -> str:
+    """Who a lock taken here means something to: this machine's name and, on Linux, this boot's id."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        boot = ""
+    return f"{socket.gethostname()}\n{boot}\n"
+
+
+def _held_elsewhere(lock_text: str) -> bool:
+    """Whether a ``.lock`` written as ``lock_text`` may be held on another machine, out of our sight.
+
+    The locks of this boot of this kernel are ours to see (containers of one
+    host share it); a lock of this machine's earlier boot is certainly free.
+    An empty ``.lock`` comes from a tito that wrote no name: it is taken to be
+    this machine's, as that tito took it.
+    """
+    if not lock_text:
+        return False
+    host, _, boot = lock_text.partition("\n")
+    here_host, _, here_boot = _this_kernel().partition("\n")
+    if boot.strip() and boot == here_boot:
+        return False
+    return host != here_host
 
 
 def sweep_handoff_folders(parent: str | os.PathLike[str] | None = None) -> list[Path]:
     """Remove the handoff folders under ``parent`` (default ``$TMPDIR``) of rebuilds that died; return them.
 
-    A folder without a lock file is one being created (the lock comes right
-    after the folder), or not tito's own: it is left alone.
+    Left alone: folders whose ``.lock`` is held (a live rebuild's), folders
+    without a ``.lock`` (one being created, one where locks do not work, or
+    not tito's own) and folders whose ``.lock`` names another machine.
     """
     if fcntl is None:  # pragma: no cover
         return []
     root = Path(parent if parent is not None else tempfile.gettempdir())
     removed = []
     try:
-        candidates = sorted(p for p in root.iterdir() if p.name.startswith(HANDOFF_PREFIX))
+        candidates = sorted(p for p in root.iterdir() if p.name.startswith(HANDOFF_PREFIX) and not p.is_symlink())
     except OSError:
         return []
     for folder in candidates:
         try:
-            fd = os.open(folder / _LOCK_NAME, os.O_RDONLY)
+            # Not blocking, not followed: $TMPDIR is shared, and a FIFO named .lock would hang the open.
+            fd = os.open(folder / _LOCK_NAME, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
         except OSError:
             continue
         try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                continue  # not a lock tito made
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            lock_text = os.read(fd, 4096).decode(errors="replace")
         except OSError:
             continue  # held: a live rebuild
         else:
+            if _held_elsewhere(lock_text):
+                continue
             shutil.rmtree(folder, ignore_errors=True)
             removed.append(folder)
         finally:

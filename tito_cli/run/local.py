@@ -17,6 +17,7 @@ corpus and the written file is the same for any number of workers.
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import multiprocessing
 import os
@@ -215,7 +216,17 @@ class _Handoff:
     @staticmethod
     def write(outputs: list[SessionOutput | Reject], folder: str) -> None:
         rebuilt = [o for o in outputs if isinstance(o, SessionOutput)]
-        fd, path = tempfile.mkstemp(prefix="batch-", suffix=".arrow", dir=folder)
+        try:
+            fd, path = tempfile.mkstemp(prefix="batch-", suffix=".arrow", dir=folder)
+        except FileNotFoundError:
+            if os.path.isdir(folder):
+                raise
+            # No tito process removes a live run's folder (lifetime.py): something else cleaned $TMPDIR.
+            message = (
+                "the handoff folder was removed while the rebuild ran, and not by tito "
+                f"(something cleaning {os.path.dirname(folder)}? set TMPDIR to a folder of its own)"
+            )
+            raise FileNotFoundError(errno.ENOENT, message, folder) from None
         with os.fdopen(fd, "wb") as sink, pa.ipc.new_file(sink, SAMPLES_SCHEMA) as stream:
             batch_number = 0
             for output in rebuilt:
