@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from tito_cli.cli import app
 from tito_cli.errors import EXIT_OK, EXIT_OUTPUT, EXIT_REJECTED
+from tito_cli.read import rows as rows_module
 from tito_cli.read.turnlog import TurnLog
 from tito_cli.render.plain import to_plain
 from tito_cli.render.summary import render_rebuild_summary
@@ -127,19 +128,21 @@ def test_timestamps_ill_formed_flags_and_tokenizer_are_kept(tmp_path: Path) -> N
     assert formats(tmp_path / "v1") == {"1"}
 
 
-def test_a_huge_row_group_is_reported_and_compact_cuts_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_huge_row_group_is_read_in_slices_and_compact_cuts_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # A foreign writer's one big row group (here 80 KiB of a 4,000-row-per-group writer; the bound scaled down).
     log = tmp_path / "logs"
     write_log(log, read_jsonl(REPO / "fixtures/conformance/random-threshold-1024/turns.jsonl"), format=1,
               row_group_rows=4000, row_group_bytes=1 << 30)
-    monkeypatch.setattr(rebuild_module, "LARGE_ROW_GROUP_BYTES", 64 << 10)
+    monkeypatch.setattr(rows_module, "SLICE_BYTES", 16 << 10)
+    slices = TurnLog.open([log]).index().row_groups
+    assert len({(g.file, g.index) for g in slices}) == 1 and len(slices) > 2 and all(g.slice_rows for g in slices)
     summary = rebuild_module.rebuild([log], tmp_path / "a.parquet", workers=1)
-    [(file, rows, size)] = summary.large_row_groups
-    assert rows == TurnLog.open([log]).num_turn_rows and size > 64 << 10
     text = to_plain(render_rebuild_summary(summary), width=400)
-    assert f"warning: {file} has a row group of {rows:,} rows" in text and "tito compact" in text
-    # Rewritten by compact in row groups bounded by bytes (scaled down as well).
-    compact([log], tmp_path / "v1", format=1, row_group_bytes=32 << 10)
-    again = rebuild_module.rebuild([tmp_path / "v1"], tmp_path / "b.parquet", workers=1)
-    assert again.large_row_groups == []
+    assert "warning" not in text.lower() and "note:" not in text
+    # Rewritten by compact in row groups bounded by bytes (scaled down as well), read whole.
+    compact([log], tmp_path / "v1", format=1, row_group_bytes=8 << 10)
+    assert not any(g.slice_rows for g in TurnLog.open([tmp_path / "v1"]).index().row_groups)
+    rebuild_module.rebuild([tmp_path / "v1"], tmp_path / "b.parquet", workers=1)
     assert (tmp_path / "a.parquet").read_bytes() == (tmp_path / "b.parquet").read_bytes()

@@ -21,7 +21,15 @@ from tito_cli.read.rows import LogIndex, RowGroup, SessionPlace, build_index
 from tito_cli.read.turnlog import TurnLog
 from tito_cli.run import local as parallel
 from tito_cli.run.corpus import Corpus
-from tito_cli.run.local import SessionOutput, _InOrder, decoded_bytes, plan_batches, rebuild_outputs, workers_for
+from tito_cli.run.local import (
+    SessionOutput,
+    _InOrder,
+    decoded_bytes,
+    plan_batches,
+    rebuild_outputs,
+    worker_cap,
+    workers_for,
+)
 from tito_cli.run.rebuild import rebuild
 
 from .helpers import conformance_folders, read_jsonl, write_log
@@ -358,11 +366,14 @@ def test_the_default_worker_count_follows_the_logs_layout() -> None:
     # Three row groups of 300 rows, each holding turns of every one of 100 sessions (issue #18's
     # `simulate --profile swe` log): any split decodes every row group in every batch.
     everywhere = _index([[0, 1, 2] * 3] * 100, rows_per_group=300, group_bytes=300 << 20)
-    assert workers_for(everywhere, 2) == 1
-    assert decoded_bytes(plan_batches(everywhere, 2)) >= 3 * decoded_bytes(plan_batches(everywhere, 1))
+    assert workers_for(everywhere, 2) == 1 and worker_cap(everywhere, 2) == 1
+    # Two batches already decode it twice: the plan for any count is the one sweep.
+    halves = everywhere.batches(everywhere.nbytes / 8)  # (cut where forced, at four times the size)
+    assert len(halves) == 2 and decoded_bytes(halves) == 2 * decoded_bytes(plan_batches(everywhere, 1))
+    assert len(plan_batches(everywhere, 2)) == len(plan_batches(everywhere, 8)) == 1
     # Sessions recorded one after another, each in row groups of its own: every core helps.
     in_turn = _index([[2 * n, 2 * n + 1] for n in range(100)], rows_per_group=1, group_bytes=1 << 20)
-    assert workers_for(in_turn, 2) == 2 and workers_for(in_turn, 8) == 8
+    assert workers_for(in_turn, 2) == 2 and workers_for(in_turn, 8) == 8 and worker_cap(in_turn, 8) is None
     assert decoded_bytes(plan_batches(in_turn, 8)) == decoded_bytes(plan_batches(in_turn, 1))
     # A small log is rebuilt in-process whatever the layout; one core is one worker.
     assert workers_for(_index([[0], [1]], rows_per_group=1, group_bytes=1 << 20), 8) == 1

@@ -1,8 +1,9 @@
 """Parquet files cut into row groups bounded by rows and by bytes.
 
-A reader decodes a whole row group at a time (``read/rows.py``), so a row
-group's size is its working set: bounding it by bytes, not only by rows, keeps
-that bounded for files tito writes whatever the prompts' lengths.
+A reader decodes a row group whole when it is small enough (``read/rows.py``:
+larger ones, from other writers, in slices), so a row group's size is its
+working set: bounding it by bytes, not only by rows, keeps that bounded for
+files tito writes whatever the prompts' lengths, and lets them be read whole.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ __all__ = ["ROW_GROUP_BYTES", "ROW_GROUP_ROWS", "SPLIT_COLUMNS", "row_bytes", "r
 #: Default bounds of a row group tito writes.  The bytes bound (decoded cells) sets a reader's
 #: memory: decoding a row group passes through several times its decoded size, and pyarrow's
 #: allocator keeps that high-water mark (cli/native_env.py), so with 64 MiB a 1-worker rebuild
-#: of a format-2 log kept growing over its first row groups (docs/performance.md, "Memory").
+#: of a format-2 log kept growing over its first row groups (docs/performance.md, "Where memory can still grow").
 ROW_GROUP_ROWS = 1024
 ROW_GROUP_BYTES = 8 << 20
 

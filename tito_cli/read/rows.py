@@ -5,7 +5,9 @@ and ``seq`` and records, per session, the row groups and rows that hold its
 turns, in ``seq`` order.  The second (``read_batch``) reads the other columns
 one row group at a time, only for the row groups a batch of sessions needs,
 and hands out each row's ids as numpy views into the decoded column: nothing
-is sorted, taken, cast or converted to Python lists.
+is sorted, taken, cast or converted to Python lists.  A row group too big to
+decode whole (a foreign writer's, over twice :data:`SLICE_BYTES`) is indexed as
+slices of rows, and read slice by slice (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -46,6 +48,16 @@ _ID_COLUMNS = ("prompt_ids", "output_ids")
 INT32_MAX = 2**31 - 1
 _TIMESTAMP = pa.timestamp("us", tz="UTC")
 INT64_MAX = 2**63 - 1
+
+#: Row groups decoding to more than twice this are indexed and read as slices of rows of
+#: about this size each: a reader's working set is then the slices its sessions in flight
+#: use, not whole row groups.  (Files tito writes keep row groups smaller,
+#: capture/row_groups.py ROW_GROUP_BYTES, and are read whole.)  Tests lower it to force tiny slices.
+SLICE_BYTES = 32 << 20
+
+#: Read buffer of a sliced row group's stream: its column chunks are read a page at a
+#: time through it instead of whole (pyarrow's default for an unbuffered read).
+SLICE_READ_BUFFER = 1 << 20
 _TEXT_COLUMNS = ("finish_reason", "prompt_messages", "response_message", "tools", "metadata")
 
 #: A text cell: its UTF-8 bytes as a numpy view into the decoded column (as the
@@ -96,7 +108,7 @@ class SessionRows:
 
 @dataclass(frozen=True, slots=True)
 class RowGroup:
-    """One row group of a turns file."""
+    """One row group of a turns file, or one slice of the rows of a row group too big to read whole."""
 
     file: int  # position in the turn-file list
     index: int  # row group number inside the file
@@ -106,6 +118,20 @@ class RowGroup:
     bytes_per_row: float
     #: The statistics put every prompt and output id in 0..INT32_MAX (see _row_group_facts).
     ids_in_range: bool = False
+    #: A slice: its first row inside the row group, and the rows every slice of that row
+    #: group has (the last may have fewer).  ``slice_rows`` 0: the whole row group.  The
+    #: slices of a row group are consecutive in ``LogIndex.row_groups``, in row order.
+    offset: int = 0
+    slice_rows: int = 0
+
+    @property
+    def read_bytes(self) -> float:
+        """Decoded bytes a reader goes through to get these rows.
+
+        pyarrow cannot start decoding a row group at a row offset (it has no
+        row ranges), so a slice costs its row group's rows up to its end.
+        """
+        return (self.offset + self.num_rows) * self.bytes_per_row
 
 
 @dataclass(slots=True)
@@ -162,15 +188,15 @@ class LogIndex:
         """
         return sorted(self.places.values(), key=lambda p: (p.last_group, p.session_id))
 
-    def batches(self, target_bytes: float, *, finish_together: int = 0) -> list[ReadBatch]:
+    def batches(self, target_bytes: float, *, finish_together: int = 0, force_at: float = 4) -> list[ReadBatch]:
         """Cut the sessions, in log order, into batches of about ``target_bytes`` decoded bytes.
 
         A cut between two batches that both need a row group makes both decode
         it, so a batch that has reached its size is closed at the next *clean*
         cut (no later session reads a row group an earlier one read), unless
-        none comes before it has grown to four times its size.  (At twice,
-        small logs cut almost only between sessions sharing row groups: the
-        20-session benchmark decoded 42 row groups for 28.)
+        none comes before it has grown to ``force_at`` (four) times its size.
+        (At twice, small logs cut almost only between sessions sharing row
+        groups: the 20-session benchmark decoded 42 row groups for 28.)
 
         With ``finish_together=N`` (workers), batches shrink toward the end of
         the log: one takes at most what is left over ``2 * N``, so the last
@@ -193,7 +219,7 @@ class LogIndex:
         for k, place in enumerate(order):
             current.append(place)
             size += place.nbytes
-            if size >= 4 * target or (size >= target and clean[k]):
+            if size >= force_at * target or (size >= target and clean[k]):
                 batches.append(ReadBatch(self.row_groups, current))
                 left -= size
                 current, size = [], 0
@@ -244,7 +270,7 @@ def assemble_index(parts: Sequence[FileIndex]) -> LogIndex:
                 part.rows,
             )
         )
-        row_groups.extend(RowGroup(number, g, *facts) for g, facts in enumerate(part.row_groups))
+        row_groups.extend(RowGroup(number, *facts) for facts in part.row_groups)
     places: dict[str, SessionPlace] = {}
     if not columns:
         return LogIndex(row_groups, places)
@@ -268,16 +294,17 @@ def assemble_index(parts: Sequence[FileIndex]) -> LogIndex:
 class FileIndex:
     """One turns file's part of the index; arrays hold one entry per row kept."""
 
-    #: Per row group: (first row, rows, bytes per row, ids in range), the fields of its
-    #: :class:`RowGroup` but the file's number, which only the whole log knows.
-    row_groups: list[tuple[int, int, float, bool]]
+    #: Per row group, or slice of one: (row group, first row, rows, bytes per row, ids in
+    #: range, offset, slice rows), the fields of its :class:`RowGroup` but the file's
+    #: number, which only the whole log knows.
+    row_groups: list[tuple[int, int, int, float, bool, int, int]]
     #: The file's distinct session ids, in first-seen order; ``local`` indexes it.
     session_ids: list[str]
     local: np.ndarray
     seq_null: np.ndarray
     seq_values: np.ndarray
     file_rows: np.ndarray
-    #: Row group (in this file) and row inside it.
+    #: Row group, or slice (in this file's ``row_groups``), and row inside it.
     groups: np.ndarray
     rows: np.ndarray
 
@@ -300,8 +327,8 @@ def index_parquet(log_file: LogFile, parquet: pq.ParquetFile, only: frozenset[st
         raise UnreadableLogError(f"cannot read ({exc})", file=log_file.path) from None
     sids = table.column("session_id").combine_chunks()
     n = len(sids)
-    # Row groups of this file, and each row's group and row inside it.
-    row_groups: list[tuple[int, int, float, bool]] = []
+    # Row groups (or slices) of this file, and each row's group and row inside it.
+    row_groups: list[tuple[int, int, int, float, bool, int, int]] = []
     group_of_row = np.empty(n, dtype=np.int32)
     row_in_group = np.empty(n, dtype=np.int64)
     first = 0
@@ -309,9 +336,18 @@ def index_parquet(log_file: LogFile, parquet: pq.ParquetFile, only: frozenset[st
         meta = parquet.metadata.row_group(g)
         size, ids_in_range = _row_group_facts(meta)
         rows = meta.num_rows
-        group_of_row[first : first + rows] = g
-        row_in_group[first : first + rows] = np.arange(rows)
-        row_groups.append((first, rows, size / max(rows, 1), ids_in_range))
+        per_row = size / max(rows, 1)
+        step = _slice_rows(size, rows)
+        here = np.arange(rows)
+        group_of_row[first : first + rows] = len(row_groups) + here // step
+        row_in_group[first : first + rows] = here % step
+        if step >= rows:
+            row_groups.append((g, first, rows, per_row, ids_in_range, 0, 0))
+        else:
+            row_groups.extend(
+                (g, first + offset, min(step, rows - offset), per_row, ids_in_range, offset, step)
+                for offset in range(0, rows, step)
+            )
         first += rows
     keep = np.ones(n, dtype=bool)
     if sids.null_count:
@@ -341,6 +377,14 @@ def index_parquet(log_file: LogFile, parquet: pq.ParquetFile, only: frozenset[st
     )
 
 
+def _slice_rows(size: int, rows: int) -> int:
+    """Rows per slice of a row group of ``rows`` rows and ``size`` decoded bytes (``rows``: read it whole)."""
+    if size <= 2 * SLICE_BYTES or rows <= 1:
+        return max(rows, 1)
+    pieces = -(-size // SLICE_BYTES)
+    return -(-rows // pieces)
+
+
 def _session_ids(sids: pa.Array, log_file: LogFile) -> list[str | None]:
     cells = strings(sids)
     for row, sid in enumerate(cells):
@@ -356,8 +400,11 @@ def read_batch(
 
     A row group's decoded columns stay alive until the last session of the
     batch that needs it has been handed out (the consumer is done with a
-    session when it asks for the next one).  ``timestamps``: read the
-    ``timestamp`` column too (a rebuild does not need it).
+    session when it asks for the next one).  A row group read in slices is
+    decoded in order, from its first slice: a slice decoded on the way to a
+    later one is kept if a session of the batch still needs it, else dropped
+    at once.  ``timestamps``: read the ``timestamp`` column too (a rebuild
+    does not need it).
     """
     last_user: dict[int, int] = {}
     for position, place in enumerate(batch.sessions):
@@ -365,16 +412,127 @@ def read_batch(
         for g in set(place.groups.tolist()):
             last_user[g] = position
     loaded: dict[int, _Columns] = {}
-    for position, place in enumerate(batch.sessions):
-        session = SessionRows(place.session_id)
-        for g, r in zip(place.groups.tolist(), place.rows.tolist(), strict=False):
-            columns = loaded.get(g)
-            if columns is None:
-                columns = loaded[g] = _load_group(files, batch.row_groups[g], timestamps)
-            session.rows.append(columns.row(r))
-        yield session
-        for g in [g for g in loaded if last_user[g] == position]:
-            del loaded[g]
+    streams = _SliceStreams(files, batch.row_groups, last_user, timestamps)
+    try:
+        for position, place in enumerate(batch.sessions):
+            session = SessionRows(place.session_id)
+            for g, r in zip(place.groups.tolist(), place.rows.tolist(), strict=False):
+                columns = loaded.get(g)
+                if columns is None:
+                    if batch.row_groups[g].slice_rows:
+                        for h, part in streams.through(g):
+                            if last_user.get(h, -1) >= position:
+                                loaded[h] = part
+                        columns = loaded[g]
+                    else:
+                        columns = loaded[g] = _load_group(files, batch.row_groups[g], timestamps)
+                session.rows.append(columns.row(r))
+            yield session
+            for g in [g for g in loaded if last_user[g] == position]:
+                del loaded[g]
+    finally:
+        streams.close()
+
+
+class _SliceStreams:
+    """The slices of a batch's big row groups, decoded in order, one open stream per row group.
+
+    pyarrow cannot start decoding a row group at a row offset, so slice k of
+    a row group comes after its slices 0..k-1: its stream stays open, at the
+    next slice, while the batch needs a later slice of that row group.
+    """
+
+    def __init__(
+        self, files: Sequence[LogFile], row_groups: Sequence[RowGroup], needed: Iterable[int], timestamps: bool
+    ) -> None:
+        self._files = files
+        self._row_groups = row_groups
+        self._timestamps = timestamps
+        #: Per sliced row group (file, row group): the last of its slices the batch needs.
+        self._last_needed: dict[tuple[int, int], int] = {}
+        for g in needed:
+            group = row_groups[g]
+            if group.slice_rows:
+                key = (group.file, group.index)
+                self._last_needed[key] = max(g, self._last_needed.get(key, g))
+        self._open: dict[tuple[int, int], _SliceStream] = {}
+
+    def through(self, g: int) -> list[tuple[int, _Columns]]:
+        """Slice ``g`` and the slices of its row group decoded on the way to it, as (slice, columns)."""
+        group = self._row_groups[g]
+        key = (group.file, group.index)
+        stream = self._open.get(key)
+        if stream is None or stream.next_slice > g:
+            # (Passed: only when a slice is asked for again after it was dropped.)
+            if stream is not None:
+                stream.close()
+            first_slice = g - group.offset // group.slice_rows  # (its slices are consecutive in the index)
+            stream = self._open[key] = _SliceStream(self._files[group.file], group, first_slice, self._timestamps)
+        decoded = []
+        try:
+            while stream.next_slice <= g:
+                h = stream.next_slice
+                decoded.append((h, stream.read(self._row_groups[h])))
+        except BaseException:
+            stream.close()
+            del self._open[key]
+            raise
+        if g >= self._last_needed.get(key, g):
+            stream.close()
+            del self._open[key]
+        return decoded
+
+    def close(self) -> None:
+        for stream in self._open.values():
+            stream.close()
+        self._open.clear()
+
+
+class _SliceStream:
+    """One row group's rows, slice after slice (``ParquetFile.iter_batches``, page by page)."""
+
+    def __init__(self, log_file: LogFile, group: RowGroup, first_slice: int, timestamps: bool) -> None:
+        self._log_file = log_file
+        self.next_slice = first_slice
+        wanted = (*READ_COLUMNS, "timestamp") if timestamps else READ_COLUMNS
+        columns = [name for name in wanted if name in log_file.columns]
+        try:
+            # Unbuffered reads would fetch each column chunk whole; pre-buffering, the whole row group.
+            self._parquet = pq.ParquetFile(log_file.path, pre_buffer=False, buffer_size=SLICE_READ_BUFFER)
+            self._batches = self._parquet.iter_batches(
+                batch_size=group.slice_rows, row_groups=[group.index], columns=columns, use_threads=False
+            )
+        except (OSError, pa.ArrowException) as exc:
+            raise UnreadableLogError(f"cannot read ({exc})", file=log_file.path) from None
+        #: Rows decoded but not yet handed out (a batch of pyarrow's may end inside a slice).
+        self._pending: pa.RecordBatch | None = None
+
+    def read(self, group: RowGroup) -> _Columns:
+        """The next slice, which is ``group``."""
+        parts: list[pa.RecordBatch] = []
+        rows = 0
+        try:
+            while rows < group.num_rows:
+                batch = self._pending if self._pending is not None else next(self._batches, None)
+                self._pending = None
+                if batch is None:
+                    raise UnreadableLogError(
+                        f"row group {group.index} ended before its row {group.offset + rows}", file=self._log_file.path
+                    )
+                take = min(batch.num_rows, group.num_rows - rows)
+                if take < batch.num_rows:
+                    self._pending = batch.slice(take)
+                parts.append(batch.slice(0, take) if take < batch.num_rows else batch)
+                rows += take
+        except (OSError, pa.ArrowException) as exc:
+            raise UnreadableLogError(f"cannot read ({exc})", file=self._log_file.path) from None
+        self.next_slice += 1
+        table = pa.Table.from_batches(parts)  # (a slice has rows: ``parts`` is not empty)
+        return _Columns(table, str(self._log_file.path), group.first_row, ids_in_range=group.ids_in_range)
+
+    def close(self) -> None:
+        self._pending = None
+        self._parquet.close()
 
 
 def _int64_values(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:

@@ -8,7 +8,6 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from ..capture.row_groups import ROW_GROUP_BYTES
 from ..report.drift import DRIFT_CLASSES
 from ..report.session_facts import FORK_PHRASES
 from ..run.export import ExportSummary
@@ -76,14 +75,16 @@ def render_rebuild_summary(summary: RebuildSummary) -> RenderableType:
             parts.append(Text(one_line(f"  {sid}: {note}")))
         if len(summary.notes) > 10:
             parts.append(Text(f"  … and {len(summary.notes) - 10} more"))
-    for file, rows, size in summary.large_row_groups[:10]:
+    if summary.workers_capped is not None:
+        asked, used = summary.workers_capped
         parts.append(Text(""))
         parts.append(
             Text(
-                f"warning: {file} has a row group of {rows:,} rows, {size / 2**20:,.0f} MiB decoded: each worker "
-                f"holds it whole while it rebuilds its sessions. `tito compact` rewrites a log in row groups of "
-                f"at most {ROW_GROUP_BYTES >> 20} MiB.",
-                style="yellow",
+                one_line(
+                    f"note: rebuilt with {used} worker{'s' if used != 1 else ''}, not {asked}: this log's sessions "
+                    f"share its row groups, so more workers would each decode the same row groups "
+                    f"(docs/performance.md, \"Where memory can still grow\")."
+                )
             )
         )
     parts.append(Text(""))

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+import numpy as np
 import pyarrow as pa
 
 from ..algorithm.policy import Policy
@@ -51,6 +52,7 @@ __all__ = [
     "plan_batches",
     "rebuild_batch",
     "rebuild_outputs",
+    "worker_cap",
     "workers_for",
 ]
 
@@ -114,41 +116,50 @@ def file_map(pool: ProcessPoolExecutor | None, files: int, workers: int) -> File
     return functools.partial(pool.map, chunksize=-(-files // (4 * workers)))
 
 
-#: The default worker count never makes the batches decode more than this much of the
-#: log's row groups in all (a row group needed by two batches is decoded twice).
+#: Batches never decode more than this much of the log's row groups in all (a row group
+#: needed by two batches is decoded twice): plan_batches makes fewer, larger batches
+#: rather than more than this.
 MAX_DECODE_OVERHEAD = 1.25
 
 
 def decoded_bytes(batches: list[ReadBatch]) -> float:
-    """Decoded row-group bytes the batches read in all (each batch decodes every row group it touches)."""
+    """Decoded row-group bytes the batches read in all.
+
+    Each batch decodes every row group it touches; a row group read in slices,
+    from its start up to the last slice the batch needs (pyarrow cannot start
+    a row group at a row offset, :attr:`RowGroup.read_bytes`).
+    """
+    if not batches:
+        return 0.0
+    row_groups = batches[0].row_groups
+    # Per entry of the index's row groups (a row group, or a slice of one): the row group it
+    # belongs to, numbered, and what reading up to its end costs.
+    numbers: dict[tuple[int, int], int] = {}
+    parent = np.array([numbers.setdefault((g.file, g.index), len(numbers)) for g in row_groups], dtype=np.int64)
+    cost = np.array([g.read_bytes for g in row_groups], dtype=np.float64)
     total = 0.0
     for batch in batches:
-        groups = {g for place in batch.sessions for g in place.groups.tolist()}
-        total += sum(batch.row_groups[g].bytes_per_row * batch.row_groups[g].num_rows for g in groups)
+        if not batch.sessions:
+            continue
+        used = np.zeros(len(row_groups), dtype=bool)
+        used[np.concatenate([place.groups for place in batch.sessions])] = True
+        through = np.zeros(len(numbers), dtype=np.float64)
+        np.maximum.at(through, parent[used], cost[used])
+        total += float(through.sum())
     return total
 
 
 def workers_for(index: LogIndex, cores: int) -> int:
-    """The default worker count for this log: the most, up to ``cores``, that costs little extra decoding.
+    """How many of ``workers`` processes the log's batches can use (1: rebuild in-process).
 
-    More workers mean more batches, and batches that share row groups each
-    decode them: on a log whose row groups each hold turns of every session
-    (three files of one 900-turn row group each), two workers decoded the log
-    many times over and were slower than one.  So take the largest count, of
-    ``cores``, ``cores // 2``, ``cores // 4`` ... 2 (each try plans the batches
-    once: a few per core count, not one per count, on a machine of many cores),
-    whose batches decode at most :data:`MAX_DECODE_OVERHEAD` times what one
-    sweep does.
+    The default worker count (``cores``: the machine's), and the count an
+    explicit ``--workers`` is capped to: as many as :func:`plan_batches`
+    makes batches, which it keeps to a number that decodes the log's row
+    groups at most :data:`MAX_DECODE_OVERHEAD` times.
     """
     if cores <= 1 or index.nbytes < MIN_PARALLEL_BYTES:
         return 1
-    once = decoded_bytes(plan_batches(index, 1))
-    workers = cores
-    while workers > 1:
-        if decoded_bytes(plan_batches(index, workers)) <= MAX_DECODE_OVERHEAD * once:
-            return workers
-        workers = 2 if 2 < workers < 4 else workers // 2
-    return 1
+    return min(cores, len(plan_batches(index, cores)))
 
 
 def plan_batches(index: LogIndex, workers: int, batch_bytes: float | None = None) -> list[ReadBatch]:
@@ -157,15 +168,52 @@ def plan_batches(index: LogIndex, workers: int, batch_bytes: float | None = None
     One worker reads the whole log in one log-order sweep (memory follows the
     sessions open at a time).  Several workers get several batches each (up
     to about MAX_BATCH_BYTES), shrinking toward the end of the log so that
-    the workers finish together.  ``batch_bytes`` overrides the size (tests use
-    it to force many batches).
+    the workers finish together.  Batches that share row groups each decode
+    them (a log whose row groups each hold turns of every session, or a few
+    huge row groups cut into slices), so when that plan would decode the log
+    more than :data:`MAX_DECODE_OVERHEAD` times, the batches are halved in
+    number until it does not; when even two batches would, the log is one
+    batch (one worker: two would have been slower).  ``batch_bytes``
+    overrides the size (tests use it to force many batches).
     """
     if batch_bytes is not None:
         return index.batches(batch_bytes)
+    sweep = index.batches(float("inf"))
     if workers <= 1 or index.nbytes < MIN_PARALLEL_BYTES:
-        return index.batches(float("inf"))
+        return sweep
+    budget = MAX_DECODE_OVERHEAD * decoded_bytes(sweep)
+    plan = _spread(index, workers)
+    count = BATCHES_PER_WORKER * workers
+    while decoded_bytes(plan) > budget:
+        count //= 2
+        if count < 2:
+            return sweep
+        target = min(index.nbytes / count, MAX_BATCH_BYTES)
+        # Cut at clean cuts only when they come; or at the size, shared row groups or not
+        # (a log of huge row groups in slices may have no clean cut where it is needed).
+        candidates = (index.batches(target), index.batches(target, force_at=1))
+        plan = min(candidates, key=lambda batches: (decoded_bytes(batches) > budget, -len(batches)))
+    return plan
+
+
+def _spread(index: LogIndex, workers: int) -> list[ReadBatch]:
+    """BATCHES_PER_WORKER batches per worker, shrinking toward the end of the log."""
     target = min(index.nbytes / (BATCHES_PER_WORKER * workers), MAX_BATCH_BYTES)
     return index.batches(target, finish_together=workers)
+
+
+def worker_cap(index: LogIndex, workers: int) -> int | None:
+    """The workers an explicit count ``workers`` comes down to because more would decode the
+    log's row groups over :data:`MAX_DECODE_OVERHEAD` times (``None``: not capped for that).
+
+    A small log is rebuilt in-process whatever the count (:data:`MIN_PARALLEL_BYTES`): not a cap.
+    """
+    if workers <= 1 or index.nbytes < MIN_PARALLEL_BYTES:
+        return None
+    usable = workers_for(index, workers)
+    if usable < workers and usable < min(workers, len(_spread(index, workers))):
+        return usable
+    return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,16 +22,14 @@ from ..errors import OutputError
 from ..export.base import ExportOptions, Sink, SinkContext, open_sink
 from ..export.rejects import RejectsReport, rejects_path
 from ..read.files import discover_files, require_logs
-from ..read.turnlog import SessionsTable, TurnLog
+from ..read.turnlog import SessionsTable
 from .corpus import Corpus, Reject, SessionFacts, Unfinished
-from .local import default_workers, early_pool, file_map, rebuild_outputs, workers_for
+from .local import default_workers, early_pool, file_map, rebuild_outputs, worker_cap, workers_for
 
 __all__ = [
-    "LARGE_ROW_GROUP_BYTES",
     "RebuildSummary",
     "Reject",
     "deliver",
-    "large_row_groups",
     "rebuild",
     "rejects_path",
 ]
@@ -65,9 +63,9 @@ class RebuildSummary:
     files: list[Path] = field(default_factory=list)
     samples_written: int = 0
     warnings: list[str] = field(default_factory=list)
-    #: (file, rows, decoded bytes) of row groups larger than LARGE_ROW_GROUP_BYTES: a worker
-    #: holds such a row group whole while its sessions are rebuilt (docs/performance.md).
-    large_row_groups: list[tuple[str, int, int]] = field(default_factory=list)
+    #: ``(asked, used)`` when an explicit worker count was lowered because the log's batches
+    #: would have decoded its row groups several times over (run/local.py ``worker_cap``).
+    workers_capped: tuple[int, int] | None = None
 
     def add_session(self, session_id: str, report: SessionReport) -> None:
         """Count one rebuilt session (the local and the Ray engine both report through here)."""
@@ -95,21 +93,6 @@ class RebuildSummary:
             if sid not in rejected_ids
         ]
         self.rejected = sorted([*rejected, *extra], key=lambda r: r.session_id)
-
-
-#: A row group decoding to more than this is reported: memory grows with it (a reader decodes a
-#: row group whole).  Files tito writes stay far below (capture/row_groups.py: ROW_GROUP_BYTES).
-LARGE_ROW_GROUP_BYTES = 512 << 20
-
-
-def large_row_groups(log: TurnLog) -> list[tuple[str, int, int]]:
-    """(file, rows, decoded bytes of the columns read) of each row group over :data:`LARGE_ROW_GROUP_BYTES`."""
-    found = []
-    for group in log.index().row_groups:
-        size = int(group.bytes_per_row * group.num_rows)
-        if size > LARGE_ROW_GROUP_BYTES:
-            found.append((str(log.turn_files[group.file].path), group.num_rows, size))
-    return found
 
 
 def deliver(
@@ -170,7 +153,9 @@ def rebuild(
     ``workers`` processes rebuild sessions in parallel (default: as many of
     this machine's cores as the log's layout can use without decoding its row
     groups twice, :func:`tito_cli.run.local.workers_for`; small logs are
-    rebuilt in-process); the output is the same for any number.  ``batch_bytes`` sets the size of the batches of
+    rebuilt in-process).  A count given is lowered the same way, and
+    ``summary.workers_capped`` says so, unless ``batch_bytes`` is given too;
+    the output is the same for any number.  ``batch_bytes`` sets the size of the batches of
     sessions handed to workers (see :func:`tito_cli.run.local.plan_batches`).
     ``unfinished``: sessions without a sessions row are rebuilt with reward
     0.0 (``keep``, their samples say ``"finished": false``) or rejected.
@@ -193,9 +178,15 @@ def rebuild(
     rejected: list[Reject] = list(extra_rejects)
     with early_pool(len(files), workers) as pool:
         corpus = Corpus.open(files, map_files=file_map(pool, len(files), workers), unfinished=unfinished)
+        capped: tuple[int, int] | None = None
         if chosen is None:
             # Not told: as many of the cores as the log's layout lets work without decoding it twice.
             workers = workers_for(corpus.log.index(), workers)
+        elif batch_bytes is None and workers > 1:
+            # Told: still never more than the batches can use without decoding the log several times.
+            usable = worker_cap(corpus.log.index(), workers)
+            if usable is not None:
+                capped, workers = (workers, usable), usable
         # Temporaries of a rebuild that was killed (SIGKILL, OOM) before it could clean up.
         stale = remove_stale_temporaries(out) + remove_stale_temporaries(rejects_file)
         session_ids = corpus.session_ids()
@@ -209,7 +200,7 @@ def rebuild(
         )
         summary.stale_temporaries_removed = stale
         count_drift = drift_counter(corpus.tokenizer) if drift_counter is not None else None
-        summary.large_row_groups = large_row_groups(corpus.log)
+        summary.workers_capped = capped
         context = SinkContext(policy, corpus.tokenizer, options or ExportOptions(), overwrite)
         try:
             sink = open_sink(output_format, out, context)
