@@ -53,8 +53,8 @@ INT64_MAX = 2**63 - 1
 
 #: Row groups decoding to more than twice this are indexed and read as slices of rows of
 #: about this size each: a reader's working set is then the slices its sessions in flight
-#: use, not whole row groups.  (Files tito writes keep row groups to 64 MiB,
-#: capture/row_groups.py, and are read whole.)  Tests lower it to force tiny slices.
+#: use, not whole row groups.  (Files tito writes keep row groups smaller,
+#: capture/row_groups.py ROW_GROUP_BYTES, and are read whole.)  Tests lower it to force tiny slices.
 SLICE_BYTES = 32 << 20
 
 #: Read buffer of a sliced row group's stream: its column chunks are read a page at a

@@ -25,7 +25,7 @@ def _sample_of(result: SessionResult, leaf: int, seq: int) -> int | None:
 
 def drift_points(result: SessionResult, found: list[Divergence]) -> list[dict[str, Any]]:
     """The divergences as rows, each with its decision's wording and the sample it shows in."""
-    prompt_lengths = {turn.seq: len(turn.prompt_ids) for turn in result.tree.turns}
+    prompt_lengths = {turn.seq: turn.prompt_length for turn in result.tree.turns}
     rows = []
     for d in sorted(found, key=lambda d: d.seq):  # in arrival order, as the turns are listed
         decision = {"kind": d.kind, "lcp": d.index, "drift": d.drift, "cause": d.cause}

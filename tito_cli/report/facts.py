@@ -443,6 +443,6 @@ def corpus_stats(
             for d in divergences(item, text):
                 stats.drift_classes[d.kind][d.drift_class] += 1
         for turn in item.tree.turns:
-            stats.prompt_lengths.append(len(turn.prompt_ids))
+            stats.prompt_lengths.append(turn.prompt_length)
             stats.output_lengths.append(len(turn.output_ids))
     return stats
