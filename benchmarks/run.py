@@ -118,7 +118,7 @@ def main() -> None:
     parser.add_argument(
         "--repeat", type=int, default=None, help="rounds of timed runs (default 7: fewer are too noisy here; quick 3)"
     )
-    parser.add_argument("--generator", default="synthetic", help="workload generator: synthetic or swe")
+    parser.add_argument("--generator", default="synthetic", help="workload generator: synthetic, qwen3 or swe")
     parser.add_argument("--concurrency", type=int, default=None, help="sessions recorded at the same time")
     parser.add_argument(
         "--sessions",

@@ -2,8 +2,8 @@
 
 A workload is a folder of turn-log Parquet files written through the real
 capture writer.  Generators are pluggable (``GENERATORS``): ``synthetic`` is
-built here with ``TurnLogWriter``; ``swe`` uses ``tito simulate --profile swe``
-when that command exists.  Every generator is deterministic for its
+built here with ``TurnLogWriter``; ``swe`` and ``qwen3`` use ``tito simulate
+--profile swe|qwen3`` (the real Qwen3 tokenizer and chat template).  Every generator is deterministic for its
 parameters, and the cache key is the parameters, so reruns reuse the files.
 
 The synthetic session looks like a coding agent at work: a long system prompt
@@ -181,18 +181,27 @@ def _generate_synthetic(spec: WorkloadSpec, out: Path) -> None:
             log.finish_session(sid, reward=float(number % 3 == 0), index=number, group_index=number // 4)
 
 
-def _generate_swe(spec: WorkloadSpec, out: Path) -> None:
-    """``tito simulate --profile swe`` (issue #3), when this checkout has it."""
-    cmd = [sys.executable, "-m", "tito_cli", "simulate", "--profile", "swe",
-           "--sessions", str(spec.sessions), "--seed", str(spec.seed), "--out", str(out)]
-    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise SystemExit(f"the swe workload needs 'tito simulate --profile swe':\n{done.stderr.strip()}")
+def _simulated(profile: str) -> Callable[[WorkloadSpec, Path], None]:
+    """``tito simulate --profile PROFILE`` (the turns, sizes and features are the profile's, not the spec's)."""
 
+    def generate(spec: WorkloadSpec, out: Path) -> None:
+        cmd = [sys.executable, "-m", "tito_cli", "simulate", "--profile", profile,
+               "--sessions", str(spec.sessions), "--seed", str(spec.seed), "--out", str(out)]
+        done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+        if done.returncode != 0:
+            needs = f"the {profile} workload needs 'tito simulate --profile {profile}'"
+            raise SystemExit(f"{needs}:\n{done.stderr.strip()}")
+
+    return generate
+
+
+#: Generators that write format 1 when the spec says so; the others write what ``tito simulate`` writes.
+FORMAT_AWARE = frozenset({"synthetic"})
 
 GENERATORS: dict[str, Callable[[WorkloadSpec, Path], None]] = {
     "synthetic": _generate_synthetic,
-    "swe": _generate_swe,
+    "swe": _simulated("swe"),
+    "qwen3": _simulated("qwen3"),
 }
 
 

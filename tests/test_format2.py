@@ -171,20 +171,120 @@ def _samples(linearization: Linearization) -> list[tuple[Any, ...]]:
     ]
 
 
+def _decisions(linearization: Linearization) -> list[tuple[int, int, str, int]]:
+    return [(d.leaf, d.seq, d.kind, d.lcp) for d in linearization.decisions]
+
+
+def _built(turns: list[Turn]) -> list[int]:
+    """Seqs of the delta turns whose whole prompt has been built (Turn.prompt_ids was asked for)."""
+    return [t.seq for t in turns if t.base is not None and t._prompt is not None]
+
+
 @settings(max_examples=max(10, settings.default.max_examples // 5))
 @given(sessions(), st.integers(1, 4), st.sampled_from([SlimeV4, Slime03]))
 def test_the_delta_fast_path_gives_the_samples_of_the_full_comparison(
     session: dict[str, Any], candidates: int, kind: type[Policy]
 ) -> None:
     policy = kind(fork_threshold=session["threshold"])
+    rows = [{**r, "session_id": "s"} for r in session["rows"]]
     with tempfile.TemporaryDirectory() as tmp:
-        write_log(Path(tmp), [{**r, "session_id": "s"} for r in session["rows"]], max_rows=4,
-                  delta_candidates=candidates)
-        [turns] = read_turns(Path(tmp), policy).values()
+        write_log(Path(tmp) / "v2", rows, max_rows=4, delta_candidates=candidates)
+        write_log(Path(tmp) / "v1", rows, max_rows=4, format=1)
+        [turns] = read_turns(Path(tmp) / "v2", policy).values()
+        [whole] = read_turns(Path(tmp) / "v1", policy).values()
+    # Reading builds no delta turn's prompt; any part of one, from the arrays it is made of,
+    # is the stored-whole prompt's (the cuts around the shared ids and the bases' ends).
+    assert _built(turns) == []
+    for turn, stored in zip(turns, whole, strict=True):
+        assert turn.prompt_length == len(stored.prompt_ids)
+        shared = 0 if turn.base is None else turn.base[1]
+        for start, stop in [(0, turn.prompt_length), (shared - 1, shared + 1), (shared, turn.prompt_length),
+                            (1, shared), (turn.prompt_length // 2, turn.prompt_length + 3)]:
+            got = turn.prompt_slices(start, stop)
+            assert np.concatenate(got).tolist() == stored.prompt_ids[max(start, 0) : stop].tolist()
+    assert _built(turns) == []
     tree = route(turns, policy)
-    fast, full = linearize(tree, policy), linearize(tree, policy, use_deltas=False)
-    assert _samples(fast) == _samples(full)
+    fast = linearize(tree, policy)
+    full = linearize(tree, policy, use_deltas=False)
+    eager = linearize(route(whole, policy), policy)
+    assert _samples(fast) == _samples(full) == _samples(eager)
     assert fast.decisions == full.decisions and fast.dropped_segments == full.dropped_segments
+    assert _decisions(fast) == _decisions(eager)
+
+
+def _both_formats(tmp_path: Path, records: list[tuple[list[int], list[int], list[dict[str, Any]], Any]],
+                  policy: Policy) -> tuple[list[Turn], Linearization]:
+    """One session recorded in format 2 and in format 1: its format-2 turns and their linearization.
+
+    Asserts that the stored-whole turns give the same samples and decisions.
+    """
+    for format in (1, 2):
+        with TurnLogWriter(tmp_path / f"v{format}", max_age=None, format=format) as w:
+            for prompt, output, messages, response in records:
+                w.record_turn("s", prompt, output, None, "stop", messages, response)
+    [turns] = read_turns(tmp_path / "v2", policy).values()
+    [whole] = read_turns(tmp_path / "v1", policy).values()
+    linearization = linearize(route(turns, policy), policy)
+    eager = linearize(route(whole, policy), policy)
+    assert _samples(linearization) == _samples(eager) and _decisions(linearization) == _decisions(eager)
+    return turns, linearization
+
+
+def _assistant(content: str) -> dict[str, Any]:
+    return {"role": "assistant", "content": content}
+
+
+def _user(content: str) -> dict[str, Any]:
+    return {"role": "user", "content": content}
+
+
+def test_a_delta_turn_that_forks_starts_a_sample_packed_from_its_bases(tmp_path: Path) -> None:
+    prompt, output = list(range(100, 150)), list(range(200, 220))
+    # Seq 1 re-tokenizes seq 0's output from its third id on: 18 ids of drift, a fork at threshold 4.
+    drifted = [*prompt, *output[:2], *range(500, 520)]
+    turns, linearization = _both_formats(tmp_path, [
+        (prompt, output, _messages(1), _assistant("a")),
+        (drifted, [300, 301], [*_messages(1), _assistant("a"), _user("x")], _assistant("b")),
+        ([*drifted, 300, 301, 7], [400], [*_messages(1), _assistant("a"), _user("x"), _assistant("b"), _user("y")],
+         None),
+    ], SlimeV4(fork_threshold=4))
+    assert turns[1].base == (turns[0], 52) and turns[2].base == (turns[1], 74)
+    assert [(d.seq, d.kind, d.lcp) for d in linearization.decisions] == [(0, "start", 0), (1, "fork", 52),
+                                                                        (2, "clean", 74)]
+    # The second sample ends at seq 2: its tokens come from seq 0's prompt and output ids and
+    # the new ids of seqs 1 and 2, and no delta turn's whole prompt was built on the way.
+    assert linearization.samples[1].tokens.tolist() == [*drifted, 300, 301, 7, 400]
+    assert _built(turns) == []
+
+
+def test_a_delta_turn_whose_base_is_not_the_held_turn_is_compared_in_full(tmp_path: Path) -> None:
+    prompt, output = list(range(100, 150)), list(range(200, 220))
+    turns, linearization = _both_formats(tmp_path, [
+        (prompt, output, _messages(1), _assistant("a")),
+        ([*prompt, *output, 1, 2], [300, 301], [*_messages(1), _assistant("a"), _user("x")], _assistant("b")),
+        # A rewind: seq 0's conversation goes on another way.  Its base is seq 1 (the newest that
+        # shares most), but its leaf holds seq 0 when it comes: the general path decides it.
+        ([*prompt, *output[:5], 9], [400, 401], [*_messages(1), _assistant("a"), _user("y")], _assistant("c")),
+    ], SlimeV4(fork_threshold=4))
+    assert turns[2].base == (turns[1], 55)
+    assert _decisions(linearization) == [(0, 0, "start", 0), (0, 1, "clean", 70), (1, 0, "start", 0),
+                                         (1, 2, "fork", 55)]
+    assert _built(turns) == [2]
+
+
+def test_a_parent_resuming_after_a_sub_agent_is_packed_from_its_base(tmp_path: Path) -> None:
+    main = list(range(100, 160))
+    turns, linearization = _both_formats(tmp_path, [
+        (main, [7, 8], _messages(1), _assistant("a")),
+        ([1, 2, 3], [4], _messages(1, "sub"), _assistant("s")),
+        ([1, 2, 3, 4, 5], [6], [*_messages(1, "sub"), _assistant("s"), _user("r")], None),
+        ([*main, 7, 8, 9, 9], [1], [*_messages(1), _assistant("a"), _user("more")], None),
+    ], SlimeV4())
+    assert turns[2].base == (turns[1], 4) and turns[3].base == (turns[0], 62)
+    assert [(d.seq, d.kind) for d in linearization.decisions] == [(0, "start"), (3, "clean"), (1, "start"),
+                                                                  (2, "clean")]
+    assert [s.tokens.tolist() for s in linearization.samples] == [[*main, 7, 8, 9, 9, 1], [1, 2, 3, 4, 5, 6]]
+    assert _built(turns) == []
 
 
 def test_the_fast_path_compares_only_the_ids_after_the_shared_ones(tmp_path: Path) -> None:

@@ -92,36 +92,126 @@ class RowRef:
         return f"{self.file}, row {self.row}"
 
 
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False, slots=True, init=False)
 class Turn:
-    """One validated turn-log row."""
+    """One validated turn-log row.
+
+    A format-2 row stored against an earlier turn (docs/spec.md §9) keeps only
+    its own new prompt ids and a reference to that turn: its whole prompt is
+    built from the base when something first asks for :attr:`prompt_ids`
+    (a fork, a sample ending at it, a drift report), not while reading.  The
+    linearizer's fast path never needs it (:meth:`prompt_slices`).
+    """
 
     seq: int
-    prompt_ids: IdArray
     output_ids: IdArray
     #: ``None`` when no logprobs were recorded (null or empty in the log).
     output_logprobs: LogprobArray | None
     finish_reason: str
     prompt_messages: list[Message]
     response_message: Message | None
-    tools: Any = None
-    metadata: Any = None
-    source: RowRef | None = None
+    tools: Any
+    metadata: Any
+    source: RowRef | None
     #: True when the harness could not parse the output into a message (SPEC §8.6).
-    ill_formed: bool = False
+    ill_formed: bool
     #: Identity key of each prompt message under ``keyed_by`` (a policy's
     #: ``message_key``), filled by whoever parsed the messages (the reader caches it
     #: across turns); computed lazily otherwise.
-    message_keys: list[MessageKey] | None = field(default=None, repr=False)
-    keyed_by: Callable[[Any], MessageKey] | None = field(default=None, repr=False)
+    message_keys: list[MessageKey] | None = field(repr=False)
+    keyed_by: Callable[[Any], MessageKey] | None = field(repr=False)
     #: Set by the reader when this prompt's message list starts with all of an
     #: earlier turn's prompt messages (the same objects): ``(that turn, how many)``.
     #: The router then starts below where that turn's prompt ended.
-    extends: tuple[Turn, int] | None = field(default=None, repr=False)
-    #: Set by the reader for a format-2 row stored against an earlier turn (docs/spec.md §9):
-    #: ``(that turn, n)`` when ``prompt_ids[:n]`` was copied from its prompt + output ids.
+    extends: tuple[Turn, int] | None = field(repr=False)
+    #: For a format-2 row stored against an earlier turn (docs/spec.md §9): ``(that turn, n)``
+    #: when the prompt's first ``n`` ids are the first ``n`` of that turn's prompt + output ids.
     #: The linearizer then compares only the ids after them when that turn is the one held.
-    base: tuple[Turn, int] | None = field(default=None, repr=False)
+    base: tuple[Turn, int] | None = field(repr=False)
+    #: How many prompt ids there are (known without building a delta turn's prompt).
+    prompt_length: int
+    #: The prompt ids after the ``base``'s shared ones: all of them when there is no base.
+    new_prompt_ids: IdArray = field(repr=False)
+    _prompt: IdArray | None = field(repr=False)
+
+    def __init__(
+        self,
+        seq: int,
+        prompt_ids: IdArray,
+        output_ids: IdArray,
+        output_logprobs: LogprobArray | None,
+        finish_reason: str,
+        prompt_messages: list[Message],
+        response_message: Message | None,
+        tools: Any = None,
+        metadata: Any = None,
+        source: RowRef | None = None,
+        ill_formed: bool = False,
+        message_keys: list[MessageKey] | None = None,
+        keyed_by: Callable[[Any], MessageKey] | None = None,
+        *,
+        base: tuple[Turn, int] | None = None,
+    ) -> None:
+        """``prompt_ids`` is the whole prompt; with ``base=(turn, n)``, only the ids after those ``n``."""
+        self.seq = seq
+        self.output_ids = output_ids
+        self.output_logprobs = output_logprobs
+        self.finish_reason = finish_reason
+        self.prompt_messages = prompt_messages
+        self.response_message = response_message
+        self.tools = tools
+        self.metadata = metadata
+        self.source = source
+        self.ill_formed = ill_formed
+        self.message_keys = message_keys
+        self.keyed_by = keyed_by
+        self.extends = None
+        if base is not None and base[1] == 0:
+            base = None  # nothing shared: the prompt is stored whole
+        self.base = base
+        self.new_prompt_ids = prompt_ids
+        self.prompt_length = len(prompt_ids) + (0 if base is None else base[1])
+        self._prompt = prompt_ids if base is None else None
+
+    @property
+    def prompt_ids(self) -> IdArray:
+        """The whole prompt's ids (a delta turn's are built from its bases once, on first use)."""
+        if self._prompt is None:
+            slices = self.prompt_slices(0, self.prompt_length)
+            self._prompt = slices[0] if len(slices) == 1 else np.concatenate(slices)
+        return self._prompt
+
+    @prompt_ids.setter
+    def prompt_ids(self, ids: IdArray) -> None:
+        self._prompt = ids
+        self.prompt_length = len(ids)
+        self.new_prompt_ids = ids if self.base is None else ids[self.base[1] :]
+
+    def prompt_slices(self, start: int, stop: int) -> list[IdArray]:
+        """``prompt_ids[start:stop]`` as views of the arrays it is made of, in order (none built).
+
+        Follows the chain of bases (iteratively: a chain can be as long as its
+        session) down to turns whose prompt is at hand.
+        """
+        start, stop = max(start, 0), min(stop, self.prompt_length)
+        pieces: list[IdArray] = []  # last piece first
+        turn = self
+        while stop > start:
+            if turn._prompt is not None:
+                pieces.append(turn._prompt[start:stop])
+                break
+            assert turn.base is not None  # a turn without a base has its prompt at hand
+            base, shared = turn.base
+            if stop > shared:
+                pieces.append(turn.new_prompt_ids[max(start - shared, 0) : stop - shared])
+                stop = shared
+            # What is left lies in the base's prompt + output ids.
+            if stop > base.prompt_length:
+                pieces.append(base.output_ids[max(start - base.prompt_length, 0) : stop - base.prompt_length])
+                stop = base.prompt_length
+            turn = base
+        pieces.reverse()
+        return pieces or [self.new_prompt_ids[:0]]
 
     def keys(self, key: Callable[[Any], MessageKey] = message_key) -> list[MessageKey]:
         """Each prompt message's identity under ``key`` (computed once per key function)."""

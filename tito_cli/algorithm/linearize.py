@@ -103,6 +103,17 @@ def common_prefix_length(a: npt.NDArray[np.int32], b: npt.NDArray[np.int32]) -> 
     return common_prefix(a, b)
 
 
+def _common_prefix_of_slices(slices: list[npt.NDArray[np.int32]], ids: npt.NDArray[np.int32]) -> int:
+    """The common prefix of ``ids`` and the concatenation of ``slices``."""
+    shared = 0
+    for piece in slices:
+        length = common_prefix_length(piece, ids[shared:])
+        shared += length
+        if length < len(piece):
+            break
+    return shared
+
+
 class _Segment:
     __slots__ = ("first_prompt_length", "fork", "last", "seqs", "spans", "trained_seqs")
 
@@ -117,30 +128,34 @@ class _Segment:
     def __len__(self) -> int:
         if self.last is None:
             return 0
-        return len(self.last.prompt_ids) + len(self.last.output_ids)
+        return self.last.prompt_length + len(self.last.output_ids)
+
+    def held_slices(self, start: int) -> list[npt.NDArray[np.int32]]:
+        """The held tokens from ``start`` on, as views of the arrays they are made of (nothing built)."""
+        last = self.last
+        assert last is not None
+        held_prompt = last.prompt_length
+        return [*last.prompt_slices(start, held_prompt), last.output_ids[max(start - held_prompt, 0) :]]
 
     def common_prefix(self, turn: Turn, use_deltas: bool = True) -> int:
         """The common prefix of the held tokens (the last turn's prompt + output) and ``turn``'s prompt.
 
         With ``use_deltas``, a turn the reader rebuilt from the held turn
         (format 2, docs/spec.md §9: ``turn.base``) is known to share its first
-        ``n`` ids with it, copied from it: only the ids after them are compared.
+        ``n`` ids with it, copied from it: only its ids after them are
+        compared, and neither prompt is built (a delta turn's prompt is built
+        only when asked for).
         """
         last = self.last
         if last is None:
             return 0
-        prompt = turn.prompt_ids
-        held_prompt = last.prompt_ids
-        start = 0
         if use_deltas and turn.base is not None and turn.base[0] is last:
             start = turn.base[1]
-        if start >= len(held_prompt):
-            skip = start - len(held_prompt)
-            return start + common_prefix_length(last.output_ids[skip:], prompt[start:])
-        lcp = start + common_prefix_length(held_prompt[start:], prompt[start:])
-        if lcp == len(held_prompt):
-            lcp += common_prefix_length(last.output_ids, prompt[len(held_prompt) :])
-        return lcp
+            skip = start - last.prompt_length
+            if skip >= 0:  # the common case: all of the held prompt is shared, and the output's start
+                return start + common_prefix_length(last.output_ids[skip:], turn.new_prompt_ids)
+            return start + _common_prefix_of_slices(self.held_slices(start), turn.new_prompt_ids)
+        return _common_prefix_of_slices(self.held_slices(0), turn.prompt_ids)
 
     def absorb(self, turn: Turn, lcp: int, trained: bool, policy: Policy) -> None:
         if self.spans and self.spans[-1].end > lcp:
@@ -148,8 +163,8 @@ class _Segment:
             last = self.spans[-1]
             last.end = policy.realign_cut(last.start, lcp)
         if self.last is None:
-            self.first_prompt_length = len(turn.prompt_ids)
-        start = len(turn.prompt_ids)
+            self.first_prompt_length = turn.prompt_length
+        start = turn.prompt_length
         self.spans.append(Span(start, start + len(turn.output_ids), turn, trained))
         self.last = turn
         self.seqs.append(turn.seq)
@@ -163,7 +178,8 @@ class _Segment:
         trained = [s for s in self.spans if s.trained and s.end > s.start]
         if not trained:
             return None
-        tokens = np.concatenate((last.prompt_ids, last.output_ids)).astype(np.int32, copy=False)
+        # One copy of the held tokens, from the arrays a delta turn's prompt is made of.
+        tokens = np.concatenate(self.held_slices(0)).astype(np.int32, copy=False)
         offset = self.first_prompt_length
         response_length = len(tokens) - offset
         loss_mask = np.zeros(response_length, dtype=np.int8)

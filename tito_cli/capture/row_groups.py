@@ -16,7 +16,14 @@ import pyarrow.parquet as pq
 
 from .._arrow import numpy_view
 
-__all__ = ["SPLIT_COLUMNS", "row_bytes", "row_group_bounds", "write_row_groups"]
+__all__ = ["ROW_GROUP_BYTES", "ROW_GROUP_ROWS", "SPLIT_COLUMNS", "row_bytes", "row_group_bounds", "write_row_groups"]
+
+#: Default bounds of a row group tito writes.  The bytes bound (decoded cells) sets a reader's
+#: memory: decoding a row group passes through several times its decoded size, and pyarrow's
+#: allocator keeps that high-water mark (cli/native_env.py), so with 64 MiB a 1-worker rebuild
+#: of a format-2 log kept growing over its first row groups (docs/performance.md, "Where memory can still grow").
+ROW_GROUP_ROWS = 1024
+ROW_GROUP_BYTES = 8 << 20
 
 
 def row_bytes(table: pa.Table) -> np.ndarray:

@@ -53,7 +53,7 @@ from .._arrow import list_array
 from .._atomic import fsync_directory
 from ..schema import PROVENANCE_KEY, SESSIONS_SCHEMA, TURNS_SCHEMA, TURNS_SCHEMA_V2, table_metadata
 from .delta import DeltaEncoder
-from .row_groups import write_row_groups
+from .row_groups import ROW_GROUP_BYTES, ROW_GROUP_ROWS, write_row_groups
 
 __all__ = ["TurnLogWriter", "sessions_row"]
 
@@ -181,8 +181,8 @@ class TurnLogWriter:
         compression: str = "zstd",
         name: str | None = None,
         format: int = 2,
-        row_group_rows: int = 1024,
-        row_group_bytes: int = 64 << 20,
+        row_group_rows: int = ROW_GROUP_ROWS,
+        row_group_bytes: int = ROW_GROUP_BYTES,
         delta_candidates: int = 4,
         max_open_sessions: int = 1024,
         max_held_bytes: int = 1 << 30,

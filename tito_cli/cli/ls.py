@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -10,7 +12,7 @@ from ..errors import EXIT_BAD_INPUT
 from ..render.jsonout import dumps
 from ..render.listing import render_listing
 from ..render.plain import to_plain
-from ..report.facts import FIELDS, FilterError, compile_filter, session_row, sort_rows
+from ..report.facts import FIELDS, FilterError, compile_filter, select_rows, session_row
 from .app import app, err_console, exit_codes_help, guarded, out_console
 from .options import FORK_THRESHOLD, MAX_SAMPLE_TOKENS, POLICY, REWARD_MODE, RewardChoice, policy_from
 from .unfinished import UNFINISHED, UnfinishedChoice
@@ -65,9 +67,10 @@ def ls(
 
     chosen = policy_from(policy, fork_threshold, reward_mode, max_sample_tokens)
     corpus = open_logs(logs, unfinished)
-    rows = []
     total = 0
-    try:
+
+    def matching() -> Iterator[dict[str, Any]]:
+        nonlocal total
         for item in corpus.results(chosen):
             total += 1
             row = session_row(item)
@@ -76,11 +79,13 @@ def ls(
             if no_samples and row["samples"]:
                 continue
             if predicate(row):
-                rows.append(row)
+                yield row
+
+    try:
+        # With --limit, only that many rows are held, however many sessions the log has.
+        shown, matched = select_rows(matching(), sort, descending=desc, limit=limit)
     except FilterError as exc:
         raise typer.BadParameter(str(exc), param_hint="--where") from None
-    rows = sort_rows(rows, sort, descending=desc)
-    shown = rows[:limit] if limit is not None else rows
 
     if as_json:
         typer.echo(dumps(shown))
@@ -93,5 +98,5 @@ def ls(
     else:
         # Into a pipe or a file nothing is cut: the listing is data.
         typer.echo(to_plain(render_listing(shown, width=100_000), width=100_000), nl=False)
-    more = f", {len(rows) - len(shown)} more not shown (--limit)" if len(shown) < len(rows) else ""
+    more = f", {matched - len(shown)} more not shown (--limit)" if len(shown) < matched else ""
     err_console.print(f"{len(shown)} of {total} sessions{more} · policy {chosen.label()}", style="dim")

@@ -41,9 +41,20 @@ class PretokenizedParquet(StreamedParquetFile):
     schema: pa.Schema
     table_name: str
 
-    def __init__(self, out: Path, context: SinkContext, *, row_group_tokens: int = 2 << 20) -> None:
+    def __init__(
+        self, out: Path, context: SinkContext, *, row_group_tokens: int = 2 << 20, row_group_sessions: int = 1024
+    ) -> None:
         schema = self.schema.with_metadata(table_metadata(self.table_name, context.tokenizer))
-        super().__init__(out, context, schema, row_group_tokens=row_group_tokens, use_dictionary=False)
+        # Cut by sessions too, as the samples file is: by tokens alone, a log of many tiny
+        # sessions was buffered whole (a small Arrow table per session).
+        super().__init__(
+            out,
+            context,
+            schema,
+            row_group_tokens=row_group_tokens,
+            row_group_sessions=row_group_sessions,
+            use_dictionary=False,
+        )
 
     def columns(self, samples: pa.Table) -> dict[str, pa.Array]:
         """The format's columns for these samples (one row each)."""

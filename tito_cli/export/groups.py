@@ -18,42 +18,61 @@ __all__ = ["GroupCounts", "GroupFact"]
 
 @dataclass(slots=True)
 class GroupFact:
-    group_index: int
-    #: session id -> its samples, in session-id order.
-    sessions: dict[str, int] = field(default_factory=dict)
+    """One group's counts.  Only the sessions with other than one sample are named: a group of
+    thousands of well-formed sessions costs a few numbers, not a dictionary entry per session."""
 
-    @property
-    def samples(self) -> int:
-        return sum(self.sessions.values())
+    group_index: int
+    #: Sessions in the group, and their samples in all.
+    session_count: int = 0
+    samples: int = 0
+    #: session id -> its samples, for the sessions with other than one sample, in the order they came.
+    odd_sessions: dict[str, int] = field(default_factory=dict)
+    #: The session counted last and its samples so far (a session's samples may come in several parts,
+    #: one after the other); it joins ``odd_sessions`` when it turns out to have other than one.
+    _last: str | None = None
+    _last_samples: int = 0
+
+    def add(self, session_id: str, samples: int) -> None:
+        if session_id == self._last:
+            self._last_samples += samples
+            self.samples += samples
+            if self._last_samples == 1:
+                self.odd_sessions.pop(session_id, None)
+            else:
+                self.odd_sessions[session_id] = self._last_samples
+            return
+        self._last, self._last_samples = session_id, samples
+        self.session_count += 1
+        self.samples += samples
+        if samples != 1:
+            self.odd_sessions[session_id] = samples
 
     @property
     def expected_samples(self) -> int:
         """One sample per session, as ``n_samples_per_prompt`` assumes."""
-        return len(self.sessions)
+        return self.session_count
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "group_index": self.group_index,
-            "sessions": len(self.sessions),
+            "sessions": self.session_count,
             "expected_samples": self.expected_samples,
             "samples": self.samples,
-            "sessions_not_one_sample": {sid: n for sid, n in self.sessions.items() if n != 1},
+            "sessions_not_one_sample": dict(self.odd_sessions),
         }
 
     def describe(self) -> str:
         odd = ", ".join(
-            f"{sid} forked into {n}" if n > 1 else f"{sid} has no sample"
-            for sid, n in self.sessions.items()
-            if n != 1
+            f"{sid} forked into {n}" if n > 1 else f"{sid} has no sample" for sid, n in self.odd_sessions.items()
         )
         return (
-            f"group {self.group_index}: {len(self.sessions)} sessions, expected {self.expected_samples} "
+            f"group {self.group_index}: {self.session_count} sessions, expected {self.expected_samples} "
             f"samples, got {self.samples} ({odd})"
         )
 
 
 class GroupCounts:
-    """Accumulates sessions' sample counts by group, one session at a time."""
+    """Accumulates sessions' sample counts by group, one session at a time (sessions in session-id order)."""
 
     def __init__(self) -> None:
         self._groups: dict[int, GroupFact] = {}
@@ -63,8 +82,10 @@ class GroupCounts:
         if group_index is None:
             self.ungrouped_sessions += 1
             return
-        fact = self._groups.setdefault(group_index, GroupFact(group_index))
-        fact.sessions[session_id] = fact.sessions.get(session_id, 0) + samples
+        fact = self._groups.get(group_index)
+        if fact is None:
+            fact = self._groups[group_index] = GroupFact(group_index)
+        fact.add(session_id, samples)
 
     def groups(self) -> list[GroupFact]:
         return [self._groups[g] for g in sorted(self._groups)]
@@ -74,7 +95,7 @@ class GroupCounts:
         return [g for g in self.groups() if g.samples != g.expected_samples]
 
     def sessions_per_group(self) -> Counter[int]:
-        return Counter(len(g.sessions) for g in self._groups.values())
+        return Counter(g.session_count for g in self._groups.values())
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -28,6 +28,7 @@ import json
 import math
 import os
 import tempfile
+from array import array
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -61,6 +62,31 @@ class _Parked:
     size: int
 
 
+class _ParkedSessions:
+    """The sessions parked in the spill file, as columns: a session costs its id and three numbers."""
+
+    def __init__(self) -> None:
+        self.session_ids: list[str] = []
+        self.group_indexes = array("q")
+        self.grouped = bytearray()  # 1 where the session has a group_index
+        self.offsets = array("q")
+        self.sizes = array("q")
+
+    def append(self, session_id: str, group_index: int | None, offset: int, size: int) -> None:
+        self.session_ids.append(session_id)
+        self.group_indexes.append(0 if group_index is None else group_index)
+        self.grouped.append(group_index is not None)
+        self.offsets.append(offset)
+        self.sizes.append(size)
+
+    def __len__(self) -> int:
+        return len(self.session_ids)
+
+    def __getitem__(self, k: int) -> _Parked:
+        group_index = self.group_indexes[k] if self.grouped[k] else None
+        return _Parked(self.session_ids[k], group_index, self.offsets[k], self.sizes[k])
+
+
 class RolloutDump(Sink):
     """Writes slime rollout dumps (see the module's docstring)."""
 
@@ -88,11 +114,13 @@ class RolloutDump(Sink):
         if not out.parent.is_dir():
             raise OutputError("the output's folder does not exist", file=out)
         self.groups = GroupCounts()
-        self._parked: list[_Parked] = []
+        self._parked = _ParkedSessions()
         self._spill: IO[bytes] | None = None
         self._staged: list[StagedFile] = []
-        #: Samples with trained tokens whose rollout logprobs are all 0.0 (none recorded), and the others.
-        self._without_logprobs: list[str] = []
+        #: Samples with trained tokens whose rollout logprobs are all 0.0 (none recorded), the session of
+        #: the first of them, and the samples that have them.
+        self._without_logprobs = 0
+        self._first_without_logprobs: str | None = None
         self._with_logprobs = 0
 
     def path_of(self, rollout_id: int) -> Path:
@@ -114,7 +142,7 @@ class RolloutDump(Sink):
         data = sink.getvalue()
         offset = self._spill.seek(0, os.SEEK_END)
         self._spill.write(data)
-        self._parked.append(_Parked(sid, group_index, offset, data.size))
+        self._parked.append(sid, group_index, offset, data.size)
 
     def _note_logprobs(self, sid: str, table: pa.Table) -> None:
         masks = table.column("loss_mask").to_pylist()
@@ -126,7 +154,9 @@ class RolloutDump(Sink):
             if np.any(np.asarray(values, dtype=np.float32)[trained] != 0.0):
                 self._with_logprobs += 1
             else:
-                self._without_logprobs.append(sid)
+                self._without_logprobs += 1
+                if self._first_without_logprobs is None:
+                    self._first_without_logprobs = sid
 
     def _keep_logprobs(self) -> bool:
         choice = self.context.options.logprobs
@@ -134,8 +164,8 @@ class RolloutDump(Sink):
             return choice == "keep"
         if self._without_logprobs and self._with_logprobs:
             raise ExportError(
-                f"{len(self._without_logprobs)} samples have no rollout logprobs (all 0.0 on their trained "
-                f"tokens, e.g. session {self._without_logprobs[0]!r}) while {self._with_logprobs} have them; "
+                f"{self._without_logprobs} samples have no rollout logprobs (all 0.0 on their trained "
+                f"tokens, e.g. session {self._first_without_logprobs!r}) while {self._with_logprobs} have them; "
                 "slime uses rollout logprobs for every sample or for none",
                 tip="--logprobs drop (slime recomputes them) or --logprobs keep (write the 0.0s as they are)",
             )
@@ -186,7 +216,8 @@ class RolloutDump(Sink):
         """The parked sessions cut into groups, in the order they are written."""
         by_group: dict[int, list[_Parked]] = {}
         alone: list[list[_Parked]] = []
-        for parked in self._parked:
+        for k in range(len(self._parked)):
+            parked = self._parked[k]
             if parked.group_index is None:
                 alone.append([parked])
             else:

@@ -168,7 +168,7 @@ def iter_dumps(
     search_from = [p if p.is_dir() else p.parent for p in paths]
     tokens = golden_token_text(corpus.tokenizer, search_from, override=options.tokenizer, decode=options.decode)
     known_files = [str(f.path) for f in corpus.log.files]
-    ids = wanted if wanted is not None else corpus.session_ids()
+    ids = wanted if wanted is not None else list(corpus.session_ids())
     # Before any dump is made, so that a clash never leaves a partial golden set behind.
     _check_names(ids)
     if options.workers > 1:

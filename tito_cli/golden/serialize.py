@@ -263,7 +263,7 @@ def _turns(result: SessionResult) -> list[str]:
     for turn in tree.turns:
         logprobs = "logprobs" if turn.output_logprobs is not None else "no logprobs"
         line = (
-            f"seq {turn.seq}: turn {index[id(turn)]}, prompt {len(turn.prompt_ids)} tokens "
+            f"seq {turn.seq}: turn {index[id(turn)]}, prompt {turn.prompt_length} tokens "
             f"/ {len(turn.prompt_messages)} messages, output {len(turn.output_ids)} tokens, "
             f"{logprobs}, finish {_one_line(turn.finish_reason)} → "
             f"{escape_invisible(message_preview(turn.response_message, _PREVIEW_WIDTH))}"

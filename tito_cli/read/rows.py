@@ -12,10 +12,11 @@ slices of rows, and read slice by slice (docs/performance.md).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+import bisect
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 import pyarrow as pa
@@ -34,6 +35,7 @@ __all__ = [
     "ReadBatch",
     "RowGroup",
     "SessionPlace",
+    "SessionPlaces",
     "SessionRows",
     "assemble_index",
     "build_index",
@@ -51,8 +53,8 @@ INT64_MAX = 2**63 - 1
 
 #: Row groups decoding to more than twice this are indexed and read as slices of rows of
 #: about this size each: a reader's working set is then the slices its sessions in flight
-#: use, not whole row groups.  (Files tito writes keep row groups to 64 MiB,
-#: capture/row_groups.py, and are read whole.)  Tests lower it to force tiny slices.
+#: use, not whole row groups.  (Files tito writes keep row groups smaller,
+#: capture/row_groups.py ROW_GROUP_BYTES, and are read whole.)  Tests lower it to force tiny slices.
 SLICE_BYTES = 32 << 20
 
 #: Read buffer of a sliced row group's stream: its column chunks are read a page at a
@@ -136,7 +138,11 @@ class RowGroup:
 
 @dataclass(slots=True)
 class SessionPlace:
-    """Where one session's rows are, in ``seq`` order (ties: file, then row)."""
+    """Where one session's rows are, in ``seq`` order (ties: file, then row).
+
+    A view handed out by :class:`LogIndex`, made when asked for: the index
+    itself keeps no object per session (see :class:`LogIndex`).
+    """
 
     session_id: str
     #: Per row: the global row-group number (into ``LogIndex.row_groups``) and the row inside it.
@@ -150,43 +156,125 @@ class SessionPlace:
         return int(self.groups.max())
 
 
-@dataclass(slots=True)
-class ReadBatch:
-    """Sessions to read together, in the order they are to be handed out."""
-
-    row_groups: list[RowGroup]
-    sessions: list[SessionPlace]
-
-    @property
-    def nbytes(self) -> int:
-        return sum(s.nbytes for s in self.sessions)
-
-
-@dataclass(slots=True)
 class LogIndex:
-    row_groups: list[RowGroup]
-    #: By session id.
-    places: dict[str, SessionPlace]
+    """Where every session's rows are: flat arrays over all rows, sessions in session-id order.
+
+    A log of many small sessions must not cost a Python object (and two
+    numpy arrays) per session for the whole run: the index holds the sorted
+    session ids (one ``str`` each) and, per session, an offset and a size;
+    its rows are two flat arrays, a session's rows contiguous and in ``seq``
+    order.  :class:`SessionPlace` values are made on demand, as views into
+    those arrays.  Sessions are named by their position in ``session_ids``.
+    """
+
+    __slots__ = ("_ids", "_session_bytes", "_starts", "groups", "row_groups", "rows")
+
+    def __init__(self, row_groups: list[RowGroup], places: Mapping[str, SessionPlace] | None = None) -> None:
+        """An index of ``places`` (any order); :func:`assemble_index` builds the arrays directly."""
+        chosen = sorted((places or {}).values(), key=lambda p: p.session_id)
+        self.row_groups = row_groups
+        self._ids: list[str] = [p.session_id for p in chosen]
+        lengths = np.array([len(p.groups) for p in chosen], dtype=np.int64)
+        self._starts = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
+        #: Per row, in session order: its global row-group number and its row inside that group.
+        self.groups = np.concatenate([p.groups for p in chosen]).astype(np.int32) if chosen else _NO_GROUPS
+        self.rows = np.concatenate([p.rows for p in chosen]).astype(np.int64) if chosen else _NO_ROWS
+        self._session_bytes = np.array([p.nbytes for p in chosen], dtype=np.int64)
+
+    @classmethod
+    def from_arrays(
+        cls,
+        row_groups: list[RowGroup],
+        session_ids: Sequence[str],
+        starts: np.ndarray,
+        groups: np.ndarray,
+        rows: np.ndarray,
+        session_bytes: np.ndarray,
+    ) -> LogIndex:
+        """An index of sessions ``session_ids`` (sorted, unique) whose rows are ``[starts[k], starts[k + 1])``."""
+        index = cls(row_groups)
+        index._ids = session_ids if isinstance(session_ids, list) else list(session_ids)
+        index._starts = starts.astype(np.int64, copy=False)
+        index.groups = groups.astype(np.int32, copy=False)
+        index.rows = rows.astype(np.int64, copy=False)
+        index._session_bytes = session_bytes.astype(np.int64, copy=False)
+        return index
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # (slots, no __dict__: pickled through the flat arrays, for worker tasks)
+        return (
+            LogIndex.from_arrays,
+            (self.row_groups, self._ids, self._starts, self.groups, self.rows, self._session_bytes),
+        )
 
     @property
-    def session_ids(self) -> list[str]:
-        return sorted(self.places)
+    def session_ids(self) -> Sequence[str]:
+        """Every session id, in code-point order (the index's own list, not a copy: never change it)."""
+        return self._ids
 
     @property
     def nbytes(self) -> int:
-        return sum(p.nbytes for p in self.places.values())
+        return int(self._session_bytes.sum())
 
-    def in_id_order(self) -> list[SessionPlace]:
-        return [self.places[sid] for sid in self.session_ids]
+    @property
+    def places(self) -> Mapping[str, SessionPlace]:
+        """The sessions' places by id (made when looked up), in session-id order."""
+        return _PlacesById(self)
 
-    def in_log_order(self) -> list[SessionPlace]:
+    def position(self, session_id: str) -> int | None:
+        """The position of ``session_id`` in :attr:`session_ids`, or ``None``."""
+        k = bisect.bisect_left(self._ids, session_id)
+        return k if k < len(self._ids) and self._ids[k] == session_id else None
+
+    def place(self, position: int) -> SessionPlace:
+        lo, hi = int(self._starts[position]), int(self._starts[position + 1])
+        return SessionPlace(
+            self._ids[position], self.groups[lo:hi], self.rows[lo:hi], int(self._session_bytes[position])
+        )
+
+    def subset(self, positions: np.ndarray) -> LogIndex:
+        """The index of the sessions at ``positions`` (increasing), with the same row groups."""
+        lengths = np.diff(self._starts)[positions]
+        rows = _concatenate_ranges(self._starts[positions], lengths)
+        return LogIndex.from_arrays(
+            self.row_groups,
+            [self._ids[int(k)] for k in positions],
+            np.concatenate(([0], np.cumsum(lengths))),
+            self.groups[rows],
+            self.rows[rows],
+            self._session_bytes[positions],
+        )
+
+    def only(self, session_ids: Iterable[str]) -> LogIndex:
+        """The index of those of ``session_ids`` the log has."""
+        found = {k for k in map(self.position, session_ids) if k is not None}
+        return self.subset(np.array(sorted(found), dtype=np.int64))
+
+    def in_id_order(self) -> Sequence[SessionPlace]:
+        return SessionPlaces(self, np.arange(len(self._ids), dtype=np.int64))
+
+    def in_log_order(self) -> Sequence[SessionPlace]:
         """Sessions in the order their last row appears in the log (ties by id).
 
         A log is written in time order, so this is the order sessions finish:
         consecutive sessions share row groups, and a batch of them reads few
         row groups that another batch also reads.
         """
-        return sorted(self.places.values(), key=lambda p: (p.last_group, p.session_id))
+        return SessionPlaces(self, self._log_order())
+
+    def _log_order(self) -> np.ndarray:
+        # Positions are in id order, so a stable sort by last row group breaks ties by id.
+        return np.argsort(self._group_extremes()[1], kind="stable")
+
+    def _group_extremes(self) -> tuple[np.ndarray, np.ndarray]:
+        """Each session's lowest and highest row-group number (every session has a row)."""
+        if not self._ids:
+            return _NO_ROWS, _NO_ROWS
+        starts = self._starts[:-1]
+        return np.minimum.reduceat(self.groups, starts), np.maximum.reduceat(self.groups, starts)
 
     def batches(self, target_bytes: float, *, finish_together: int = 0, force_at: float = 4) -> list[ReadBatch]:
         """Cut the sessions, in log order, into batches of about ``target_bytes`` decoded bytes.
@@ -203,31 +291,129 @@ class LogIndex:
         batches are short and the workers finish close together instead of
         one running a whole batch alone.
         """
-        order = self.in_log_order()
-        if not order:
+        order = self._log_order()
+        if not len(order):
             return []
-        left = sum(p.nbytes for p in order)
+        lowest, highest = (extreme[order] for extreme in self._group_extremes())
+        sizes = self._session_bytes[order]
+        left = int(sizes.sum())
         # Clean cut after position k: every row group used so far lies before every
         # row group used from k + 1 on.
-        highest_so_far = np.maximum.accumulate([int(p.groups.max()) for p in order])
-        lowest_after = np.minimum.accumulate([int(p.groups.min()) for p in reversed(order)])[::-1]
-        clean = np.append(highest_so_far[:-1] < lowest_after[1:], True)
+        highest_so_far = np.maximum.accumulate(highest)
+        lowest_after = np.minimum.accumulate(lowest[::-1])[::-1]
+        clean = np.append(highest_so_far[:-1] < lowest_after[1:], True).tolist()
         batches: list[ReadBatch] = []
-        current: list[SessionPlace] = []
+        first = 0
         size = 0
         target = min(target_bytes, left / (2 * finish_together)) if finish_together else target_bytes
-        for k, place in enumerate(order):
-            current.append(place)
-            size += place.nbytes
+        for k, place_bytes in enumerate(sizes.tolist()):
+            size += place_bytes
             if size >= force_at * target or (size >= target and clean[k]):
-                batches.append(ReadBatch(self.row_groups, current))
+                batches.append(ReadBatch(self.row_groups, SessionPlaces(self, order[first : k + 1])))
                 left -= size
-                current, size = [], 0
+                first, size = k + 1, 0
                 if finish_together:
                     target = min(target_bytes, left / (2 * finish_together))
-        if current:
-            batches.append(ReadBatch(self.row_groups, current))
+        if first < len(order):
+            batches.append(ReadBatch(self.row_groups, SessionPlaces(self, order[first:])))
         return batches
+
+
+_NO_GROUPS = np.zeros(0, dtype=np.int32)
+_NO_ROWS = np.zeros(0, dtype=np.int64)
+
+
+def _concatenate_ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """``concatenate([arange(s, s + n) for s, n in zip(starts, lengths)])``, without a Python loop."""
+    total = int(lengths.sum())
+    if total == 0:
+        return _NO_ROWS
+    # Each range's start, shifted by the rows of the ranges before it.
+    offsets = np.repeat(starts - np.concatenate(([0], np.cumsum(lengths)[:-1])), lengths)
+    rows: np.ndarray = np.arange(total, dtype=np.int64) + offsets
+    return rows
+
+
+class SessionPlaces(Sequence[SessionPlace]):
+    """Some of an index's sessions, in a given order, as :class:`SessionPlace` values made on access.
+
+    What a :class:`ReadBatch` holds: its sessions' positions in the index,
+    not an object per session.  Pickled (a worker's task), it carries only
+    its own sessions' part of the index.
+    """
+
+    __slots__ = ("log_index", "positions")
+
+    def __init__(self, log_index: LogIndex, positions: np.ndarray) -> None:
+        self.log_index = log_index
+        self.positions = positions
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    @overload
+    def __getitem__(self, item: int) -> SessionPlace: ...
+
+    @overload
+    def __getitem__(self, item: slice) -> Sequence[SessionPlace]: ...
+
+    def __getitem__(self, item: int | slice) -> SessionPlace | Sequence[SessionPlace]:
+        if isinstance(item, slice):
+            return SessionPlaces(self.log_index, self.positions[item])
+        return self.log_index.place(int(self.positions[item]))
+
+    def __iter__(self) -> Iterator[SessionPlace]:
+        place = self.log_index.place
+        for position in self.positions.tolist():
+            yield place(position)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.log_index._session_bytes[self.positions].sum())
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Only this batch's sessions travel, in the index's order; their own order is kept.
+        ascending = np.sort(self.positions)
+        order = np.searchsorted(ascending, self.positions)
+        return (SessionPlaces, (self.log_index.subset(ascending), order))
+
+
+class _PlacesById(Mapping[str, SessionPlace]):
+    """:attr:`LogIndex.places`: a read-only mapping over the index, values made when looked up."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index: LogIndex) -> None:
+        self.index = index
+
+    def __getitem__(self, session_id: str) -> SessionPlace:
+        position = self.index.position(session_id)
+        if position is None:
+            raise KeyError(session_id)
+        return self.index.place(position)
+
+    def __contains__(self, session_id: object) -> bool:
+        return isinstance(session_id, str) and self.index.position(session_id) is not None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.index.session_ids)
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+
+@dataclass(slots=True)
+class ReadBatch:
+    """Sessions to read together, in the order they are to be handed out."""
+
+    row_groups: list[RowGroup]
+    sessions: Sequence[SessionPlace]
+
+    @property
+    def nbytes(self) -> int:
+        if isinstance(self.sessions, SessionPlaces):
+            return self.sessions.nbytes
+        return sum(s.nbytes for s in self.sessions)
 
 
 #: ``map(function, *iterables)`` in file order: the builtin, or a process pool's ``map``.
@@ -271,23 +457,34 @@ def assemble_index(parts: Sequence[FileIndex]) -> LogIndex:
             )
         )
         row_groups.extend(RowGroup(number, *facts) for facts in part.row_groups)
-    places: dict[str, SessionPlace] = {}
     if not columns:
-        return LogIndex(row_groups, places)
+        return LogIndex(row_groups)
     code, seq_null, seq_values, file_row, group, row = (np.concatenate(c) for c in zip(*columns, strict=True))
+    del columns
+    # Session codes (first-seen order) -> positions in code-point order of id, for the
+    # sessions that kept a row (``only`` drops the others' rows, not their codes).
+    names = list(codes)
+    del codes
+    kept = np.zeros(len(names), dtype=bool)
+    kept[code] = True
+    kept_codes = np.flatnonzero(kept)
+    # (An object array sorts the strings in code-point order, as sorted() does, without an int per id.)
+    by_id = kept_codes[np.argsort(np.array(names, dtype=object)[kept_codes], kind="stable")]
+    position_of_code = np.zeros(len(names), dtype=np.int64)
+    position_of_code[by_id] = np.arange(len(by_id), dtype=np.int64)
+    session_ids = [names[c] for c in by_id.tolist()]
+    del names, by_id, kept_codes
+    position = position_of_code[code]
     file_no = np.repeat(np.arange(len(parts)), [len(part.local) for part in parts])
     # Rows in seq order (a null seq sorts last, where validation reports it), ties by file and row.
-    order = np.lexsort((file_row, file_no, seq_values, seq_null, code))
-    code, group, row = code[order], group[order], row[order]
+    order = np.lexsort((file_row, file_no, seq_values, seq_null, position))
+    position, group, row = position[order], group[order], row[order]
     bytes_per_row = np.array([g.bytes_per_row for g in row_groups] or [0.0])
-    row_bytes = bytes_per_row[group]
-    starts = np.flatnonzero(np.diff(code, prepend=-1))
-    ends = np.append(starts[1:], len(code))
-    ids = {c: sid for sid, c in codes.items()}
-    for lo, hi in zip(starts, ends, strict=False):
-        sid = ids[int(code[lo])]
-        places[sid] = SessionPlace(sid, group[lo:hi], row[lo:hi], int(row_bytes[lo:hi].sum()))
-    return LogIndex(row_groups, places)
+    counts = np.bincount(position, minlength=len(session_ids))
+    starts = np.concatenate(([0], np.cumsum(counts)))
+    # Per session, the sum of its rows' estimates, truncated as int(sum) was.
+    sums = np.add.reduceat(bytes_per_row[group], starts[:-1]) if len(session_ids) else np.zeros(0)
+    return LogIndex.from_arrays(row_groups, session_ids, starts, group, row, sums.astype(np.int64))
 
 
 @dataclass(slots=True)
@@ -385,12 +582,18 @@ def _slice_rows(size: int, rows: int) -> int:
     return -(-rows // pieces)
 
 
-def _session_ids(sids: pa.Array, log_file: LogFile) -> list[str | None]:
-    cells = strings(sids)
-    for row, sid in enumerate(cells):
-        if isinstance(sid, NotUtf8):
-            raise SchemaError(f"session_id is {sid}", file=log_file.path, row=row)
-    return cells  # type: ignore[return-value]  # no NotUtf8 left
+#: Session ids converted to Python strings at a time by the index pass (a bound on its transient
+#: objects: the whole column at once was a string per turn, most of them duplicates, alive together).
+_ID_CHUNK_ROWS = 16384
+
+
+def _session_ids(sids: pa.Array, log_file: LogFile) -> Iterator[str | None]:
+    for start in range(0, len(sids), _ID_CHUNK_ROWS):
+        cells = strings(sids.slice(start, _ID_CHUNK_ROWS))
+        for offset, sid in enumerate(cells):
+            if isinstance(sid, NotUtf8):
+                raise SchemaError(f"session_id is {sid}", file=log_file.path, row=start + offset)
+        yield from cells  # type: ignore[misc]  # no NotUtf8 left
 
 
 def read_batch(

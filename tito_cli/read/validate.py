@@ -273,11 +273,11 @@ def _turn(
     if raw.prompt_messages is None:
         raise ValueError("prompt_messages is null")
     extends: tuple[Turn, int] | None = None
+    shared_ids = 0
     if base is None:
         for name in ("shared_prompt_ids", "shared_messages"):
             if getattr(raw, name):
                 raise ValueError(f"{name} is {getattr(raw, name)} but base_seq is null")
-        prompt_ids = new_ids
         parsed = parser.parse(raw.prompt_messages, position)
         messages, keys, checked = parsed.messages, parsed.keys, parsed.shared
         if parsed.source is not None:
@@ -286,7 +286,7 @@ def _turn(
             assert source is not None
             extends = (source, parsed.shared)
     else:
-        prompt_ids, shared_ids = _rebuilt_ids(raw, base, new_ids)
+        shared_ids = _shared_ids(raw, base)
         messages, keys, checked = _rebuilt_messages(raw, base, key)
         extends = (base, checked) if checked else None
     # Messages shared with an earlier prompt were checked when it was parsed.
@@ -313,7 +313,8 @@ def _turn(
         logprobs = logprobs.astype(np.float32, copy=False)
     turn = Turn(
         seq=raw.seq,
-        prompt_ids=prompt_ids,
+        # A delta row's whole prompt is built from its base only when asked for (Turn.prompt_ids).
+        prompt_ids=new_ids,
         output_ids=output_ids,
         output_logprobs=logprobs,
         finish_reason=finish_reason,
@@ -325,27 +326,24 @@ def _turn(
         message_keys=keys,
         ill_formed=bool(raw.ill_formed),
         keyed_by=key,
+        base=None if base is None else (base, shared_ids),
     )
     turn.extends = extends
-    if base is not None and shared_ids:
-        turn.base = (base, shared_ids)
     return turn
 
 
-def _rebuilt_ids(raw: RawTurn, base: Turn, new_ids: np.ndarray) -> tuple[np.ndarray, int]:
-    """A format-2 row's prompt ids: the shared ones from its base's prompt + output, then its own."""
+def _shared_ids(raw: RawTurn, base: Turn) -> int:
+    """How many of a format-2 row's prompt ids come from its base's prompt + output ids, checked."""
     shared = raw.shared_prompt_ids
-    held = len(base.prompt_ids) + len(base.output_ids)
+    held = base.prompt_length + len(base.output_ids)
     if shared is None:
         raise ValueError("shared_prompt_ids is null but base_seq is set")
     if not 0 <= shared <= held:
         raise ValueError(
             f"shared_prompt_ids {shared} is outside 0..{held} (base seq {base.seq} has "
-            f"{len(base.prompt_ids)} prompt + {len(base.output_ids)} output ids)"
+            f"{base.prompt_length} prompt + {len(base.output_ids)} output ids)"
         )
-    from_prompt = min(shared, len(base.prompt_ids))
-    parts = [base.prompt_ids[:from_prompt], base.output_ids[: shared - from_prompt], new_ids]
-    return np.concatenate([part for part in parts if len(part)] or [new_ids]).astype(np.int32, copy=False), shared
+    return shared
 
 
 def _rebuilt_messages(raw: RawTurn, base: Turn, key: KeyFunction) -> tuple[list[Message], list[MessageKey], int]:

@@ -72,7 +72,7 @@ def _sample_of(result: SessionResult, leaf: int, seq: int) -> int | None:
 
 def drift_points(result: SessionResult, found: Sequence[Divergence]) -> list[DriftPoint]:
     """The divergences as points, in arrival order (as the turns are listed)."""
-    prompt_lengths = {turn.seq: len(turn.prompt_ids) for turn in result.tree.turns}
+    prompt_lengths = {turn.seq: turn.prompt_length for turn in result.tree.turns}
     return [
         DriftPoint(d, _sample_of(result, d.leaf, d.seq), prompt_lengths.get(d.seq, 0))
         for d in sorted(found, key=lambda d: d.seq)

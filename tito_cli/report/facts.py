@@ -8,10 +8,12 @@ language and ``--json`` all use the same field names.
 
 from __future__ import annotations
 
+import heapq
 import math
 import re
+from array import array
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +34,7 @@ __all__ = [
     "compile_filter",
     "corpus_stats",
     "percentiles",
+    "select_rows",
     "session_row",
     "sort_rows",
     "zero_sample_reason",
@@ -92,6 +95,50 @@ def sort_rows(rows: list[dict[str, Any]], key: str, descending: bool = False) ->
     present.sort(key=lambda r: r["session"])
     present.sort(key=lambda r: r[key], reverse=descending)
     return present + sorted(missing, key=lambda r: r["session"])
+
+
+class _RowOrder:
+    """A row's place in :func:`sort_rows`' order: non-null values first, by value, ties and nulls by session."""
+
+    __slots__ = ("descending", "missing", "session", "value")
+
+    def __init__(self, row: dict[str, Any], key: str, descending: bool) -> None:
+        self.value = row[key]
+        self.missing = self.value is None
+        self.session = row["session"]
+        self.descending = descending
+
+    def __lt__(self, other: _RowOrder) -> bool:
+        if self.missing != other.missing:
+            return other.missing
+        if not self.missing and self.value != other.value:
+            return bool(self.value > other.value) if self.descending else bool(self.value < other.value)
+        return bool(self.session < other.session)
+
+
+def select_rows(
+    rows: Iterable[dict[str, Any]], key: str, descending: bool = False, limit: int | None = None
+) -> tuple[list[dict[str, Any]], int]:
+    """The first ``limit`` rows in :func:`sort_rows`' order (all without a limit), and how many rows there were.
+
+    With a limit, only that many rows are held at a time (a heap), however many
+    sessions the log has.
+    """
+    if key not in FIELDS:
+        raise FilterError(f"cannot sort by {key!r}; fields: {', '.join(FIELDS)}")
+    count = 0
+
+    def counted() -> Iterator[dict[str, Any]]:
+        nonlocal count
+        for row in rows:
+            count += 1
+            yield row
+
+    if limit is None:
+        everything = list(counted())
+        return sort_rows(everything, key, descending), count
+    chosen = heapq.nsmallest(limit, counted(), key=lambda row: _RowOrder(row, key, descending))
+    return chosen, count
 
 
 # -- the filter language ----------------------------------------------------
@@ -246,7 +293,10 @@ def compile_filter(expression: str) -> Predicate:
 
 def percentiles(values: Iterable[int], points: Iterable[int] = (50, 90, 99)) -> dict[str, int | None]:
     """Nearest-rank percentiles plus the maximum: integers, the same on every machine."""
-    data = np.sort(np.fromiter(values, dtype=np.int64))
+    if isinstance(values, array) and values.typecode == "q":
+        data = np.sort(np.frombuffer(values, dtype=np.int64)) if len(values) else np.zeros(0, dtype=np.int64)
+    else:
+        data = np.sort(np.fromiter(values, dtype=np.int64))
     out: dict[str, int | None] = {}
     for p in points:
         out[f"p{p}"] = int(data[max(0, math.ceil(p / 100 * len(data)) - 1)]) if len(data) else None
@@ -284,9 +334,10 @@ class CorpusStats:
     rejected: int = 0
     #: reason -> [count, first few session ids]; rejected sessions are listed by reject reason.
     zero_samples: dict[str, list[Any]] = field(default_factory=dict)
-    prompt_lengths: list[int] = field(default_factory=list)
-    output_lengths: list[int] = field(default_factory=list)
-    turns_per_session: list[int] = field(default_factory=list)
+    #: Per turn and per session: machine integers (8 bytes each), not a list of Python ints.
+    prompt_lengths: array[int] = field(default_factory=lambda: array("q"))
+    output_lengths: array[int] = field(default_factory=lambda: array("q"))
+    turns_per_session: array[int] = field(default_factory=lambda: array("q"))
     #: Sessions and samples per ``group_index`` (GRPO group integrity).
     groups: GroupCounts = field(default_factory=GroupCounts)
     #: Forks and realigns by drift class (``report/drift.py``), and whether they were decoded.
@@ -392,6 +443,6 @@ def corpus_stats(
             for d in divergences(item, text):
                 stats.drift_classes[d.kind][d.drift_class] += 1
         for turn in item.tree.turns:
-            stats.prompt_lengths.append(len(turn.prompt_ids))
+            stats.prompt_lengths.append(turn.prompt_length)
             stats.output_lengths.append(len(turn.output_ids))
     return stats

@@ -193,7 +193,7 @@ def turn_rows(result: SessionResult) -> list[dict[str, Any]]:
             row.update(
                 status=status,
                 finish_reason=turn.finish_reason,
-                prompt_tokens=len(turn.prompt_ids),
+                prompt_tokens=turn.prompt_length,
                 output_tokens=len(turn.output_ids),
                 logprobs=turn.output_logprobs is not None,
                 decision=decision_dict(decisions.get(seq), result),
@@ -252,7 +252,7 @@ def tree_nodes(result: SessionResult) -> list[dict[str, Any]]:
                 "preview": message_preview(node.message, width=200),
                 "seq": turn.seq if turn is not None else None,
                 "turn_index": node.turn_index if turn is not None else None,
-                "prompt_tokens": len(turn.prompt_ids) if turn is not None else None,
+                "prompt_tokens": turn.prompt_length if turn is not None else None,
                 "output_tokens": len(turn.output_ids) if turn is not None else None,
                 "finish_reason": turn.finish_reason if turn is not None else None,
                 "decision": decision_dict(decisions.get(turn.seq), result) if turn is not None else None,

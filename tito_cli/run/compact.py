@@ -20,6 +20,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..capture.row_groups import ROW_GROUP_BYTES
 from ..capture.writer import TurnLogWriter
 from ..errors import InvalidSessionError, OutputError, UnreadableLogError
 from ..read.files import LogFile
@@ -54,7 +55,7 @@ def compact(
     format: int = 2,
     overwrite: bool = False,
     progress: Callable[[int, int], None] | None = None,
-    row_group_bytes: int = 64 << 20,
+    row_group_bytes: int = ROW_GROUP_BYTES,
 ) -> CompactSummary:
     """Rewrite the turn log ``inputs`` as a log in ``format`` (1 or 2) in the folder ``out``.
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import difflib
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -116,7 +116,7 @@ class Corpus:
     def tokenizer(self) -> str | None:
         return self.log.tokenizer
 
-    def session_ids(self) -> list[str]:
+    def session_ids(self) -> Sequence[str]:
         """Every session id with turns, in code-point order."""
         return self.log.session_ids()
 
@@ -154,7 +154,7 @@ def reject_unfinished(table: SessionsTable, log: TurnLog) -> None:
 
 def rebuild_rows(
     rows: SessionRows,
-    infos: dict[str, SessionInfo],
+    infos: Mapping[str, SessionInfo],
     invalid: dict[str, tuple[str, RowRef]],
     policy: Policy,
 ) -> SessionResult | Reject:
@@ -177,7 +177,7 @@ def rebuild_rows(
 
 def session_output(
     rows: SessionRows,
-    infos: dict[str, SessionInfo],
+    infos: Mapping[str, SessionInfo],
     invalid: dict[str, tuple[str, RowRef]],
     policy: Policy,
     count_drift: SessionFacts | None = None,
@@ -210,7 +210,7 @@ def _drop(result: SessionResult) -> None:
         node._index = {}
 
 
-def find_session_id(session_ids: list[str], query: str) -> str:
+def find_session_id(session_ids: Sequence[str], query: str) -> str:
     """Resolve an exact id or a unique prefix; raise listing candidates otherwise."""
     if query in session_ids:
         return query

@@ -24,11 +24,11 @@ import os
 import sys
 import tempfile
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -223,7 +223,7 @@ class BatchTask:
     files: list[LogFile]
     batch: ReadBatch
     #: The sessions rows of the batch's sessions, and the unusable ones.
-    infos: dict[str, SessionInfo]
+    infos: Mapping[str, SessionInfo]
     invalid: dict[str, tuple[str, RowRef]]
     policy: Policy
     #: Fills each report's ``drift_classes`` (see :func:`~tito_cli.run.rebuild.rebuild`).
@@ -323,7 +323,11 @@ def rebuild_outputs(
     table = corpus.sessions_table
     in_order = _InOrder(index.session_ids, spill_dir)
 
-    def task(batch: ReadBatch) -> BatchTask:
+    def task(batch: ReadBatch, *, in_process: bool = False) -> BatchTask:
+        if in_process:
+            # Nothing to pickle: the batch looks its sessions up in the whole table, as it goes.
+            return BatchTask(corpus.log.turn_files, batch, table.infos, table.invalid, policy, count_drift)
+        # A worker receives only its batch's sessions rows.
         sids = [p.session_id for p in batch.sessions]
         infos = {sid: table.infos[sid] for sid in sids if sid in table.infos}
         invalid = {sid: table.invalid[sid] for sid in sids if sid in table.invalid}
@@ -338,16 +342,20 @@ def rebuild_outputs(
         in_order.close()
 
 
+class _TaskMaker(Protocol):
+    def __call__(self, batch: ReadBatch, *, in_process: bool = False) -> BatchTask: ...
+
+
 def _run(
     batches: list[ReadBatch],
-    task: Callable[[ReadBatch], BatchTask],
+    task: _TaskMaker,
     workers: int,
     pool: ProcessPoolExecutor | None = None,
 ) -> Iterator[list[SessionOutput | Reject]]:
     """Each batch's outputs, in batch order (in-process: one session at a time)."""
     if workers <= 1:
         for batch in batches:
-            for output in iter_batch(task(batch)):
+            for output in iter_batch(task(batch, in_process=True)):
                 yield [output]
         return
     own_pool = pool is None
@@ -416,7 +424,8 @@ class _InOrder:
     """
 
     def __init__(self, order: Iterable[str], spill_dir: str | os.PathLike[str] | None) -> None:
-        self._order = list(order)
+        # (The index's own list, not a copy: a string a session is all the run keeps of it.)
+        self._order = order if isinstance(order, Sequence) else list(order)
         self._next = 0
         self._parked: dict[str, SessionOutput | Reject] = {}
         self._spilled: dict[str, tuple[int, int]] = {}

@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -139,7 +139,7 @@ def rebuild_ray(
 def _rebuilt_sessions(
     ray: Any,
     log: TurnLog,
-    infos: dict[str, SessionInfo],
+    infos: Mapping[str, SessionInfo],
     invalid: dict[str, tuple[str, RowRef]],
     policy: Policy,
     count_drift: SessionFacts | None = None,
@@ -205,7 +205,7 @@ def _partitions(log: TurnLog) -> int:
 
 def _rebuild_group(
     table: pa.Table,
-    infos: dict[str, SessionInfo],
+    infos: Mapping[str, SessionInfo],
     invalid: dict[str, tuple[str, RowRef]],
     policy: Policy,
     count_drift: SessionFacts | None = None,

@@ -9,8 +9,9 @@ Ray runner uses too.
 
 from __future__ import annotations
 
+import bisect
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -82,8 +83,9 @@ class RebuildSummary:
         become notes, and unusable sessions rows of sessions with no turns are
         rejected too, so nothing in the log goes unreported.
         """
-        with_turns = set(session_ids)
-        self.rows_without_turns = sorted(set(sessions_table.infos) - with_turns)
+        # Both in code-point order: one walk, no set of every id.
+        with_turns = session_ids if isinstance(session_ids, Sequence) else sorted(session_ids)
+        self.rows_without_turns = [sid for sid in sessions_table.infos if not _has(with_turns, sid)]
         self.notes.extend((sid, "sessions row without turns (nothing to rebuild)") for sid in self.rows_without_turns)
         self.notes.sort(key=lambda note: note[0])
         rejected_ids = {r.session_id for r in rejected}
@@ -93,6 +95,12 @@ class RebuildSummary:
             if sid not in rejected_ids
         ]
         self.rejected = sorted([*rejected, *extra], key=lambda r: r.session_id)
+
+
+def _has(ordered: Sequence[str], item: str) -> bool:
+    """Whether ``item`` is in ``ordered`` (sorted)."""
+    k = bisect.bisect_left(ordered, item)
+    return k < len(ordered) and ordered[k] == item
 
 
 def deliver(

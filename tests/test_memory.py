@@ -1,0 +1,154 @@
+"""Memory that must not grow with the number of sessions, checked by structure (benchmarks/memory.py measures it).
+
+What a run keeps per session is its id and a few numbers (docs/performance.md, "Where memory can still
+grow"): the index, the sessions table and a worker's batch hold no Python object per session, the Parquet
+writers cut row groups by sessions, and ``ls --limit`` holds only the rows it shows.
+"""
+
+from __future__ import annotations
+
+import gc
+import pickle
+import random
+import types
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from tito_cli.capture.writer import TurnLogWriter
+from tito_cli.export.groups import GroupCounts
+from tito_cli.read.rows import SessionPlaces
+from tito_cli.read.turnlog import TurnLog
+from tito_cli.report.facts import FIELDS, select_rows, sort_rows
+from tito_cli.run.local import plan_batches
+from tito_cli.run.rebuild import rebuild
+
+FIRST = [{"role": "user", "content": "hi"}]
+REPLY = {"role": "assistant", "content": "yo"}
+
+
+def tiny_log(folder: Path, sessions: int, *, group_of: int | None = None) -> Path:
+    """``sessions`` sessions of two turns each, in one file and one row group."""
+    with TurnLogWriter(folder, max_rows=1 << 20, max_bytes=1 << 40, max_age=None, name="tiny") as log:
+        for i in range(sessions):
+            sid = f"s{i:05d}"
+            log.record_turn(sid, [1, 2, 3], [4, 5], [-0.1, -0.2], "stop", FIRST, REPLY)
+            second = [*FIRST, REPLY, {"role": "user", "content": "more"}]
+            log.record_turn(sid, [1, 2, 3, 4, 5, 6], [7], [-0.3], "stop", second, {"role": "assistant", "content": "k"})
+            group = None if group_of is None else i // group_of
+            log.finish_session(sid, 1.0, index=i, group_index=group, label=f"l{i}" if i % 2 else None)
+    return folder
+
+
+def python_objects(root: object) -> int:
+    """Python objects reachable from ``root`` (numpy arrays count as one each; classes and modules not at all)."""
+    seen: set[int] = set()
+    todo = [root]
+    while todo:
+        obj = todo.pop()
+        if id(obj) in seen or isinstance(obj, (type, types.ModuleType, types.FunctionType)):
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, np.ndarray):
+            continue
+        todo.extend(gc.get_referents(obj))
+    return len(seen)
+
+
+@pytest.fixture(scope="module")
+def logs(tmp_path_factory: pytest.TempPathFactory) -> dict[int, TurnLog]:
+    folder = tmp_path_factory.mktemp("tiny")
+    return {n: TurnLog.open([tiny_log(folder / str(n), n, group_of=4)], index=True) for n in (20, 400)}
+
+
+def test_the_index_holds_a_string_per_session_and_no_other_object(logs: dict[int, TurnLog]) -> None:
+    # The same log layout (one file, one row group) at 20 and 400 sessions: only the id strings differ.
+    small, large = (logs[n].index() for n in (20, 400))
+    assert len(small.row_groups) == len(large.row_groups) == 1
+    assert python_objects(large) - python_objects(small) == 400 - 20
+    # What it hands out are views into its flat arrays.
+    place = large.places["s00007"]
+    assert place.groups.base is not None and place.rows.base is not None
+    assert [p.session_id for p in large.in_id_order()][:3] == ["s00000", "s00001", "s00002"]
+
+
+def test_the_sessions_table_holds_no_object_per_row(logs: dict[int, TurnLog]) -> None:
+    small, large = (log.read_sessions() for log in (logs[20], logs[400]))
+    # Its ids are the index's strings (no second copy): nothing per session but numbers in arrays.
+    assert python_objects(large.infos) - python_objects(large.infos._ids) == python_objects(
+        small.infos
+    ) - python_objects(small.infos._ids)
+    index_ids = logs[400].index().session_ids
+    assert all(a is b for a, b in zip(large.infos, index_ids, strict=True))
+    info = large.infos["s00007"]
+    assert (info.reward, info.index, info.group_index, info.label, info.rollout_id) == (1.0, 7, 1, "l7", None)
+    assert info.source is not None and info.source.row == 7
+    assert "s00400" not in large.infos and large.infos.get("nope") is None
+
+
+def test_a_batch_holds_positions_and_pickles_only_its_sessions(logs: dict[int, TurnLog]) -> None:
+    index = logs[400].index()
+    batches = plan_batches(index, workers=2, batch_bytes=index.nbytes / 10)
+    assert len(batches) >= 2  # (one row group: no clean cut, so a batch closes at 4x its size)
+    for batch in batches:
+        assert isinstance(batch.sessions, SessionPlaces)  # an array of positions, not a list of objects
+    last = batches[-1]
+    travelled = pickle.loads(pickle.dumps(last.sessions))
+    assert len(travelled.log_index) == len(last.sessions) < len(index)
+    assert [(p.session_id, p.groups.tolist(), p.rows.tolist(), p.nbytes) for p in travelled] == [
+        (p.session_id, p.groups.tolist(), p.rows.tolist(), p.nbytes) for p in last.sessions
+    ]
+
+
+@pytest.mark.parametrize("output_format", ["parquet", "skyrl", "trl"])
+def test_every_parquet_output_cuts_a_row_group_every_1024_sessions(tmp_path: Path, output_format: str) -> None:
+    # Each session's samples are tiny: by tokens alone, the whole corpus was one buffered row group.
+    log = tiny_log(tmp_path / "logs", 2100)
+    out = tmp_path / f"out.{output_format}"
+    rebuild([log], out, output_format=output_format, workers=1)
+    metadata = pq.ParquetFile(out).metadata
+    assert [metadata.row_group(g).num_rows for g in range(metadata.num_row_groups)] == [1024, 1024, 52]
+
+
+def test_group_counts_name_only_the_sessions_that_break_one_sample_a_session() -> None:
+    counts = GroupCounts()
+    for sid, group, samples in [("a", 0, 1), ("b", 0, 1), ("b", 0, 2), ("c", 0, 0), ("d", 1, 1), ("e", None, 3)]:
+        counts.add(sid, group, samples)  # b's samples come in two parts, one after the other
+    assert counts.to_dict() == {
+        "groups": 2,
+        "ungrouped_sessions": 1,
+        "sessions_per_group": {"1": 1, "3": 1},
+        "mismatched": [
+            {
+                "group_index": 0,
+                "sessions": 3,
+                "expected_samples": 3,
+                "samples": 4,
+                "sessions_not_one_sample": {"b": 3, "c": 0},
+            }
+        ],
+    }
+    fact = counts.groups()[0]
+    assert fact.describe() == "group 0: 3 sessions, expected 3 samples, got 4 (b forked into 3, c has no sample)"
+    assert list(fact.odd_sessions) == ["b", "c"]  # a, whose one sample is the expected one, is only counted
+
+
+def test_ls_limit_keeps_the_order_of_a_full_sort() -> None:
+    rng = random.Random(7)
+    rows: list[dict[str, Any]] = []
+    for n in range(300):
+        row: dict[str, Any] = {name: rng.choice([None, 0, 1, 2, 5]) for name in FIELDS}
+        row["session"] = f"s{rng.randrange(10**6):06d}-{n}"
+        row["reward"] = rng.choice([None, 0.0, 0.5, 1.0])
+        row["rejected"] = rng.choice([None, "bad", "worse"])
+        rows.append(row)
+    for key in FIELDS:
+        for descending in (False, True):
+            everything = sort_rows(list(rows), key, descending)
+            for limit in (1, 7, 300, 1000):
+                shown, count = select_rows(iter(rows), key, descending, limit)
+                assert count == len(rows)
+                assert shown == everything[:limit], (key, descending, limit)
