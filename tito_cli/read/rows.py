@@ -697,8 +697,7 @@ class _SliceStream:
     def __init__(self, log_file: LogFile, group: RowGroup, first_slice: int, timestamps: bool) -> None:
         self._log_file = log_file
         self.next_slice = first_slice
-        wanted = (*READ_COLUMNS, "timestamp") if timestamps else READ_COLUMNS
-        columns = [name for name in wanted if name in log_file.columns]
+        columns = _columns_to_read(log_file, timestamps)
         try:
             # Unbuffered reads would fetch each column chunk whole; pre-buffering, the whole row group.
             self._parquet = pq.ParquetFile(log_file.path, pre_buffer=False, buffer_size=SLICE_READ_BUFFER)
@@ -772,13 +771,18 @@ def _beyond_int64(array: pa.Array) -> dict[int, int]:
     return {int(r): int(values[r]) for r in rows}
 
 
+def _columns_to_read(log_file: LogFile, timestamps: bool) -> list[str]:
+    """The columns a rebuild reads that ``log_file`` has (and ``timestamp``, when asked for)."""
+    wanted = (*READ_COLUMNS, "timestamp") if timestamps else READ_COLUMNS
+    return [name for name in wanted if name in log_file.columns]
+
+
 def _load_group(files: Sequence[LogFile], group: RowGroup, timestamps: bool = False) -> _Columns:
     log_file = files[group.file]
-    wanted = (*READ_COLUMNS, "timestamp") if timestamps else READ_COLUMNS
+    columns = _columns_to_read(log_file, timestamps)
     try:
         # Opened per row group, not kept: an open ParquetFile holds on to buffers it has read.
         with pq.ParquetFile(log_file.path) as parquet:
-            columns = [name for name in wanted if name in log_file.columns]
             # One worker, one core: pyarrow's own threads would compete with the other workers.
             table = parquet.read_row_group(group.index, columns=columns, use_threads=False)
     except (OSError, pa.ArrowException) as exc:
