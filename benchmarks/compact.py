@@ -14,14 +14,17 @@ its own process:
 
 * bare read of each format's columns (``bare_read.py``);
 * ``tito rebuild`` of each at 1 and 2 workers;
-* the I/O floor of the format-2 rebuild (``io_floor.py``: read its columns and
-  write the same samples table with pyarrow alone);
+* the I/O floor of each format's rebuild (``io_floor.py``: read its columns
+  and write the same samples file with pyarrow alone, as tito's writer does);
 * the reference-style rebuild of format 1 (``reference_rebuild.py``: the
   literal plain-Python algorithm fed from ``to_pylist``), in the first
   ``--reference-rounds`` rounds only (it is slow, and holds the whole log as
   Python objects: about 13 GB at 100 sessions; ``0`` leaves it out).
 
-Ratios judged are medians of the ratios within each round.  Peak RSS comes
+Ratios judged are medians of the ratios within each round.  Two more say what
+the speed targets allow at best where no rebuild beats its format's floor:
+floor v1 / floor v2 (format 2 against a format-1 rebuild at its own floor) and
+reference / floor v2.  Peak RSS comes
 from separate sampled 1-worker rebuilds of 1x and 5x the sessions.  Storage:
 bytes on disk and bits per id stored in format 2 (every prompt id that is new
 to its session, and every output id) against the empirical entropy of those ids,
@@ -159,6 +162,8 @@ def main() -> None:
             "rebuild v2, 1 worker": rebuild_cmd(v2, out / "v2w1.parquet", 1),
             "rebuild v1, 2 workers": rebuild_cmd(v1, out / "v1w2.parquet", 2),
             "rebuild v2, 2 workers": rebuild_cmd(v2, out / "v2w2.parquet", 2),
+            "I/O floor v1": [sys.executable, str(HERE / "io_floor.py"), str(v1), str(out / "v1w1.parquet"),
+                             str(out / "floor.parquet")],
             "I/O floor v2": [sys.executable, str(HERE / "io_floor.py"), str(v2), str(out / "v2w1.parquet"),
                              str(out / "floor.parquet")],
             "reference v1": [sys.executable, str(HERE / "reference_rebuild.py"), str(v1), str(out / "ref.parquet")],
@@ -169,14 +174,16 @@ def main() -> None:
         runs: dict[str, list[Run]] = {name: [] for name in commands}
         for number in range(repeat):
             names = [n for n in commands if n != "reference v1" or number < args.reference_rounds]
-            # The floor reads the 1-worker output: it runs after that rebuild in every order.
-            names.remove("I/O floor v2")
+            # A floor reads its format's 1-worker output: it runs after that rebuild in every order.
+            floors = {"I/O floor v1": "rebuild v1, 1 worker", "I/O floor v2": "rebuild v2, 1 worker"}
+            names = [n for n in names if n not in floors]
             names = names if number % 2 == 0 else list(reversed(names))
-            names.insert(names.index("rebuild v2, 1 worker") + 1, "I/O floor v2")
+            for floor, rebuild in floors.items():
+                names.insert(names.index(rebuild) + 1, floor)
             for name in names:
                 result = run(commands[name])
                 seconds = result.seconds
-                if name == "I/O floor v2":
+                if name in floors:
                     seconds -= _floor_loading(commands[name])
                 times[name].append(seconds)
                 runs[name].append(result)
@@ -229,8 +236,17 @@ def main() -> None:
         "memory v1: peak RSS 5x / 1x": rss["v1 x5"] / rss["v1 x1"],
         "memory v2: peak RSS 5x / 1x": rss["v2 x5"] / rss["v2 x1"],
     }
+    # What a target allows at best where a rebuild can be no faster than its floor: format 2 against
+    # a format-1 rebuild at format 1's own floor, and the reference against a format-2 rebuild at its floor.
+    bounds = {
+        "speed at the floors: floor v1 / floor v2": per_round("I/O floor v1", "I/O floor v2"),
+        "reference / I/O floor v2": per_round("reference v1", "I/O floor v2"),
+    }
+    if held:
+        bounds["storage: format 1 / information (best)"] = facts["v1 bytes"] / sum(held.values())
     extra = {
-        "storage: format 1 / information (best)": facts["v1 bytes"] / sum(held.values()) if held else float("nan"),
+        **bounds,
+        "floor: rebuild v1 (1 worker) / I/O floor v1": per_round("rebuild v1, 1 worker", "I/O floor v1"),
         "decode: bare read v1 / v2": per_round("bare read v1", "bare read v2"),
         "scaling v1: 1 worker / 2 workers": per_round("rebuild v1, 1 worker", "rebuild v1, 2 workers"),
         "scaling v2: 1 worker / 2 workers": per_round("rebuild v2, 1 worker", "rebuild v2, 2 workers"),
@@ -248,7 +264,7 @@ def main() -> None:
         missed |= not ok
         print(f"{label:44}{value:>8.2f}  target {sense} {target:<5} {'ok' if ok else 'MISSED'}")
     for label, value in extra.items():
-        print(f"{label:44}{value:>8.2f}")
+        print(f"{label:44}{value:>8.2f}" if value == value else f"{label:44}{'-':>8}  not run")
     print(f"{'output, both formats, 1 and 2 workers':44}{'byte-identical' if identical else 'DIFFERENT'}")
     if not identical or missed:
         sys.exit(1)

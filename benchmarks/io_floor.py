@@ -1,12 +1,15 @@
-"""The I/O floor of a rebuild: read the log's columns and write the samples table, with pyarrow alone.
+"""The I/O floor of a rebuild: read the log's columns and write the samples file, with pyarrow alone.
 
     python benchmarks/io_floor.py LOGS SAMPLES.parquet OUT.parquet
 
 Reads the columns a rebuild reads from every turns file (one thread, like one
-rebuild worker), then writes ``SAMPLES.parquet``'s table (a rebuild's own
-output, loaded first) to ``OUT.parquet`` as tito's samples writer does
-(zstd). Prints the seconds spent loading SAMPLES, which is not part of the
-floor: the caller subtracts it from the process's time.
+rebuild worker), then writes ``SAMPLES.parquet`` (a rebuild's own output,
+loaded first) to ``OUT.parquet`` as tito's samples writer wrote it: the same
+row groups, zstd, a dictionary and statistics for exactly the columns that
+have them in SAMPLES (read back from its metadata, so the floor follows the
+writer's options without importing tito).  Prints the seconds spent loading
+SAMPLES, which is not part of the floor: the caller subtracts it from the
+process's time.
 """
 
 from __future__ import annotations
@@ -19,17 +22,36 @@ import pyarrow.parquet as pq
 from bare_read import TURNS_COLUMNS
 
 
+def writer_options(samples: pq.ParquetFile) -> dict[str, list[str]]:
+    """The dictionary and statistics columns of ``samples``'s first row group, as ParquetWriter options."""
+    meta = samples.metadata
+    if meta.num_row_groups == 0:
+        return {}
+    group = meta.row_group(0)
+    chunks = [group.column(i) for i in range(group.num_columns)]
+    # A list column's chunk is named "tokens.list.element"; the writer's options take the top-level name.
+    name = lambda chunk: chunk.path_in_schema.split(".")[0]  # noqa: E731
+    return {
+        "use_dictionary": [name(c) for c in chunks if c.has_dictionary_page],
+        "write_statistics": [name(c) for c in chunks if c.is_stats_set],
+    }
+
+
 def main() -> None:
-    logs, samples, out = (Path(a) for a in sys.argv[1:4])
+    logs, samples_path, out = (Path(a) for a in sys.argv[1:4])
     start = time.perf_counter()
-    table = pq.read_table(samples, use_threads=False)
+    samples = pq.ParquetFile(samples_path)
+    groups = [samples.read_row_group(g, use_threads=False) for g in range(samples.metadata.num_row_groups)]
+    options = writer_options(samples)
     loading = time.perf_counter() - start
     for path in sorted(logs.rglob("*.parquet")):
         parquet = pq.ParquetFile(path)
         names = parquet.schema_arrow.names
         wanted = [c for c in TURNS_COLUMNS if c in names] if "prompt_ids" in names else None
         parquet.read(columns=wanted, use_threads=False)
-    pq.write_table(table, out, compression="zstd")
+    with pq.ParquetWriter(out, samples.schema_arrow, compression="zstd", **options) as writer:
+        for group in groups:
+            writer.write_table(group)
     print(f"{loading:.6f}")
 
 
