@@ -133,6 +133,8 @@ class Turn:
     #: The prompt ids after the ``base``'s shared ones: all of them when there is no base.
     new_prompt_ids: IdArray = field(repr=False)
     _prompt: IdArray | None = field(repr=False)
+    #: ``(key function, the response message's key under it)``, once asked for.
+    _response_key: tuple[Callable[[Any], MessageKey], MessageKey] | None = field(repr=False)
 
     def __init__(
         self,
@@ -172,6 +174,7 @@ class Turn:
         self.new_prompt_ids = prompt_ids
         self.prompt_length = len(prompt_ids) + (0 if base is None else base[1])
         self._prompt = prompt_ids if base is None else None
+        self._response_key = None
 
     @property
     def prompt_ids(self) -> IdArray:
@@ -219,6 +222,18 @@ class Turn:
             self.message_keys = [key(m) for m in self.prompt_messages]
             self.keyed_by = key
         return self.message_keys
+
+    def response_key(self, key: Callable[[Any], MessageKey] = message_key) -> MessageKey:
+        """The response message's identity under ``key`` (``None`` without one), computed once.
+
+        Asked for twice per turn: by the router for the turn's generated leaf, and
+        by the reader when the next turn's prompt is stored as sharing it.
+        """
+        if self.response_message is None:
+            return None
+        if self._response_key is None or self._response_key[0] is not key:
+            self._response_key = (key, key(self.response_message))
+        return self._response_key[1]
 
 
 @dataclass(frozen=True, slots=True)

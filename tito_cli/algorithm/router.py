@@ -179,7 +179,7 @@ def route(turns: Iterable[Turn], policy: Policy) -> SessionTree:
             Node(
                 role="assistant",
                 message=response,
-                key=message_key(response) if response is not None else None,
+                key=turn.response_key(message_key),
                 turn=turn,
                 turn_index=len(tree.turns),
             )

@@ -59,6 +59,10 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+# One decoder, built once: json.loads with an option builds a new one per call.
+_STRICT_JSON = json.JSONDecoder(parse_constant=_refuse_constant)
+
+
 def loads_json(text: str, what: str) -> Any:
     """``json.loads`` of strict JSON; ``ValueError`` naming ``what`` for anything else.
 
@@ -68,7 +72,7 @@ def loads_json(text: str, what: str) -> Any:
     limit (about 1,000 levels by default): both are invalid input here.
     """
     try:
-        return json.loads(text, parse_constant=_refuse_constant)
+        return _STRICT_JSON.decode(text)
     except json.JSONDecodeError as exc:
         raise ValueError(f"{what} is not valid JSON ({exc})") from None
     except RecursionError:
@@ -164,6 +168,34 @@ def _parse_json(cell: Text | None, what: str, expected: type | None) -> Any:
     return value
 
 
+class _RepeatedCells:
+    """A session's last parsed ``tools`` and ``metadata`` cells, reused for a row holding the same text.
+
+    Both are usually the same in every row of a session, and the tools are
+    kilobytes of schemas: parsed once, not once per turn.  The rows share the
+    parsed value, which nothing downstream changes.
+    """
+
+    def __init__(self) -> None:
+        self._last: dict[str, tuple[Text, Any]] = {}
+
+    def parse(self, cell: Text | None, what: str, expected: type) -> Any:
+        if cell is None:
+            return None
+        last = self._last.get(what)
+        if last is not None and _same_text(last[0], cell):
+            return last[1]
+        value = _parse_json(cell, what, expected)
+        self._last[what] = (cell, value)
+        return value
+
+
+def _same_text(a: Text, b: Text) -> bool:
+    if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
+        return same_values(a, b)
+    return isinstance(a, str) and isinstance(b, str) and a == b
+
+
 def _ids(values: np.ndarray | None, what: str, in_range: bool) -> np.ndarray:
     if values is None:
         raise ValueError(f"{what} is null")
@@ -197,6 +229,7 @@ def parse_session(rows: SessionRows, key: KeyFunction = message_key) -> list[Tur
     """
     session_rows = rows.rows
     parser = _MessageParser(key)
+    repeated = _RepeatedCells()
     seen: dict[int, RowRef] = {}
     # seq -> position of its first row, for base_seq (a duplicate seq is reported when its row comes).
     positions: dict[int, int] = {}
@@ -231,7 +264,7 @@ def parse_session(rows: SessionRows, key: KeyFunction = message_key) -> list[Tur
                     if base is None:
                         pending.append(target)
                         continue
-                turns[position] = _turn(raw, parser, position, turns, base, seen, key)
+                turns[position] = _turn(raw, parser, repeated, position, turns, base, seen, key)
             except RecursionError:
                 # Parsed, but too deep to key (message_key recurses once per level).
                 raise InvalidSessionError(
@@ -248,6 +281,7 @@ def parse_session(rows: SessionRows, key: KeyFunction = message_key) -> list[Tur
 def _turn(
     raw: RawTurn,
     parser: _MessageParser,
+    repeated: _RepeatedCells,
     position: int,
     turns: list[Turn | None],
     base: Turn | None,
@@ -297,8 +331,8 @@ def _turn(
         if not isinstance(message.get("role"), str):
             raise ValueError(f"prompt message {index} has no string 'role'")
     response = _parse_json(raw.response_message, "response_message", dict)
-    tools = _parse_json(raw.tools, "tools", list)
-    metadata = _parse_json(raw.metadata, "metadata", dict)
+    tools = repeated.parse(raw.tools, "tools", list)
+    metadata = repeated.parse(raw.metadata, "metadata", dict)
     logprobs = raw.output_logprobs
     if logprobs is not None and logprobs.size == 0:
         logprobs = None
@@ -369,5 +403,5 @@ def _rebuilt_messages(raw: RawTurn, base: Turn, key: KeyFunction) -> tuple[list[
     if shared > from_prompt:
         assert base.response_message is not None
         messages = [*messages, base.response_message]
-        keys = [*keys, key(base.response_message)]
+        keys = [*keys, base.response_key(key)]
     return messages + new, keys + _keys(new, key), from_prompt
