@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 
 from tito_cli.algorithm.policies import SlimeV4
 from tito_cli.algorithm.router import route
@@ -182,3 +183,45 @@ def test_a_prompt_after_a_long_sub_agent_extends_its_parent_turn() -> None:
     turns = parse_session(SessionRows("s", rows))
     assert turns[-1].extends == (turns[0], 2)
     assert turns[-1].prompt_messages[0] is turns[0].prompt_messages[0]
+
+
+def test_a_sessions_repeated_tools_are_parsed_once_and_a_change_is_read() -> None:
+    # The reader keeps a session's last tools and metadata and reuses them for a row holding the
+    # same text: equal text is shared, different text parsed (and checked) anew.
+    from tito_cli.errors import InvalidSessionError
+    from tito_cli.read.rows import RawTurn, SessionRows
+    from tito_cli.read.validate import parse_session
+    from tito_cli.turns import RowRef
+
+    def text(value: object) -> np.ndarray:
+        return np.frombuffer(json.dumps(value).encode(), dtype=np.uint8)
+
+    def row(seq: int, tools: np.ndarray | str, metadata: str = '{"agent": "main"}') -> RawTurn:
+        return RawTurn(
+            seq=seq,
+            prompt_ids=np.array([1, 2], dtype=np.int32),
+            output_ids=np.array([7], dtype=np.int32),
+            output_logprobs=None,
+            finish_reason="stop",
+            prompt_messages=text([{"role": "user", "content": f"q{seq}"}]),
+            response_message=None,
+            tools=tools,
+            metadata=metadata,
+            source=RowRef("test", seq),
+        )
+
+    bash = [{"type": "function", "function": {"name": "bash"}}]
+    read = [{"type": "function", "function": {"name": "read_file"}}]
+    # Equal text in separate buffers, then other tools, then the first again as a str cell.
+    rows = [row(0, text(bash)), row(1, text(bash)), row(2, text(read)), row(3, json.dumps(bash), '{"agent": "sub"}')]
+    turns = parse_session(SessionRows("s", rows))
+    assert [t.tools for t in turns] == [bash, bash, read, bash]
+    assert turns[1].tools is turns[0].tools
+    assert [t.metadata for t in turns] == [{"agent": "main"}] * 3 + [{"agent": "sub"}]
+    assert turns[1].metadata is turns[0].metadata
+
+    # A row whose tools differ from the previous row's is still checked.
+    rows = [row(0, text(bash)), row(1, text({"name": "bash"}))]
+    with pytest.raises(InvalidSessionError, match="tools is not a JSON array") as raised:
+        parse_session(SessionRows("s", rows))
+    assert raised.value.row == 1

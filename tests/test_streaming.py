@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from tito_cli._arrow import all_finite
 from tito_cli.algorithm.policies import SlimeV4
 from tito_cli.algorithm.session import rebuild_session
 from tito_cli.errors import InvalidSessionError, SchemaError
@@ -21,7 +22,7 @@ from tito_cli.read import rows as readpath
 from tito_cli.read import turnlog
 from tito_cli.read.rows import ReadBatch, read_batch
 from tito_cli.read.turnlog import TurnLog
-from tito_cli.read.validate import _all_finite, _MessageParser, parse_session
+from tito_cli.read.validate import _MessageParser, parse_session
 from tito_cli.run.corpus import Reject
 from tito_cli.schema import TURNS_SCHEMA, table_metadata
 from tito_cli.turns import message_key
@@ -241,12 +242,12 @@ def test_message_parser_reuse_gives_the_full_parse() -> None:
 
 def test_logprob_finiteness_is_exact_at_the_float_limits() -> None:
     # The float32 check sums in float64: huge finite values must not overflow into a false alarm.
-    assert _all_finite(np.full(1000, -3.4e38, dtype=np.float32))
-    assert _all_finite(np.full(4, -1.7e308))  # float64 values are checked one by one
-    assert _all_finite(np.zeros(0, dtype=np.float32))
+    assert all_finite(np.full(1000, -3.4e38, dtype=np.float32))
+    assert all_finite(np.full(4, -1.7e308))  # float64 values are checked one by one
+    assert all_finite(np.zeros(0, dtype=np.float32))
     for bad in (np.nan, np.inf, -np.inf):
-        assert not _all_finite(np.array([-0.5, bad, -1.0], dtype=np.float32))
-        assert not _all_finite(np.array([-0.5, bad]))
+        assert not all_finite(np.array([-0.5, bad, -1.0], dtype=np.float32))
+        assert not all_finite(np.array([-0.5, bad]))
 
 
 def test_sample_rows_keep_the_linearized_arrays(tmp_path: Path) -> None:

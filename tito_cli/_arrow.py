@@ -9,6 +9,7 @@ through these helpers instead, which touch only buffers.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -49,6 +50,15 @@ def numpy_view(buffer: pa.Buffer | None, dtype: type, offset: int, count: int) -
     if buffer is None or count == 0:
         return np.zeros(count, dtype=dtype)
     return np.frombuffer(buffer, dtype=dtype, count=offset + count)[offset:]
+
+
+def all_finite(values: np.ndarray) -> bool:
+    """Whether every value of a float array is finite (no NaN, no infinity)."""
+    if values.dtype.itemsize <= 4:
+        # A float64 sum of float32 values cannot overflow (2**31 of them at most), so it
+        # is finite exactly when every value is: one pass, no temporary array.
+        return math.isfinite(values.sum(dtype=np.float64))
+    return bool(np.isfinite(values).all())
 
 
 def same_values(a: np.ndarray, b: np.ndarray) -> bool:

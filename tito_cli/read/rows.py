@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .._arrow import NUMPY_TYPES, NotUtf8, numpy_view, strings, true_cells, validity
+from .._arrow import NUMPY_TYPES, NotUtf8, all_finite, numpy_view, strings, true_cells, validity
 from ..errors import SchemaError, UnreadableLogError
 from ..schema import REFERENCE_COLUMNS
 from ..turns import RowRef
@@ -87,6 +87,9 @@ class RawTurn:
     #: True when the row group's statistics show every prompt and output id in
     #: 0..INT32_MAX, so validation need not scan them again.
     ids_in_range: bool = False
+    #: True when every logprob value the row's columns hold is finite (one check for
+    #: the whole column), so validation need not check the row's own again.
+    logprobs_finite: bool = False
     #: Format 2 (docs/spec.md §9): the earlier turn this row stores only the new part of
     #: its prompt against, and how many leading ids and messages it shares with it.  A
     #: format-1 row, or a format-2 row stored whole, has ``base_seq`` ``None``.
@@ -845,21 +848,28 @@ class _Columns:
 
         seq = array("seq")
         assert seq is not None  # a required column
-        self.seq, self.seq_valid = _int64_values(seq)
+        seq_values, seq_valid = _int64_values(seq)
+        # As lists, like _Slices's offsets: read a row at a time.
+        self.seq: list[int] = seq_values.tolist()
+        self.seq_valid: list[bool] = seq_valid.tolist()
         #: Rows whose seq is beyond int64 (a uint64 column): their exact value, for validation to reject.
         self.seq_beyond = _beyond_int64(seq)
         self.lists = {name: _Slices(array(name), _list_values) for name in _LIST_COLUMNS}
+        logprobs = self.lists["output_logprobs"].values
+        # The column's whole values buffer (a slice's parent's too): a false negative only costs the rows' own checks.
+        self.logprobs_finite = logprobs is not None and logprobs.dtype.kind == "f" and all_finite(logprobs)
         ill_formed = array("ill_formed")
         #: Rows marked ill-formed (true; null is false): few or none, so a set of row numbers.
         marked = np.flatnonzero(true_cells(ill_formed)).tolist() if ill_formed is not None else []
         self.ill_formed = frozenset(marked)
         self.texts = {name: _Slices(array(name), _utf8_bytes) for name in _TEXT_COLUMNS}
         # Format 2's reference columns (absent in format 1: every row is stored whole).
-        self.references: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self.references: dict[str, tuple[list[int], list[bool]]] = {}
         for name in REFERENCE_COLUMNS:
             column = array(name)
             if column is not None:
-                self.references[name] = _int64_values(column)
+                values, valid = _int64_values(column)
+                self.references[name] = (values.tolist(), valid.tolist())
         stamps = array("timestamp")
         self.timestamps: list[datetime | None] | None = None
         if stamps is not None:
@@ -871,7 +881,7 @@ class _Columns:
         column = self.references.get(name)
         if column is None or not column[1][r]:
             return None
-        return int(column[0][r])
+        return column[0][r]
 
     def row(self, r: int) -> RawTurn:
         def text(name: str) -> Text | None:
@@ -883,7 +893,7 @@ class _Columns:
             if position is not None:
                 null_element = (name, position)
                 break
-        seq = int(self.seq[r]) if self.seq_valid[r] else self.seq_beyond.get(r)
+        seq = self.seq[r] if self.seq_valid[r] else self.seq_beyond.get(r)
         return RawTurn(
             seq=seq,
             prompt_ids=self.lists["prompt_ids"].get(r),
@@ -896,6 +906,7 @@ class _Columns:
             metadata=text("metadata"),
             source=RowRef(self.file_name, self.first_row + r) if self.sources is None else self.sources[r],
             ids_in_range=self.ids_in_range,
+            logprobs_finite=self.logprobs_finite,
             base_seq=self.reference("base_seq", r),
             shared_prompt_ids=self.reference("shared_prompt_ids", r),
             shared_messages=self.reference("shared_messages", r),
@@ -921,12 +932,17 @@ class _Slices:
     def __init__(self, array: pa.Array | None, values: Callable[[pa.Array], np.ndarray]) -> None:
         #: For a list column with null elements: the validity of its values (else ``None``).
         self.values_valid: np.ndarray | None = None
+        # Python lists, not numpy arrays: every row reads a cell of each column, and a list's
+        # item is a plain int (a numpy array's is a numpy scalar, made for each read).
+        self.valid: list[bool] | None
+        self.offsets: list[int] | None
         if array is None or pa.types.is_null(array.type):
             self.valid = self.offsets = self.values = None
             return
-        self.valid = validity(array)
+        self.valid = validity(array).tolist()
         large = pa.types.is_large_list(array.type) or pa.types.is_large_string(array.type)
-        self.offsets = numpy_view(array.buffers()[1], np.int64 if large else np.int32, array.offset, len(array) + 1)
+        offsets = numpy_view(array.buffers()[1], np.int64 if large else np.int32, array.offset, len(array) + 1)
+        self.offsets = offsets.tolist()
         self.values = values(array)
         if (pa.types.is_list(array.type) or pa.types.is_large_list(array.type)) and array.values.null_count:
             # (.values is the whole child, not sliced: the offsets index it as they are.)

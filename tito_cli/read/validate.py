@@ -8,14 +8,13 @@ reason; only that session is lost.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from .._arrow import same_values
+from .._arrow import all_finite, same_values
 from ..errors import InvalidSessionError
 from ..turns import Message, MessageKey, RowRef, Turn, message_key
 from .rows import INT32_MAX, INT64_MAX, RawTurn, SessionRows, Text
@@ -209,14 +208,6 @@ def _ids(values: np.ndarray | None, what: str, in_range: bool) -> np.ndarray:
     return values.astype(np.int32, copy=False)
 
 
-def _all_finite(values: np.ndarray) -> bool:
-    if values.dtype.itemsize <= 4:
-        # A float64 sum of float32 values cannot overflow (2**31 of them at most), so it
-        # is finite exactly when every value is: one pass, no temporary array.
-        return math.isfinite(values.sum(dtype=np.float64))
-    return bool(np.isfinite(values).all())
-
-
 def parse_session(rows: SessionRows, key: KeyFunction = message_key) -> list[Turn]:
     """Validate one session's raw rows into turns (row order: ``seq``); raise on the first problem.
 
@@ -342,7 +333,7 @@ def _turn(
                 "output_logprobs length differs from output_ids length "
                 f"({logprobs.size} logprobs, {output_ids.size} output ids)"
             )
-        if not _all_finite(logprobs):
+        if not raw.logprobs_finite and not all_finite(logprobs):
             raise ValueError("output_logprobs holds NaN or infinity")
         logprobs = logprobs.astype(np.float32, copy=False)
     turn = Turn(
