@@ -8,7 +8,6 @@ import typer
 
 from .._atomic import atomic_path
 from ..errors import OutputError
-from ..render.html import view_page
 from ..run.corpus import find_session_id
 from .app import EXIT_CODES_HELP, app, err_console, guarded, progress_bar
 from .options import FORK_THRESHOLD, MAX_SAMPLE_TOKENS, POLICY, REWARD_MODE, TOKENIZER, RewardChoice, policy_from
@@ -53,6 +52,9 @@ def view(
     if note:
         err_console.print(note, style="dim")
     total = len(only) if only is not None else len(corpus.session_ids())
+    # Imported here: every command imports all the command modules, and jinja2 is a view's alone.
+    from ..render.html import view_page
+
     with progress_bar("rendering", "sessions") as bar:
         page = view_page(
             corpus.results(chosen, only=only),
