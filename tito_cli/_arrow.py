@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from itertools import accumulate
 from typing import Any
 
 import numpy as np
@@ -122,6 +123,9 @@ def primitive_array(values: np.ndarray | Sequence[float | int | None], type: pa.
     if isinstance(values, np.ndarray):
         contiguous = np.ascontiguousarray(values, dtype=dtype)
         return pa.Array.from_buffers(type, len(contiguous), [None, pa.py_buffer(contiguous)])
+    if None not in values:
+        data = np.array(values, dtype=dtype)
+        return pa.Array.from_buffers(type, len(data), [None, pa.py_buffer(data)], null_count=0)
     valid = np.fromiter((v is not None for v in values), dtype=bool, count=len(values))
     data = np.array([0 if v is None else v for v in values], dtype=dtype)
     nulls = int(len(values) - valid.sum())
@@ -131,10 +135,13 @@ def primitive_array(values: np.ndarray | Sequence[float | int | None], type: pa.
 def string_array(values: Sequence[str | None]) -> pa.Array:
     """A ``string`` array; ``None`` entries become nulls."""
     encoded = [b"" if v is None else v.encode("utf-8") for v in values]
-    offsets = np.zeros(len(encoded) + 1, dtype=np.int32)
-    np.cumsum([len(b) for b in encoded], out=offsets[1:])
+    offsets = np.fromiter(accumulate(map(len, encoded), initial=0), dtype=np.int32, count=len(encoded) + 1)
+    data = pa.py_buffer(b"".join(encoded))
+    if None not in values:
+        # The usual case (a samples table's columns are rarely null): no validity to build.
+        return pa.Array.from_buffers(pa.string(), len(encoded), [None, pa.py_buffer(offsets), data], null_count=0)
     valid = np.fromiter((v is not None for v in values), dtype=bool, count=len(values))
-    buffers = [_bitmap(valid), pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))]
+    buffers = [_bitmap(valid), pa.py_buffer(offsets), data]
     nulls = int(len(values) - valid.sum())
     return pa.Array.from_buffers(pa.string(), len(encoded), buffers, null_count=nulls)
 

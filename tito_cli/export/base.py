@@ -66,6 +66,10 @@ def provenance(sample: LinearizedSample) -> dict[str, Any]:
     }
 
 
+# Built once: json.dumps with options builds a new encoder per call (one per sample here).
+_METADATA_JSON = json.JSONEncoder(sort_keys=True, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
 def sample_metadata(result: SessionResult, sample: LinearizedSample) -> str:
     """The session's metadata, the policy's flags (docs/spec.md §8.6) and provenance under ``"tito"``, as
     deterministic, strict JSON.
@@ -79,7 +83,7 @@ def sample_metadata(result: SessionResult, sample: LinearizedSample) -> str:
     if sample.flags is not None:
         meta.update(sample.flags)
     meta[PROVENANCE_KEY] = {**provenance(sample), "finished": result.info.finished}
-    return json.dumps(meta, sort_keys=True, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return _METADATA_JSON.encode(meta)
 
 
 def rollout_id(info: SessionInfo) -> int | None:
