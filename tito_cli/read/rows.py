@@ -855,6 +855,8 @@ class _Columns:
         #: Rows whose seq is beyond int64 (a uint64 column): their exact value, for validation to reject.
         self.seq_beyond = _beyond_int64(seq)
         self.lists = {name: _Slices(array(name), _list_values) for name in _LIST_COLUMNS}
+        # Usually none: only these need a look for a null inside a row's list.
+        self._lists_with_null_elements = [(n, c) for n, c in self.lists.items() if c.values_valid is not None]
         logprobs = self.lists["output_logprobs"].values
         # The column's whole values buffer (a slice's parent's too): a false negative only costs the rows' own checks.
         self.logprobs_finite = logprobs is not None and logprobs.dtype.kind == "f" and all_finite(logprobs)
@@ -888,7 +890,7 @@ class _Columns:
             return self.texts[name].get(r)
 
         null_element = None
-        for name, column in self.lists.items():
+        for name, column in self._lists_with_null_elements:
             position = column.first_null_element(r)
             if position is not None:
                 null_element = (name, position)
