@@ -2,6 +2,7 @@
 
     python benchmarks/ab.py 6083a93                  # 10 rounds, 100 sessions, 1 and 2 workers
     python benchmarks/ab.py HEAD~1 --rounds 6 --workers 1
+    python benchmarks/ab.py HEAD~1 --logs .benchmarks/workloads/NAME/logs-v2   # any log, e.g. compact.py's
 
 This machine's pace moves by more than most changes between two invocations
 of benchmarks/run.py, so a change is judged here instead: the other revision
@@ -42,9 +43,11 @@ def main() -> None:
     parser.add_argument(
         "--workers", type=int, nargs="+", default=[1, 2], help="worker counts to compare (default: 1 2)"
     )
+    parser.add_argument("--logs", type=Path, default=None,
+                        help="a log to rebuild instead of the generated workload (--sessions is then ignored)")
     args = parser.parse_args()
 
-    logs = ensure(WorkloadSpec(sessions=args.sessions)) / "logs"
+    logs = args.logs.resolve() if args.logs else ensure(WorkloadSpec(sessions=args.sessions)) / "logs"
     with tempfile.TemporaryDirectory(prefix="tito-ab-") as tmp:
         other = Path(tmp) / "other"
         subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", "-q", str(other), args.rev], check=True)
@@ -80,7 +83,7 @@ def compare(args: argparse.Namespace, logs: Path, other: Path, tmp: Path) -> Non
         return statistics.median(getattr(s, field) for s in samples[name])
 
     bare = median("bare read", "seconds")
-    print(f"{args.sessions} sessions, {args.rounds} rounds, medians")
+    print(f"{args.logs or f'{args.sessions} sessions'}, {args.rounds} rounds, medians")
     print(f"{'':34s} {'wall s':>7s} {'user s':>7s} {'sys s':>6s} {'faults':>7s} {'/ bare':>7s}")
     for name in commands:
         wall = median(name, "seconds")
