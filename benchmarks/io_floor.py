@@ -1,6 +1,6 @@
 """The I/O floor of a rebuild: read the log's columns and write the samples file, with pyarrow alone.
 
-    python benchmarks/io_floor.py LOGS SAMPLES.parquet OUT.parquet
+    python benchmarks/io_floor.py LOGS SAMPLES.parquet OUT.parquet [LOADING.txt]
 
 Reads the columns a rebuild reads from every turns file (one thread, like one
 rebuild worker), then writes ``SAMPLES.parquet`` (a rebuild's own output,
@@ -8,8 +8,9 @@ loaded first) to ``OUT.parquet`` as tito's samples writer wrote it: the same
 row groups, zstd, a dictionary and statistics for exactly the columns that
 have them in SAMPLES (read back from its metadata, so the floor follows the
 writer's options without importing tito).  Prints the seconds spent loading
-SAMPLES, which is not part of the floor: the caller subtracts it from the
-process's time.
+SAMPLES, which is not part of the floor, and writes them to LOADING.txt when
+given: the caller subtracts them from the process's time, measured in the
+same run (a separate run's loading time is another moment of the machine).
 """
 
 from __future__ import annotations
@@ -53,6 +54,8 @@ def main() -> None:
         for group in groups:
             writer.write_table(group)
     print(f"{loading:.6f}")
+    if len(sys.argv) > 4:
+        Path(sys.argv[4]).write_text(f"{loading:.6f}\n")
 
 
 if __name__ == "__main__":
