@@ -8,8 +8,13 @@ Single-threaded by default, like one rebuild worker (one worker, one core);
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
+
+# The allocator option tito's command line runs pyarrow with (tito_cli/cli/native_env.py), set
+# before pyarrow loads: the floor gets what tito gets.
+os.environ.setdefault("MIMALLOC_PURGE_DELAY", "-1")
 
 import pyarrow.parquet as pq
 

@@ -15,9 +15,14 @@ same run (a separate run's loading time is another moment of the machine).
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
+
+# The allocator option tito's command line runs pyarrow with (tito_cli/cli/native_env.py), set
+# before pyarrow loads: the floor gets what tito gets.
+os.environ.setdefault("MIMALLOC_PURGE_DELAY", "-1")
 
 import pyarrow.parquet as pq
 from bare_read import TURNS_COLUMNS
