@@ -27,16 +27,19 @@ TURNS_COLUMNS = [
 ]
 
 
-def main() -> None:
-    folder = Path(sys.argv[1])
-    threads = "--threads" in sys.argv[2:]
+def read_log(folder: Path, threads: bool = False) -> int:
+    """Decode every file of ``folder`` as a rebuild reads it (turns files: its columns); the rows read."""
     rows = 0
     for path in sorted(folder.rglob("*.parquet")):
         parquet = pq.ParquetFile(path)
         names = parquet.schema_arrow.names
         columns = [c for c in TURNS_COLUMNS if c in names] if "prompt_ids" in names else None
         rows += parquet.read(columns=columns, use_threads=threads).num_rows
-    print(rows)
+    return rows
+
+
+def main() -> None:
+    print(read_log(Path(sys.argv[1]), threads="--threads" in sys.argv[2:]))
 
 
 if __name__ == "__main__":

@@ -172,11 +172,10 @@ def main() -> None:
             del commands["reference v1"]
         times: dict[str, list[float]] = {name: [] for name in commands}
         runs: dict[str, list[Run]] = {name: [] for name in commands}
+        # A floor reads its format's 1-worker output: it runs after that rebuild in every order.
+        floors = {"I/O floor v1": "rebuild v1, 1 worker", "I/O floor v2": "rebuild v2, 1 worker"}
         for number in range(repeat):
-            names = [n for n in commands if n != "reference v1" or number < args.reference_rounds]
-            # A floor reads its format's 1-worker output: it runs after that rebuild in every order.
-            floors = {"I/O floor v1": "rebuild v1, 1 worker", "I/O floor v2": "rebuild v2, 1 worker"}
-            names = [n for n in names if n not in floors]
+            names = [n for n in commands if n not in floors and (n != "reference v1" or number < args.reference_rounds)]
             names = names if number % 2 == 0 else list(reversed(names))
             for floor, rebuild in floors.items():
                 names.insert(names.index(rebuild) + 1, floor)

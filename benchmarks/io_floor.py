@@ -15,17 +15,15 @@ same run (a separate run's loading time is another moment of the machine).
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from pathlib import Path
 
-# The allocator option tito's command line runs pyarrow with (tito_cli/cli/native_env.py), set
-# before pyarrow loads: the floor gets what tito gets.
-os.environ.setdefault("MIMALLOC_PURGE_DELAY", "-1")
+# First: bare_read sets the allocator option tito runs pyarrow with, before pyarrow loads.
+from bare_read import read_log
 
+# isort: split
 import pyarrow.parquet as pq
-from bare_read import TURNS_COLUMNS
 
 
 def writer_options(samples: pq.ParquetFile) -> dict[str, list[str]]:
@@ -34,12 +32,11 @@ def writer_options(samples: pq.ParquetFile) -> dict[str, list[str]]:
     if meta.num_row_groups == 0:
         return {}
     group = meta.row_group(0)
-    chunks = [group.column(i) for i in range(group.num_columns)]
     # A list column's chunk is named "tokens.list.element"; the writer's options take the top-level name.
-    name = lambda chunk: chunk.path_in_schema.split(".")[0]  # noqa: E731
+    chunks = [(c.path_in_schema.split(".")[0], c) for c in map(group.column, range(group.num_columns))]
     return {
-        "use_dictionary": [name(c) for c in chunks if c.has_dictionary_page],
-        "write_statistics": [name(c) for c in chunks if c.is_stats_set],
+        "use_dictionary": [name for name, c in chunks if c.has_dictionary_page],
+        "write_statistics": [name for name, c in chunks if c.is_stats_set],
     }
 
 
@@ -50,11 +47,7 @@ def main() -> None:
     groups = [samples.read_row_group(g, use_threads=False) for g in range(samples.metadata.num_row_groups)]
     options = writer_options(samples)
     loading = time.perf_counter() - start
-    for path in sorted(logs.rglob("*.parquet")):
-        parquet = pq.ParquetFile(path)
-        names = parquet.schema_arrow.names
-        wanted = [c for c in TURNS_COLUMNS if c in names] if "prompt_ids" in names else None
-        parquet.read(columns=wanted, use_threads=False)
+    read_log(logs)
     with pq.ParquetWriter(out, samples.schema_arrow, compression="zstd", **options) as writer:
         for group in groups:
             writer.write_table(group)

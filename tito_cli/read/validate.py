@@ -191,8 +191,7 @@ class _RepeatedCells:
 
 def _same_text(a: Text, b: Text) -> bool:
     if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
-        # Cells of kilobytes: copying both is cheaper than same_values's two buffer wrappers.
-        return a.shape == b.shape and a.tobytes() == b.tobytes()
+        return same_values(a, b)
     return isinstance(a, str) and isinstance(b, str) and a == b
 
 
