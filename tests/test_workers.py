@@ -22,11 +22,13 @@ from tito_cli.read.turnlog import TurnLog
 from tito_cli.run import local as parallel
 from tito_cli.run.corpus import Corpus
 from tito_cli.run.local import (
+    MIN_PARALLEL_BYTES,
     SessionOutput,
     _InOrder,
     decoded_bytes,
     plan_batches,
     rebuild_outputs,
+    work_bytes,
     worker_cap,
     workers_for,
 )
@@ -378,3 +380,15 @@ def test_the_default_worker_count_follows_the_logs_layout() -> None:
     # A small log is rebuilt in-process whatever the layout; one core is one worker.
     assert workers_for(_index([[0], [1]], rows_per_group=1, group_bytes=1 << 20), 8) == 1
     assert workers_for(in_turn, 1) == 1
+
+
+def test_a_log_small_in_bytes_but_of_many_turns_gets_workers() -> None:
+    # 100 sessions of 48 turns in 4 KiB (a format-2 log of short sessions stores a turn in little):
+    # under 1 MiB of turn columns, but its 4,800 turns are work that two workers share (TURN_WORK_BYTES).
+    many_turns = _index([[2 * n] * 24 + [2 * n + 1] * 24 for n in range(100)], rows_per_group=24, group_bytes=4 << 10)
+    assert many_turns.nbytes < 1 << 20 and len(many_turns.rows) == 4800
+    assert work_bytes(many_turns) > MIN_PARALLEL_BYTES
+    assert workers_for(many_turns, 2) == 2 and worker_cap(many_turns, 2) is None
+    # The same sessions with a tenth of the turns are rebuilt in-process.
+    few_turns = _index([[2 * n] * 2 + [2 * n + 1] * 2 for n in range(100)], rows_per_group=2, group_bytes=4 << 10)
+    assert workers_for(few_turns, 2) == 1

@@ -63,7 +63,8 @@ def rebuild(
         min=1,
         show_default="this machine's cores, fewer when the log's row groups would be decoded twice",
         help="Processes rebuilding sessions in parallel. The output is the same for any number; "
-        "logs under 64 MiB are rebuilt in-process, and one whose sessions share its row groups with as many "
+        "small logs (under 64 MiB of decoded turns, counting 16 KiB a turn for its own work) are rebuilt "
+        "in-process, and one whose sessions share its row groups with as many "
         "workers as can split it without decoding it twice (a note says so).",
     ),
     batch_mb: float = typer.Option(

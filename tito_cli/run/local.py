@@ -52,6 +52,7 @@ __all__ = [
     "plan_batches",
     "rebuild_batch",
     "rebuild_outputs",
+    "work_bytes",
     "worker_cap",
     "workers_for",
 ]
@@ -65,9 +66,16 @@ def default_workers() -> int:
         return os.cpu_count() or 1
 
 
-#: Logs smaller than this (decoded turn columns) are rebuilt in-process:
+#: Logs with less work than this (:func:`work_bytes`) are rebuilt in-process:
 #: starting workers costs more than it saves.
 MIN_PARALLEL_BYTES = 64 << 20
+
+#: A turn's own work (parsing its new messages, routing, linearizing, its
+#: share of the samples), as the decoded bytes that take as long to decode.
+#: Format 2 stores a turn in a fraction of format 1's bytes but leaves this
+#: work the same, so bytes alone called a log of many short format-2 sessions
+#: small while two workers rebuilt it faster (docs/performance.md, Decisions).
+TURN_WORK_BYTES = 16 << 10
 
 #: Batch size bound (decoded turn columns; a batch closes at the session that
 #: reaches it).  A worker holds its batch's sample rows until the batch is
@@ -149,6 +157,11 @@ def decoded_bytes(batches: list[ReadBatch]) -> float:
     return total
 
 
+def work_bytes(index: LogIndex) -> float:
+    """A rebuild's work on the log, in decoded bytes: its turn columns, and :data:`TURN_WORK_BYTES` a turn."""
+    return index.nbytes + TURN_WORK_BYTES * len(index.rows)
+
+
 def workers_for(index: LogIndex, cores: int) -> int:
     """How many of ``workers`` processes the log's batches can use (1: rebuild in-process).
 
@@ -157,7 +170,7 @@ def workers_for(index: LogIndex, cores: int) -> int:
     makes batches, which it keeps to a number that decodes the log's row
     groups at most :data:`MAX_DECODE_OVERHEAD` times.
     """
-    if cores <= 1 or index.nbytes < MIN_PARALLEL_BYTES:
+    if cores <= 1 or work_bytes(index) < MIN_PARALLEL_BYTES:
         return 1
     return min(cores, len(plan_batches(index, cores)))
 
@@ -179,7 +192,7 @@ def plan_batches(index: LogIndex, workers: int, batch_bytes: float | None = None
     if batch_bytes is not None:
         return index.batches(batch_bytes)
     sweep = index.batches(float("inf"))
-    if workers <= 1 or index.nbytes < MIN_PARALLEL_BYTES:
+    if workers <= 1 or work_bytes(index) < MIN_PARALLEL_BYTES:
         return sweep
     budget = MAX_DECODE_OVERHEAD * decoded_bytes(sweep)
     plan = _spread(index, workers)
@@ -208,7 +221,7 @@ def worker_cap(index: LogIndex, workers: int) -> int | None:
 
     A small log is rebuilt in-process whatever the count (:data:`MIN_PARALLEL_BYTES`): not a cap.
     """
-    if workers <= 1 or index.nbytes < MIN_PARALLEL_BYTES:
+    if workers <= 1 or work_bytes(index) < MIN_PARALLEL_BYTES:
         return None
     usable = workers_for(index, workers)
     if usable < workers and usable < min(workers, len(_spread(index, workers))):
