@@ -14,7 +14,7 @@ from pathlib import Path
 
 # The allocator option tito's command line runs pyarrow with (tito_cli/cli/native_env.py), set
 # before pyarrow loads: the floor gets what tito gets.
-os.environ.setdefault("MIMALLOC_PURGE_DELAY", "-1")
+os.environ.setdefault("MIMALLOC_PURGE_DELAY", str(24 * 3600 * 1000))  # native_env.NEVER_MS
 
 import pyarrow.parquet as pq
 

@@ -5,9 +5,13 @@ this module must run before anything imports pyarrow or numpy.  Only the
 command line does it: a program that imports tito as a library keeps its
 own settings.  A value already in the environment wins.
 
-* ``MIMALLOC_PURGE_DELAY=-1``: pyarrow's allocator (mimalloc) keeps the
-  memory it frees, so each newly decoded row group reuses pages instead of
-  fresh ones the kernel must fault in and zero.
+* ``MIMALLOC_PURGE_DELAY`` (:data:`NEVER_MS`): pyarrow's allocator (mimalloc)
+  keeps the memory it frees instead of handing it back 10 ms later, so each
+  newly decoded row group reuses pages instead of fresh ones the kernel must
+  fault in and zero.  A delay no run reaches rather than ``-1`` (never):
+  under ``-1`` mimalloc also ignores an explicit request to purge, and the
+  samples writer makes one after each row group it writes
+  (``export/parquet.py``).
 * ``OPENBLAS_NUM_THREADS=1``: numpy's BLAS threads would spin on the
   workers' cores; tito never multiplies matrices.
 
@@ -18,9 +22,12 @@ from __future__ import annotations
 
 import os
 
+#: A purge delay (milliseconds) that no run reaches: a day.
+NEVER_MS = 24 * 3600 * 1000
+
 #: Variable -> value, each read by its library when it loads.
 NATIVE_OPTIONS = {
-    "MIMALLOC_PURGE_DELAY": "-1",
+    "MIMALLOC_PURGE_DELAY": str(NEVER_MS),
     "OPENBLAS_NUM_THREADS": "1",
 }
 

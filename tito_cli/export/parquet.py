@@ -73,6 +73,11 @@ class StreamedParquetFile(Sink):
         self.samples_written += table.num_rows
         self._tables = []
         self._buffered_tokens = 0
+        del table
+        # Encoding a row group is a run's largest passing allocation, freed all at once; kept (the
+        # command line's allocator option), its pages seldom fit what comes next and RSS ratchets up
+        # over a long run.  Hand them back here, a few times a run (docs/performance.md, Decisions).
+        pa.default_memory_pool().release_unused()
 
     def close(self) -> list[StagedFile]:
         """Write what is buffered and finish the file (still under its temporary name)."""
