@@ -73,7 +73,8 @@ _CLEAN_ENV = {k: v for k, v in os.environ.items() if k not in NATIVE_OPTIONS}
 
 def test_the_command_line_sets_native_options_before_the_libraries_load() -> None:
     # Each library reads its option once, when it loads (tito_cli/cli/native_env.py).
-    assert _options_when_libraries_load("import tito_cli.cli", _CLEAN_ENV) == {"pyarrow": NATIVE_OPTIONS["MIMALLOC_PURGE_DELAY"], "numpy": "1"}
+    expected = {"pyarrow": NATIVE_OPTIONS["MIMALLOC_PURGE_DELAY"], "numpy": "1"}
+    assert _options_when_libraries_load("import tito_cli.cli", _CLEAN_ENV) == expected
     # A value the user set wins.
     user = {**_CLEAN_ENV, "MIMALLOC_PURGE_DELAY": "250", "OPENBLAS_NUM_THREADS": "2"}
     assert _options_when_libraries_load("import tito_cli.cli", user) == {"pyarrow": "250", "numpy": "2"}
