@@ -8,15 +8,16 @@ Single-threaded by default, like one rebuild worker (one worker, one core);
 
 from __future__ import annotations
 
-import os
+import runpy
 import sys
 from pathlib import Path
 
-# The allocator option tito's command line runs pyarrow with (tito_cli/cli/native_env.py), set
-# before pyarrow loads: the floor gets what tito gets.
-os.environ.setdefault("MIMALLOC_PURGE_DELAY", str(24 * 3600 * 1000))  # native_env.NEVER_MS
+# The native options tito's command line runs pyarrow with, set before pyarrow loads: the floor gets
+# what tito gets.  The module is run from its file, not imported: importing tito_cli.cli would load
+# the whole command line (typer, rich, numpy), which the floor does not pay for.
+runpy.run_path(str(Path(__file__).resolve().parent.parent / "tito_cli" / "cli" / "native_env.py"))
 
-import pyarrow.parquet as pq
+import pyarrow.parquet as pq  # noqa: E402 - after the options, which pyarrow reads as it loads
 
 # The turns columns tito's reader asks for (tito_cli.read.files.READ_COLUMNS; format 2's reference
 # columns when the file has them); sessions files are read whole.
