@@ -22,8 +22,9 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
+from tito_cli.capture.row_groups import SPLIT_COLUMNS
+
 TEXT_COLUMNS = ("prompt_messages", "response_message")
-SPLIT_COLUMNS = ("prompt_ids", "output_ids", "output_logprobs")
 
 
 def rewrite(files: list[Path], folder: Path, level: int) -> tuple[int, int, float]:
