@@ -1,0 +1,126 @@
+"""The one plug-in convention: a table of ``name -> "module:Class"`` per kind, imported lazily.
+
+Every kind of plug-in (policies, output formats, importers, the gateway's client dialects and
+upstreams, model-family profiles) is one :class:`PluginTable`.  A plug-in is a class that carries
+
+* ``name`` — what the command line and the library call it (the table's key);
+* ``summary`` — one line for ``--help`` and ``docs/``;
+* ``Options`` (optional) — a dataclass of its own options, so that the command line can check and
+  document them per plug-in instead of in one union class.
+
+Built-in plug-ins are named by import path and imported only when asked for, so a command pays only
+for the plug-ins it uses.  Tests and third parties add one with ``register`` (each kind re-exports its
+table's method as ``register_<kind>``): one module and one line, nothing else to edit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from collections.abc import Iterator
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
+
+__all__ = ["Plugin", "PluginTable", "options_help"]
+
+
+class Plugin(Protocol):
+    """What every plug-in class carries (checked when the class is loaded)."""
+
+    name: ClassVar[str]
+    summary: ClassVar[str]
+
+
+P = TypeVar("P")
+
+
+class PluginTable(Generic[P]):
+    """The plug-ins of one kind: ``name -> class``, built-ins imported the first time they are used.
+
+    ``kind`` names the kind in messages (``"policy"``, ``"output format"``); ``base``, when given, is
+    the interface every plug-in of the kind subclasses (checked on load and on ``register``).
+    """
+
+    def __init__(self, kind: str, builtin: dict[str, str], base: type[P] | None = None) -> None:
+        self.kind = kind
+        self._base = base
+        self._targets: dict[str, str | type[P]] = dict(builtin)
+        self._loaded: dict[str, type[P]] = {}
+
+    def register(self, plugin: type[P] | str, *, name: str | None = None, replace: bool = False) -> None:
+        """Add a plug-in: a class (named by its ``name``) or a ``"module:Class"`` path with ``name``.
+
+        A name already taken is refused unless ``replace``: two plug-ins answering to one name would
+        make which one runs depend on import order.
+        """
+        if isinstance(plugin, str):
+            if name is None:
+                raise ValueError(f"registering a {self.kind} by path needs name=")
+            key = name
+        else:
+            self._check(plugin, name)
+            key = name or plugin.name  # type: ignore[attr-defined]
+        if key in self._targets and not replace:
+            raise ValueError(f"a {self.kind} named {key!r} is already registered (pass replace=True)")
+        self._targets[key] = plugin
+        self._loaded.pop(key, None)
+
+    def unregister(self, name: str) -> None:
+        """Remove ``name`` (tests that registered a plug-in take it out again)."""
+        self._targets.pop(name, None)
+        self._loaded.pop(name, None)
+
+    def names(self) -> list[str]:
+        """Every registered name, in table order (built-ins first, in the order the table lists them)."""
+        return list(self._targets)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._targets
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
+
+    def get(self, name: str) -> type[P]:
+        """The class registered as ``name``; ``ValueError`` listing the names otherwise."""
+        loaded = self._loaded.get(name)
+        if loaded is not None:
+            return loaded
+        try:
+            target = self._targets[name]
+        except KeyError:
+            raise ValueError(f"unknown {self.kind} {name!r}; choose from {', '.join(self.names())}") from None
+        if isinstance(target, str):
+            module, _, attr = target.partition(":")
+            cls: type[P] = getattr(importlib.import_module(module), attr)
+            self._check(cls, name)
+        else:
+            cls = target
+        self._loaded[name] = cls
+        return cls
+
+    def summaries(self) -> dict[str, str]:
+        """``name -> summary`` for every plug-in (imports them all: for help texts and docs)."""
+        return {name: self.get(name).summary for name in self.names()}  # type: ignore[attr-defined]
+
+    def help(self) -> str:
+        """The plug-ins as help text: ``name: summary`` per line."""
+        return "\n".join(f"{name}: {summary}" for name, summary in self.summaries().items())
+
+    def _check(self, cls: Any, name: str | None) -> None:
+        if not isinstance(cls, type):
+            raise TypeError(f"a {self.kind} must be a class, got {cls!r}")
+        for attr in ("name", "summary"):
+            if not isinstance(getattr(cls, attr, None), str):
+                raise TypeError(f"{self.kind} {cls.__qualname__} has no {attr} (a str class attribute)")
+        own_name = getattr(cls, "name")  # noqa: B009  (checked to be a str above; `type` has no such attribute)
+        if name is not None and own_name != name:
+            raise TypeError(f"{self.kind} {cls.__qualname__} is named {own_name!r}, registered as {name!r}")
+        if self._base is not None and not issubclass(cls, self._base):
+            raise TypeError(f"{self.kind} {cls.__qualname__} does not subclass {self._base.__qualname__}")
+        options = getattr(cls, "Options", None)
+        if options is not None and not dataclasses.is_dataclass(options):
+            raise TypeError(f"{self.kind} {cls.__qualname__}.Options must be a dataclass")
+
+
+def options_help(options: type[Any]) -> dict[str, str]:
+    """A plug-in's ``Options`` dataclass as ``field -> help`` (the field's ``metadata["help"]``)."""
+    return {field.name: str(field.metadata.get("help", "")) for field in dataclasses.fields(options)}
