@@ -45,7 +45,7 @@ COMMAND_TIMEOUT_S = 300
 #: A step of a shown command that the documentation test does not run (see the module docstring).
 _NOT_RUN = re.compile(
     r"^(?:python3?\s+-m\s+venv\b|(?:\.|source)\s+\S*activate$|(?:python3?\s+-m\s+)?pip3?\s+install\b"
-    r"|(?:\S+=\S*\s+)*python3?\s+-m\s+pytest\b|python3?\s+benchmarks/)"
+    r"|npm\s+ci\b|(?:\S+=\S*\s+)*python3?\s+-m\s+pytest\b|python3?\s+benchmarks/)"
 )
 
 _FENCE = re.compile(r"^(`{3,})\s*([\w-]*)\s*$")
@@ -238,7 +238,7 @@ def _copy_checkout(repo: Path, to: Path) -> None:
 
 
 def _ignored(folder: str, names: list[str]) -> set[str]:
-    skip = {".git", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".hypothesis", ".venv", "build"}
+    skip = {".git", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".hypothesis", ".venv", "build", "node_modules"}
     return {n for n in names if n in skip or n.endswith(".egg-info")}
 
 
