@@ -20,8 +20,8 @@ generate — to the raw model output text (Qwen3 markers: ``<think>``, ``<tool_c
 tokenizes it with the real tokenizer, appends ``<|im_end|>``, cuts at ``max_new_tokens`` /
 ``max_tokens`` (finish reason length), and gives each token a deterministic logprob.  Every answer
 is kept in ``ledger`` (under a lock): the api, the body, the prompt ids received, the output ids and
-logprobs generated.  ``fail_next`` makes the next request(s) answer 5xx, hang, or drop the
-connection.  Listens on 127.0.0.1 only, on a free port, in a background thread.
+logprobs generated.  ``fail_next`` makes the next request(s) answer 5xx, hang, drop the
+connection, or answer late; ``delay`` slows every generation request.  Listens on 127.0.0.1 only, on a free port, in a background thread.
 """
 
 from __future__ import annotations
@@ -64,7 +64,8 @@ def qwen3_output(content: str = "", reasoning: str | None = None, calls: Sequenc
 
 @dataclass
 class Fault:
-    """One injected failure: ``status`` (answer ``code``), ``hang`` (silent ``seconds``, then drop), ``close``."""
+    """One injected fault: ``status`` (answer ``code``), ``hang`` (silent ``seconds``, then drop), ``close``
+    (drop at once), ``slow`` (answer normally after ``seconds``)."""
 
     kind: str
     code: int = 503
@@ -82,6 +83,8 @@ class StandIn:
         self.end = self._backend.token_to_id("<|im_end|>")
         self.profile = family_named("qwen3")
         self.ledger: list[dict[str, Any]] = []
+        #: Seconds every generation request waits before it is answered.
+        self.delay = 0.0
         self.faults_served: list[str] = []
         self._faults: deque[Fault] = deque()
         self._lock = threading.Lock()
@@ -105,8 +108,8 @@ class StandIn:
     # -- faults ------------------------------------------------------------------------------
 
     def fail_next(self, kind: str = "status", *, count: int = 1, code: int = 503, seconds: float = 30.0) -> None:
-        """The next ``count`` generation requests fail: ``status`` (answer ``code``), ``hang``, or ``close``."""
-        if kind not in ("status", "hang", "close"):
+        """The next ``count`` generation requests fail: ``status`` (answer ``code``), ``hang``, ``close``, ``slow``."""
+        if kind not in ("status", "hang", "close", "slow"):
             raise ValueError(f"unknown fault {kind!r}")
         with self._lock:
             self._faults.extend(Fault(kind, code, seconds) for _ in range(count))
@@ -306,9 +309,13 @@ class StandIn:
                     self._send(404, {"object": "error", "message": "Not Found", "type": "NotFoundError", "code": 404})
                     return
                 fault = standin._take_fault()
-                if fault is not None:
+                if fault is not None and fault.kind == "slow":
+                    standin._closing.wait(fault.seconds)
+                elif fault is not None:
                     self._fail(fault)
                     return
+                if standin.delay:
+                    standin._closing.wait(standin.delay)
                 if self.path == "/generate":
                     answer, _ = standin.generate(body)
                     if body.get("stream"):

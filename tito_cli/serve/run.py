@@ -8,6 +8,7 @@ flushes and closes the log.
 from __future__ import annotations
 
 import logging
+import signal
 
 from ..errors import TitoError, TokenizerError
 from ..families import family_for, family_named
@@ -17,6 +18,8 @@ from .template import ChatTemplate
 from .upstreams import UPSTREAMS
 
 __all__ = ["prepare", "serve"]
+
+_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 def prepare(config: ServeConfig) -> ChatTemplate | None:
@@ -48,8 +51,12 @@ def prepare(config: ServeConfig) -> ChatTemplate | None:
     return template
 
 
-def serve(config: ServeConfig, *, log_level: str = "warning", access_log: bool = False) -> None:
-    """Serve until SIGTERM/SIGINT (blocking)."""
+def serve(config: ServeConfig, *, log_level: str = "warning", access_log: bool = False) -> list[int]:
+    """Serve until SIGTERM/SIGINT (blocking); returns the signals that stopped it.
+
+    uvicorn handles the signals while it serves and raises them again once it has shut down; the
+    handlers installed here receive that repeat, so a clean shutdown returns instead of dying of it.
+    """
     import uvicorn
 
     template = prepare(config)
@@ -66,4 +73,11 @@ def serve(config: ServeConfig, *, log_level: str = "warning", access_log: bool =
             timeout_keep_alive=30,
         )
     )
-    server.run()
+    stopped: list[int] = []
+    previous = {sig: signal.signal(sig, lambda sig, frame: stopped.append(sig)) for sig in _SIGNALS}
+    try:
+        server.run()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return stopped
