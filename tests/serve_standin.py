@@ -75,7 +75,9 @@ class Fault:
 class StandIn:
     """The stand-in server (a context manager); ``url`` is its base URL once entered."""
 
-    def __init__(self, script: Script, tokenizer: str | Path = QWEN3, *, model: str = "qwen3-standin") -> None:
+    def __init__(
+        self, script: Script, tokenizer: str | Path = QWEN3, *, model: str = "qwen3-standin", port: int = 0
+    ) -> None:
         self.script = script
         self.model = model
         self.tokenizer = load(Path(tokenizer))
@@ -89,7 +91,7 @@ class StandIn:
         self._faults: deque[Fault] = deque()
         self._lock = threading.Lock()
         self._closing = threading.Event()
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}"
@@ -366,3 +368,25 @@ class StandIn:
                 self.wfile.write(data)
 
         return Handler
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m tests.serve_standin --port N``: the stand-in on its own, answering one fixed reply.
+
+    For docs/serve.md's walk-through (no GPU there); it exits by itself after ``--exit-after`` seconds.
+    """
+    import argparse
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--reply", default="Hello from the stand-in.")
+    parser.add_argument("--reasoning", default="The user greets me.")
+    parser.add_argument("--exit-after", type=float, default=300.0)
+    args = parser.parse_args(argv)
+    text = qwen3_output(args.reply, args.reasoning)
+    with StandIn(lambda conversation: text, port=args.port) as standin:
+        standin._closing.wait(args.exit_after)
+
+
+if __name__ == "__main__":
+    main()

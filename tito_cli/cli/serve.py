@@ -7,14 +7,14 @@ from pathlib import Path
 import typer
 
 from ..errors import MissingDependencyError
-from .app import EXIT_CODES_HELP, app, guarded
+from .app import app, exit_codes_help, guarded
 
 
 @app.command(
     help="Run the capture gateway: answer agent CLIs in the Anthropic Messages, OpenAI Responses and Chat "
     "Completions dialects, call the inference server, and record every generation call as a turn "
     "(docs/serve.md). Serves until SIGTERM or Ctrl-C, then finishes in-flight requests and closes the log.\n\n"
-    + EXIT_CODES_HELP
+    + exit_codes_help()
 )
 @guarded
 def serve(
@@ -72,4 +72,7 @@ def serve(
         flush_every=flush_every,
         upstream_timeout=upstream_timeout,
     )
-    run_gateway(config, log_level=log_level)
+    try:
+        run_gateway(config, log_level=log_level)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None

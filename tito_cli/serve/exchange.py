@@ -123,6 +123,8 @@ class Generation:
     response_message: dict[str, Any]
     upstream_id: str | None = None
     cached_tokens: int = 0
+    #: What the upstream adds to the turn's metadata (how the prompt was built, for example).
+    notes: dict[str, Any] = field(default_factory=dict)
 
     @property
     def stop(self) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import signal
 
-from ..errors import TitoError, TokenizerError
+from ..errors import TokenizerError
 from ..families import family_for, family_named
 from .app import create_app
 from .config import ServeConfig
@@ -23,13 +23,17 @@ _SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 def prepare(config: ServeConfig) -> ChatTemplate | None:
-    """Check the configuration and load the tokenizer; ``TitoError`` for what would stop the gateway."""
+    """Check the configuration and load the tokenizer before serving.
+
+    ``ValueError`` for a setting that cannot work (naming the option), ``TokenizerError`` for a
+    tokenizer that cannot be found or loaded.
+    """
     try:
         upstream = UPSTREAMS.get(config.upstream_api)
     except ValueError as exc:
-        raise TitoError(f"--upstream-api: {exc}") from None
+        raise ValueError(f"--upstream-api: {exc}") from None
     if not config.upstream.startswith(("http://", "https://")):
-        raise TitoError(f"--upstream {config.upstream!r} is not an http:// or https:// URL")
+        raise ValueError(f"--upstream {config.upstream!r} is not an http:// or https:// URL")
     name = config.tokenizer_name
     if name is None:
         if upstream.renders:
@@ -45,9 +49,9 @@ def prepare(config: ServeConfig) -> ChatTemplate | None:
         try:
             profile = family_named(config.parser) if config.parser else family_for(name, template.tokenizer)
         except ValueError as exc:
-            raise TitoError(f"--parser: {exc}") from None
+            raise ValueError(f"--parser: {exc}") from None
         if profile is None:
-            raise TitoError(f"no output parser recognises the tokenizer {name!r}: name one with --parser")
+            raise ValueError(f"--parser: no output parser recognises the tokenizer {name!r}; name one")
     return template
 
 
