@@ -21,7 +21,8 @@ tokenizes it with the real tokenizer, appends ``<|im_end|>``, cuts at ``max_new_
 ``max_tokens`` (finish reason length), and gives each token a deterministic logprob.  Every answer
 is kept in ``ledger`` (under a lock): the api, the body, the prompt ids received, the output ids and
 logprobs generated.  ``fail_next`` makes the next request(s) answer 5xx, hang, drop the
-connection, or answer late; ``delay`` slows every generation request.  Listens on 127.0.0.1 only, on a free port, in a background thread.
+connection, or answer late; ``delay`` slows every generation request.  Listens on 127.0.0.1
+only, on a free port (or ``port``), in a background thread.
 """
 
 from __future__ import annotations
