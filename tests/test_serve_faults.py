@@ -214,3 +214,21 @@ def test_sigkill_leaves_a_log_that_reads_cleanly(standin: StandIn, tmp_path: Pat
     assert {f"kill-{k}" for k in range(6)} <= set(recorded) <= {f"kill-{k}" for k in range(12)}
     summary = rebuild([logs], tmp_path / "samples.parquet", workers=1)
     assert summary is not None and (tmp_path / "samples.parquet").exists()
+
+
+def test_two_gateways_write_one_log_folder(standin: StandIn, tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    first = len(standin.ledger)
+    with (
+        Gateway(standin.url, logs, extra=["--parser", "qwen3"]) as one,
+        Gateway(standin.url, logs, api="chat") as two,
+    ):
+        for k in range(3):
+            for gw, name in ((one, "one"), (two, "two")):
+                answer = httpx.post(gw.url + "/v1/responses", json=RESPONSES_BODY, headers={"x-api-key": f"{name}-{k}"})
+                assert answer.status_code == 200
+    recorded = all_turns(logs)
+    assert sorted(recorded) == sorted(f"{name}-{k}" for name in ("one", "two") for k in range(3))
+    assert len({p.name for p in logs.glob("*.parquet")}) >= 2
+    prompts = sorted(t.prompt_ids.tolist() for turns in recorded.values() for t in turns)
+    assert prompts == sorted(e["prompt_ids"] for e in standin.ledger[first:])
