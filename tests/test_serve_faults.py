@@ -71,8 +71,25 @@ def standin() -> Iterator[StandIn]:
 def gateway(standin: StandIn, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     logs = tmp_path_factory.mktemp("fault-logs")
     extra = ["--upstream-timeout", "2", "--max-request-bytes", "200000", "--flush-every", "0.2"]
+    extra += ["--max-tokens-cap", "64"]
     with Gateway(standin.url, logs, extra=extra) as gw:
         yield gw
+
+
+def test_the_upstreams_own_status_reaches_the_client(gateway: Gateway, standin: StandIn) -> None:
+    standin.fail_next("status", code=400)
+    answer = httpx.post(gateway.url + "/v1/messages", json=ANTHROPIC_BODY, headers={"x-api-key": "upstream-400"})
+    assert "stand-in fault" in check_error_shape("anthropic", answer, 400)
+    assert httpx.get(f"{gateway.url}/sessions/upstream-400").status_code == 404
+
+
+def test_max_tokens_are_capped(gateway: Gateway, standin: StandIn) -> None:
+    body = {**ANTHROPIC_BODY, "max_tokens": 64000}
+    assert httpx.post(gateway.url + "/v1/messages", json=body, headers={"x-api-key": "capped"}).status_code == 200
+    assert standin.ledger[-1]["body"]["sampling_params"]["max_new_tokens"] == 64
+    body = {**ANTHROPIC_BODY, "max_tokens": 10}
+    assert httpx.post(gateway.url + "/v1/messages", json=body, headers={"x-api-key": "capped"}).status_code == 200
+    assert standin.ledger[-1]["body"]["sampling_params"]["max_new_tokens"] == 10
 
 
 @pytest.mark.parametrize("wire", ["anthropic", "chat", "responses"])

@@ -49,6 +49,9 @@ def serve(
     upstream_timeout: float = typer.Option(
         600.0, "--upstream-timeout", min=0.1, help="Seconds to wait for the upstream's answer."
     ),
+    max_tokens_cap: int = typer.Option(
+        None, "--max-tokens-cap", min=1, help="Lower any request's max_tokens to this many new tokens."
+    ),
     log_level: str = typer.Option("warning", "--log-level", help="uvicorn's and the gateway's log level."),
 ) -> None:
     try:
@@ -71,6 +74,7 @@ def serve(
         grace_period=grace_period,
         flush_every=flush_every,
         upstream_timeout=upstream_timeout,
+        max_tokens_cap=max_tokens_cap,
     )
     try:
         run_gateway(config, log_level=log_level)

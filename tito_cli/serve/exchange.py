@@ -40,7 +40,7 @@ class UpstreamError(Exception):
     """The upstream failed (its own 5xx, a timeout, a refused connection, a malformed answer); nothing recorded.
 
     ``status`` is what the client gets: the upstream's own status when it answered with an error,
-    502 when it could not be reached or answered nonsense, 504 on a timeout.
+    502 when it could not be reached or answered something unusable, 504 on a timeout.
     """
 
     def __init__(self, message: str, status: int = 502) -> None:
