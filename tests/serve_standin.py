@@ -20,8 +20,9 @@ generate — to the raw model output text (Qwen3 markers: ``<think>``, ``<tool_c
 tokenizes it with the real tokenizer, appends ``<|im_end|>``, cuts at ``max_new_tokens`` /
 ``max_tokens`` (finish reason length), and gives each token a deterministic logprob.  Every answer
 is kept in ``ledger`` (under a lock): the api, the body, the prompt ids received, the output ids and
-logprobs generated.  ``fail_next`` makes the next request(s) answer 5xx, hang, or drop the
-connection.  Listens on 127.0.0.1 only, on a free port, in a background thread.
+logprobs generated.  ``fail_next`` makes the next request(s) answer 5xx, hang, drop the
+connection, or answer late; ``delay`` slows every generation request.  Listens on 127.0.0.1
+only, on a free port (or ``port``), in a background thread.
 """
 
 from __future__ import annotations
@@ -64,7 +65,8 @@ def qwen3_output(content: str = "", reasoning: str | None = None, calls: Sequenc
 
 @dataclass
 class Fault:
-    """One injected failure: ``status`` (answer ``code``), ``hang`` (silent ``seconds``, then drop), ``close``."""
+    """One injected fault: ``status`` (answer ``code``), ``hang`` (silent ``seconds``, then drop), ``close``
+    (drop at once), ``slow`` (answer normally after ``seconds``)."""
 
     kind: str
     code: int = 503
@@ -74,7 +76,9 @@ class Fault:
 class StandIn:
     """The stand-in server (a context manager); ``url`` is its base URL once entered."""
 
-    def __init__(self, script: Script, tokenizer: str | Path = QWEN3, *, model: str = "qwen3-standin") -> None:
+    def __init__(
+        self, script: Script, tokenizer: str | Path = QWEN3, *, model: str = "qwen3-standin", port: int = 0
+    ) -> None:
         self.script = script
         self.model = model
         self.tokenizer = load(Path(tokenizer))
@@ -82,11 +86,13 @@ class StandIn:
         self.end = self._backend.token_to_id("<|im_end|>")
         self.profile = family_named("qwen3")
         self.ledger: list[dict[str, Any]] = []
+        #: Seconds every generation request waits before it is answered.
+        self.delay = 0.0
         self.faults_served: list[str] = []
         self._faults: deque[Fault] = deque()
         self._lock = threading.Lock()
         self._closing = threading.Event()
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}"
@@ -105,8 +111,8 @@ class StandIn:
     # -- faults ------------------------------------------------------------------------------
 
     def fail_next(self, kind: str = "status", *, count: int = 1, code: int = 503, seconds: float = 30.0) -> None:
-        """The next ``count`` generation requests fail: ``status`` (answer ``code``), ``hang``, or ``close``."""
-        if kind not in ("status", "hang", "close"):
+        """The next ``count`` generation requests fail: ``status`` (answer ``code``), ``hang``, ``close``, ``slow``."""
+        if kind not in ("status", "hang", "close", "slow"):
             raise ValueError(f"unknown fault {kind!r}")
         with self._lock:
             self._faults.extend(Fault(kind, code, seconds) for _ in range(count))
@@ -306,9 +312,13 @@ class StandIn:
                     self._send(404, {"object": "error", "message": "Not Found", "type": "NotFoundError", "code": 404})
                     return
                 fault = standin._take_fault()
-                if fault is not None:
+                if fault is not None and fault.kind == "slow":
+                    standin._closing.wait(fault.seconds)
+                elif fault is not None:
                     self._fail(fault)
                     return
+                if standin.delay:
+                    standin._closing.wait(standin.delay)
                 if self.path == "/generate":
                     answer, _ = standin.generate(body)
                     if body.get("stream"):
@@ -359,3 +369,25 @@ class StandIn:
                 self.wfile.write(data)
 
         return Handler
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m tests.serve_standin --port N``: the stand-in on its own, answering one fixed reply.
+
+    For docs/serve.md's walk-through (no GPU there); it exits by itself after ``--exit-after`` seconds.
+    """
+    import argparse
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--reply", default="Hello from the stand-in.")
+    parser.add_argument("--reasoning", default="The user greets me.")
+    parser.add_argument("--exit-after", type=float, default=300.0)
+    args = parser.parse_args(argv)
+    text = qwen3_output(args.reply, args.reasoning)
+    with StandIn(lambda conversation: text, port=args.port) as standin:
+        standin._closing.wait(args.exit_after)
+
+
+if __name__ == "__main__":
+    main()

@@ -34,6 +34,29 @@ import openai  # noqa: E402
 
 STEPS = 2  # tool round trips before the scripted agent answers
 
+_OPEN: list[Any] = []
+
+
+def oai(base_url: str, key: str) -> openai.OpenAI:
+    """An OpenAI SDK client, closed after the test."""
+    client = openai.OpenAI(base_url=base_url, api_key=key, max_retries=0)
+    _OPEN.append(client)
+    return client
+
+
+def ant(base_url: str, *, auth_token: str | None = None, api_key: str | None = None) -> anthropic.Anthropic:
+    """An Anthropic SDK client, closed after the test."""
+    client = anthropic.Anthropic(base_url=base_url, auth_token=auth_token, api_key=api_key, max_retries=0)
+    _OPEN.append(client)
+    return client
+
+
+@pytest.fixture(autouse=True)
+def _close_clients() -> Iterator[None]:
+    yield
+    while _OPEN:
+        _OPEN.pop().close()
+
 
 def tool_results(conversation: Any) -> int:
     """How many tool results the conversation holds (messages for chat, rendered text for generate)."""
@@ -42,8 +65,13 @@ def tool_results(conversation: Any) -> int:
     return sum(1 for m in conversation if m.get("role") == "tool")
 
 
+BROKEN = '<tool_call>\n{"name": "run", "arguments": {"cmd": \n</tool_call>'
+
+
 def agent(conversation: Any) -> str:
-    """The scripted model: think, call ``run`` STEPS times, then answer."""
+    """The scripted model: think, call ``run`` STEPS times, then answer (``[broken]``: an unreadable call)."""
+    if "[broken]" in str(conversation):
+        return BROKEN
     done = tool_results(conversation)
     if done < STEPS:
         return qwen3_output(
@@ -289,11 +317,11 @@ def test_sdk_sessions_record_what_the_upstream_saw_and_generated(
     session = f"{wire}-{api}-{'sse' if stream else 'json'}"
     first = len(standin.ledger)
     if wire == "anthropic":
-        calls = anthropic_agent(anthropic.Anthropic(base_url=gateway.url, auth_token=session, max_retries=0), stream)
+        calls = anthropic_agent(ant(gateway.url, auth_token=session), stream)
     elif wire == "responses":
-        calls = responses_agent(openai.OpenAI(base_url=gateway.url + "/v1", api_key=session, max_retries=0), stream)
+        calls = responses_agent(oai(gateway.url + "/v1", session), stream)
     else:
-        calls = chat_agent(openai.OpenAI(base_url=gateway.url + "/v1", api_key=session, max_retries=0), stream)
+        calls = chat_agent(oai(gateway.url + "/v1", session), stream)
     assert calls == STEPS + 1
     entries = standin.ledger[first:]
     report = httpx.get(f"{gateway.url}/sessions/{session}").json()
@@ -316,3 +344,154 @@ def test_sdk_sessions_record_what_the_upstream_saw_and_generated(
     if wire == "responses":
         assert turns[0].metadata["dropped_tools"] == ["web_search"]
     check_rebuild(gateway.logs, tmp_path, session, entries)
+
+
+def read_log(logs: Path) -> TurnLog:
+    return TurnLog.open([logs])
+
+
+def test_claude_code_shapes_mid_list_system_moved_cache_control_and_count_tokens(
+    gateway: Gateway, standin: StandIn
+) -> None:
+    """What Claude Code sends: ?beta=true, x-api-key, a system message mid-list, cache_control and signatures moving."""
+    session = f"claude-shapes-{gateway.api}"  # type: ignore[attr-defined]
+    client = ant(gateway.url, api_key=session)
+    system = [{"type": "text", "text": "You are Claude Code.", "cache_control": {"type": "ephemeral"}}]
+    messages: list[dict[str, Any]] = [
+        {
+            "role": "user",
+            "content": [{"type": "text", "text": "Fix the build.", "cache_control": {"type": "ephemeral"}}],
+        },
+        {"role": "system", "content": "The user prefers small commits."},
+    ]
+    counted = client.messages.count_tokens(model="m", system=system, messages=messages, tools=ANTHROPIC_TOOLS)  # type: ignore[arg-type]
+    first = len(standin.ledger)
+    reply = client.beta.messages.create(
+        model="m", max_tokens=512, system=system, messages=messages, tools=ANTHROPIC_TOOLS
+    )  # type: ignore[arg-type]
+    assert len(standin.ledger[first]["prompt_ids"]) == counted.input_tokens
+    blocks = [b.model_dump(exclude_none=True) for b in reply.content]
+    assert [b["type"] for b in blocks] == ["thinking", "text", "tool_use"]
+    # The client echoes with another signature and moves cache_control to the newest block.
+    blocks[0]["signature"] = "a-different-signature"
+    messages[0]["content"][0].pop("cache_control")
+    tool_use = blocks[2]
+    messages += [
+        {"role": "assistant", "content": blocks},
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": tool_use["id"],
+                    "content": "ok",
+                    "cache_control": {"type": "ephemeral"},
+                }
+            ],
+        },
+    ]
+    client.beta.messages.create(model="m", max_tokens=512, system=system, messages=messages, tools=ANTHROPIC_TOOLS)  # type: ignore[arg-type]
+    turns = session_turns(gateway.logs, session, 2)
+    check_against_ledger(turns, standin.ledger[first : first + 2], gateway.api)  # type: ignore[attr-defined]
+    assert turns[0].prompt_messages == [
+        {"role": "system", "content": "You are Claude Code."},
+        {"role": "user", "content": "Fix the build."},
+        {"role": "user", "content": "<system-reminder>\nThe user prefers small commits.\n</system-reminder>\n"},
+    ]
+    assert turns[1].prompt_messages[: len(turns[0].prompt_messages) + 1] == [
+        *turns[0].prompt_messages,
+        turns[0].response_message,
+    ]
+    assert turns[1].prompt_messages[-1] == {"role": "tool", "content": "ok", "tool_call_id": tool_use["id"]}
+    assert turns[0].tools == [{"type": "function", "function": {**OPENAI_TOOLS[0]["function"]}}]
+
+
+@pytest.mark.parametrize("wire", ["chat", "anthropic", "responses"])
+def test_session_ids_from_the_path_and_refused_when_unusable(gateway: Gateway, standin: StandIn, wire: str) -> None:
+    good = f"path-{wire}-{gateway.api}"  # type: ignore[attr-defined]
+    bodies = {
+        "chat": ("/v1/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "hi"}]}),
+        "anthropic": (
+            "/v1/messages",
+            {"model": "m", "max_tokens": 64, "messages": [{"role": "user", "content": "hi"}]},
+        ),
+        "responses": ("/v1/responses", {"model": "m", "input": "hi", "store": False}),
+    }
+    path, body = bodies[wire]
+    # The path's id wins over the key.
+    answer = httpx.post(f"{gateway.url}/sessions/{good}{path}", json=body, headers={"authorization": "Bearer other"})
+    assert answer.status_code == 200, answer.text
+    assert len(httpx.get(f"{gateway.url}/sessions/{good}").json()["turns"]) == 1
+    assert httpx.get(f"{gateway.url}/sessions/other").status_code == 404
+    for url, headers in [
+        (f"{gateway.url}/sessions/bad%20id{path}", {}),
+        (f"{gateway.url}{path}", {"authorization": "Bearer " + "x" * 300}),
+        (f"{gateway.url}{path}", {}),
+    ]:
+        refused = httpx.post(url, json=body, headers=headers)
+        assert refused.status_code == 400
+        error = refused.json()
+        message = error["error"]["message"]
+        assert ("session id" in message) and (
+            error["type"] == "error" if wire == "anthropic" else "type" in error["error"]
+        )
+
+
+def test_finish_writes_the_sessions_row_once(gateway: Gateway, standin: StandIn) -> None:
+    session = f"finished-{gateway.api}"  # type: ignore[attr-defined]
+    client = oai(f"{gateway.url}/sessions/{session}/v1", "unused")
+    client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+    finish = {"reward": 0.75, "metadata": {"task": "t1"}, "index": 3, "group_index": 1, "label": "ok"}
+    done = httpx.post(f"{gateway.url}/sessions/{session}/finish", json=finish)
+    assert done.status_code == 200 and done.json()["turns"] == 1
+    assert httpx.post(f"{gateway.url}/sessions/{session}/finish", json=finish).status_code == 409
+    with pytest.raises(openai.ConflictError):
+        client.chat.completions.create(model="m", messages=[{"role": "user", "content": "again"}])
+    bad = httpx.post(f"{gateway.url}/sessions/other-{session}/finish", json={"reward": "high"})
+    assert bad.status_code == 400 and "reward" in bad.json()["error"]["message"]
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if list(gateway.logs.glob("*.parquet")):
+            sessions = read_log(gateway.logs).read_sessions().infos
+            if session in sessions:
+                info = sessions[session]
+                assert (info.reward, info.index, info.group_index, info.label) == (0.75, 3, 1, "ok")
+                return
+        time.sleep(0.1)
+    raise AssertionError("the sessions row never reached the log")
+
+
+def test_responses_is_stateless(gateway: Gateway) -> None:
+    client = oai(gateway.url + "/v1", "stateless")
+    with pytest.raises(openai.BadRequestError, match="previous_response_id"):
+        client.responses.create(model="m", input="hi", previous_response_id="resp_1", store=False)
+    with pytest.raises(openai.BadRequestError, match="store"):
+        client.responses.create(model="m", input="hi", store=True)
+    assert httpx.get(f"{gateway.url}/sessions/stateless").status_code == 404
+
+
+def test_a_cut_output_and_an_unreadable_call(gateway: Gateway, standin: StandIn) -> None:
+    api = gateway.api  # type: ignore[attr-defined]
+    client = ant(gateway.url, auth_token=f"cut-{api}")
+    cut = client.messages.create(model="m", max_tokens=5, messages=[{"role": "user", "content": "go"}])
+    assert cut.stop_reason == "max_tokens"
+    responses = oai(gateway.url + "/v1", f"cut-{api}")
+    incomplete = responses.responses.create(model="m", input="go", max_output_tokens=5, store=False)
+    assert incomplete.status == "incomplete"
+    first = len(standin.ledger)
+    broken = client.messages.create(model="m", max_tokens=512, messages=[{"role": "user", "content": "[broken]"}])
+    turns = session_turns(gateway.logs, f"cut-{api}", 3)
+    assert [t.finish_reason for t in turns[:2]] == ["length", "length"]
+    assert all(len(t.output_ids) == 5 for t in turns[:2])
+    if api == "generate":
+        # The parser could not read the call: answered as text, recorded ill-formed.
+        assert [b.type for b in broken.content] == ["text"] and "<tool_call>" in broken.content[0].text  # type: ignore[union-attr]
+        assert turns[2].ill_formed
+    check_against_ledger(turns[2:], standin.ledger[first:], api)
+
+
+def test_models_and_health(gateway: Gateway) -> None:
+    assert httpx.get(gateway.url + "/healthz").json() == {"status": "ok"}
+    listed = oai(gateway.url + "/v1", "k").models.list()
+    assert [m.id for m in listed.data] == ["fixtures/tokenizers/qwen3"]
+    assert [m.id for m in ant(gateway.url, api_key="k").models.list().data] == ["fixtures/tokenizers/qwen3"]

@@ -7,14 +7,14 @@ from pathlib import Path
 import typer
 
 from ..errors import MissingDependencyError
-from .app import EXIT_CODES_HELP, app, guarded
+from .app import app, exit_codes_help, guarded
 
 
 @app.command(
     help="Run the capture gateway: answer agent CLIs in the Anthropic Messages, OpenAI Responses and Chat "
     "Completions dialects, call the inference server, and record every generation call as a turn "
     "(docs/serve.md). Serves until SIGTERM or Ctrl-C, then finishes in-flight requests and closes the log.\n\n"
-    + EXIT_CODES_HELP
+    + exit_codes_help()
 )
 @guarded
 def serve(
@@ -49,6 +49,9 @@ def serve(
     upstream_timeout: float = typer.Option(
         600.0, "--upstream-timeout", min=0.1, help="Seconds to wait for the upstream's answer."
     ),
+    max_tokens_cap: int = typer.Option(
+        None, "--max-tokens-cap", min=1, help="Lower any request's max_tokens to this many new tokens."
+    ),
     log_level: str = typer.Option("warning", "--log-level", help="uvicorn's and the gateway's log level."),
 ) -> None:
     try:
@@ -71,5 +74,9 @@ def serve(
         grace_period=grace_period,
         flush_every=flush_every,
         upstream_timeout=upstream_timeout,
+        max_tokens_cap=max_tokens_cap,
     )
-    run_gateway(config, log_level=log_level)
+    try:
+        run_gateway(config, log_level=log_level)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None

@@ -317,6 +317,7 @@ class Gateway:
             "upstream": self.upstream_class.name,
             "model": request.model,
             **request.notes,
+            **generation.notes,
         }
         if generation.upstream_id is not None:
             metadata["upstream_id"] = generation.upstream_id

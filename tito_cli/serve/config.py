@@ -40,6 +40,9 @@ class ServeConfig:
     workers: int = min(8, (os.cpu_count() or 2) + 2)
     #: ``max_new_tokens`` sent to a ``generate`` upstream when the client gives no limit.
     default_max_tokens: int = 8192
+    #: The most new tokens any request may ask for (a client's larger ``max_tokens`` is lowered to it):
+    #: Claude Code asks for 64000, more than many models' context holds beside the prompt.
+    max_tokens_cap: int | None = None
     #: On SIGTERM/SIGINT: seconds in-flight requests get to finish before they are cut.
     grace_period: float = 30.0
     #: The writer's buffer is flushed at least this often (what a SIGKILL can lose), in seconds.

@@ -40,7 +40,7 @@ class UpstreamError(Exception):
     """The upstream failed (its own 5xx, a timeout, a refused connection, a malformed answer); nothing recorded.
 
     ``status`` is what the client gets: the upstream's own status when it answered with an error,
-    502 when it could not be reached or answered nonsense, 504 on a timeout.
+    502 when it could not be reached or answered something unusable, 504 on a timeout.
     """
 
     def __init__(self, message: str, status: int = 502) -> None:
@@ -123,6 +123,8 @@ class Generation:
     response_message: dict[str, Any]
     upstream_id: str | None = None
     cached_tokens: int = 0
+    #: What the upstream adds to the turn's metadata (how the prompt was built, for example).
+    notes: dict[str, Any] = field(default_factory=dict)
 
     @property
     def stop(self) -> str:

@@ -8,8 +8,9 @@ flushes and closes the log.
 from __future__ import annotations
 
 import logging
+import signal
 
-from ..errors import TitoError, TokenizerError
+from ..errors import TokenizerError
 from ..families import family_for, family_named
 from .app import create_app
 from .config import ServeConfig
@@ -18,15 +19,21 @@ from .upstreams import UPSTREAMS
 
 __all__ = ["prepare", "serve"]
 
+_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
 
 def prepare(config: ServeConfig) -> ChatTemplate | None:
-    """Check the configuration and load the tokenizer; ``TitoError`` for what would stop the gateway."""
+    """Check the configuration and load the tokenizer before serving.
+
+    ``ValueError`` for a setting that cannot work (naming the option), ``TokenizerError`` for a
+    tokenizer that cannot be found or loaded.
+    """
     try:
         upstream = UPSTREAMS.get(config.upstream_api)
     except ValueError as exc:
-        raise TitoError(f"--upstream-api: {exc}") from None
+        raise ValueError(f"--upstream-api: {exc}") from None
     if not config.upstream.startswith(("http://", "https://")):
-        raise TitoError(f"--upstream {config.upstream!r} is not an http:// or https:// URL")
+        raise ValueError(f"--upstream {config.upstream!r} is not an http:// or https:// URL")
     name = config.tokenizer_name
     if name is None:
         if upstream.renders:
@@ -42,14 +49,18 @@ def prepare(config: ServeConfig) -> ChatTemplate | None:
         try:
             profile = family_named(config.parser) if config.parser else family_for(name, template.tokenizer)
         except ValueError as exc:
-            raise TitoError(f"--parser: {exc}") from None
+            raise ValueError(f"--parser: {exc}") from None
         if profile is None:
-            raise TitoError(f"no output parser recognises the tokenizer {name!r}: name one with --parser")
+            raise ValueError(f"--parser: no output parser recognises the tokenizer {name!r}; name one")
     return template
 
 
-def serve(config: ServeConfig, *, log_level: str = "warning", access_log: bool = False) -> None:
-    """Serve until SIGTERM/SIGINT (blocking)."""
+def serve(config: ServeConfig, *, log_level: str = "warning", access_log: bool = False) -> list[int]:
+    """Serve until SIGTERM/SIGINT (blocking); returns the signals that stopped it.
+
+    uvicorn handles the signals while it serves and raises them again once it has shut down; the
+    handlers installed here receive that repeat, so a clean shutdown returns instead of dying of it.
+    """
     import uvicorn
 
     template = prepare(config)
@@ -66,4 +77,11 @@ def serve(config: ServeConfig, *, log_level: str = "warning", access_log: bool =
             timeout_keep_alive=30,
         )
     )
-    server.run()
+    stopped: list[int] = []
+    previous = {sig: signal.signal(sig, lambda sig, frame: stopped.append(sig)) for sig in _SIGNALS}
+    try:
+        server.run()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return stopped

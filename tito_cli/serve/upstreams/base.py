@@ -61,6 +61,13 @@ class Upstream(ABC):
         ids = await self.offload(template.prompt_ids, messages, tools)
         return len(ids)
 
+    def max_tokens(self, request: ChatRequest) -> int | None:
+        """The client's limit on new tokens, lowered to ``--max-tokens-cap``."""
+        cap, asked = self.config.max_tokens_cap, request.max_tokens
+        if cap is None:
+            return asked
+        return cap if asked is None else min(asked, cap)
+
     def prepare(self, request: ChatRequest) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
         """The messages and tools as this upstream renders or sends them (arguments normalised)."""
         return request.messages, request.tools
@@ -80,9 +87,9 @@ class Upstream(ABC):
         except httpx.HTTPError as exc:
             raise UpstreamError(f"the upstream {url} could not be reached ({type(exc).__name__}: {exc})") from None
         if response.status_code >= 400:
+            # The upstream's own status goes to the client (a prompt too long for the context is its 400).
             raise UpstreamError(
-                f"the upstream answered {response.status_code}: {_error_text(response.content)}",
-                response.status_code if response.status_code >= 500 else 502,
+                f"the upstream answered {response.status_code}: {_error_text(response.content)}", response.status_code
             )
         try:
             return await self.offload(json.loads, response.content)

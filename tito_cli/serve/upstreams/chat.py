@@ -35,8 +35,9 @@ class ChatUpstream(Upstream):
         }
         if tools:
             body["tools"] = tools
-        if request.max_tokens is not None:
-            body["max_tokens"] = request.max_tokens
+        limit = self.max_tokens(request)
+        if limit is not None:
+            body["max_tokens"] = limit
         for key in ("temperature", "top_p", "top_k"):
             value = getattr(request, key)
             if value is not None:

@@ -49,7 +49,7 @@ class GenerateUpstream(Upstream):
         messages, tools = self.prepare(request)
         prompt_ids = await self.offload(template.prompt_ids, messages, tools)
         sampling: dict[str, Any] = {
-            "max_new_tokens": request.max_tokens or self.config.default_max_tokens,
+            "max_new_tokens": self.max_tokens(request) or self.config.default_max_tokens,
             "skip_special_tokens": False,
             "spaces_between_special_tokens": False,
             "no_stop_trim": True,
