@@ -381,6 +381,10 @@ class _Exchange(Response):
         self.session_id = session_id
         self.request = request
         self.agent = agent
+        # What a Response carries, for anything that inspects one; this one writes its own messages.
+        self.status_code = 200
+        self.body = b""
+        self.raw_headers = []
         self.background = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
