@@ -163,3 +163,76 @@ def test_canonical_falls_back_with_a_reason_and_renders_as_render_would(gateway:
     assert "no new message" in history[6][1] or "does not continue" in history[6][1]
     for turn in (turns[3], turns[5], turns[6]):
         assert turn.prompt_ids.tolist() == template.prompt_ids(turn.prompt_messages, turn.tools)
+
+
+#: A ChatML variant with other conventions than Qwen3's: a ``tool`` role, tool calls re-serialised
+#: with indented JSON, reasoning never rendered.
+OTHER_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{%- if message.role == 'assistant' %}"
+    "{{- '<|im_start|>assistant\\n' + (message.content or '') }}"
+    "{%- for call in message.tool_calls or [] %}"
+    "{{- '\\n<tool_call>\\n' + ({'name': call.function.name, 'arguments': call.function.arguments} | tojson(indent=2))"
+    " + '\\n</tool_call>' }}"
+    "{%- endfor %}"
+    "{{- '<|im_end|>\\n' }}"
+    "{%- else %}"
+    "{{- '<|im_start|>' + message.role + '\\n' + (message.content or '') + '<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+
+def other_tokenizer(folder: Path) -> Path:
+    """The Qwen3 tokenizer with OTHER_TEMPLATE as its chat template."""
+    import json
+    import shutil
+
+    from .helpers import REPO
+
+    source = REPO / QWEN3_NAME
+    folder.mkdir()
+    shutil.copy(source / "tokenizer.json", folder / "tokenizer.json")
+    config = json.loads((source / "tokenizer_config.json").read_text())
+    config["chat_template"] = OTHER_TEMPLATE
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    return folder
+
+
+def other_script(messages: Any) -> str:
+    text = str(messages)
+    done = text.count("<|im_start|>tool\n")
+    if done < 2:
+        return qwen3_output("", f"Think {done}.", [("run", {"cmd": f"step {done}", "deep": {"a": [1, 2]}})])
+    return qwen3_output("Finished.", "All good.")
+
+
+@pytest.mark.parametrize("mode", ["render", "canonical"])
+def test_the_suffix_rule_is_the_templates_not_qwen3s(mode: str, tmp_path: Path) -> None:
+    tokenizer = other_tokenizer(tmp_path / "other-tokenizer")
+    with (
+        StandIn(other_script) as standin,
+        Gateway(
+            standin.url,
+            tmp_path / "logs",
+            tokenizer=str(tokenizer),
+            extra=["--parser", "qwen3", "--history", mode, "--flush-every", "0.2"],
+        ) as gw,
+    ):
+        messages: list[dict[str, Any]] = [{"role": "user", "content": "Go."}]
+        for _ in range(3):
+            reply = call(gw, "other", messages)
+            messages.append(reply)
+            for c in reply.get("tool_calls") or []:
+                messages.append({"role": "tool", "tool_call_id": c["id"], "content": "ok"})
+        turns = turns_of(gw.logs, "other", 3)
+        entries = standin.ledger
+    assert [t.prompt_ids.tolist() for t in turns] == [e["prompt_ids"] for e in entries]
+    extends = [
+        after.prompt_ids.tolist()[: len(before.prompt_ids) + len(before.output_ids)]
+        == [*before.prompt_ids.tolist(), *before.output_ids.tolist()]
+        for before, after in itertools.pairwise(turns)
+    ]
+    # This template never renders reasoning and indents arguments: every re-render drifts.
+    assert extends == ([True, True] if mode == "canonical" else [False, False])
