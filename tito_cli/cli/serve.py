@@ -32,12 +32,6 @@ def serve(
     parser: str = typer.Option(
         None, "--parser", help="The output parser's model family for generate (default: from the tokenizer)."
     ),
-    history: str = typer.Option(
-        "render",
-        "--history",
-        help="render: each prompt rendered whole (the reference's way); canonical: a prompt that continues "
-        "the session's held token history appends only the new messages' tokens (generate only; docs/serve.md).",
-    ),
     host: str = typer.Option(
         "127.0.0.1", "--host", help="The address to bind. The gateway trusts its network: see docs/serve.md."
     ),
@@ -74,7 +68,6 @@ def serve(
         tokenizer=tokenizer,
         parser=parser,
         model=model,
-        history=history,
         host=host,
         port=port,
         max_request_bytes=max_request_bytes,

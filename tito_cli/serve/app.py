@@ -264,8 +264,6 @@ class Gateway:
                 state.finished = False
                 raise ClientError(f"cannot finish session {session_id!r}: {exc}") from None
             state.reward = reward
-            assert self.upstream is not None
-            self.upstream.forget(session_id)
         except ClientError as exc:
             return JSONResponse(openai_error(exc.status, exc.message), status_code=exc.status)
         return JSONResponse({"session_id": session_id, "finished": True, "reward": reward, "turns": len(state.turns)})

@@ -27,9 +27,6 @@ class ServeConfig:
     parser: str | None = None
     #: The model name sent upstream and listed by ``GET /v1/models``; default: the tokenizer's name.
     model: str | None = None
-    #: ``render`` (each prompt rendered whole, the reference's way) or ``canonical`` (a prompt that
-    #: continues the session's held token history appends only the new suffix; ``generate`` only).
-    history: str = "render"
     host: str = "127.0.0.1"
     port: int = 8000
     #: Seconds to wait for the upstream's answer (a generation can be long) and to connect to it.

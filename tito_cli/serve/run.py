@@ -14,7 +14,6 @@ from ..errors import TokenizerError
 from ..families import family_for, family_named
 from .app import create_app
 from .config import ServeConfig
-from .history import CANONICAL, RENDER
 from .template import ChatTemplate
 from .upstreams import UPSTREAMS
 
@@ -35,10 +34,6 @@ def prepare(config: ServeConfig) -> ChatTemplate | None:
         raise ValueError(f"--upstream-api: {exc}") from None
     if not config.upstream.startswith(("http://", "https://")):
         raise ValueError(f"--upstream {config.upstream!r} is not an http:// or https:// URL")
-    if config.history not in (RENDER, CANONICAL):
-        raise ValueError(f"--history {config.history!r}: choose render or canonical")
-    if config.history == CANONICAL and not upstream.renders:
-        raise ValueError("--history canonical needs an upstream the gateway renders for (--upstream-api generate)")
     name = config.tokenizer_name
     if name is None:
         if upstream.renders:

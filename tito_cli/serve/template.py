@@ -28,17 +28,11 @@ class ChatTemplate:
 
     def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> str:
         """The prompt text, ending with the assistant generation prompt."""
-        return self.render_text(messages, tools, generation_prompt=True)
-
-    def render_text(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, *, generation_prompt: bool
-    ) -> str:
-        """The template's text for ``messages``, with or without the generation prompt."""
         import jinja2
 
         try:
             text = self.tokenizer.apply_chat_template(
-                messages, tools=cast(Any, tools), tokenize=False, add_generation_prompt=generation_prompt
+                messages, tools=cast(Any, tools), tokenize=False, add_generation_prompt=True
             )
         except (jinja2.TemplateError, TypeError, ValueError, KeyError) as exc:
             raise ClientError(f"the chat template cannot render these messages ({exc})") from None

@@ -65,9 +65,6 @@ class Upstream(ABC):
         ids = await self.offload(template.prompt_ids, messages, tools)
         return len(ids)
 
-    def forget(self, session_id: str) -> None:  # noqa: B027  (most upstreams hold nothing)
-        """The session finished: drop what is held for it."""
-
     def max_tokens(self, request: ChatRequest) -> int | None:
         """The client's limit on new tokens, lowered to ``--max-tokens-cap``."""
         cap, asked = self.config.max_tokens_cap, request.max_tokens

@@ -15,7 +15,6 @@ from typing import Any
 
 from ...families import FamilyProfile, family_for, family_named
 from ..exchange import ChatRequest, Generation, OutputCall, UpstreamError, assistant_message
-from ..history import CANONICAL, History
 from .base import INLINE_BYTES, Upstream, check_lengths, tool_arguments_object, with_arguments
 
 __all__ = ["GenerateUpstream"]
@@ -27,7 +26,6 @@ class GenerateUpstream(Upstream):
     renders = True
 
     _profile: FamilyProfile | None = None
-    _history: History | None = None
 
     def profile(self) -> FamilyProfile:
         if self._profile is None:
@@ -42,18 +40,6 @@ class GenerateUpstream(Upstream):
             self._profile = profile
         return self._profile
 
-    def history(self) -> History | None:
-        """The held token histories (``--history canonical``), or ``None`` (``render``)."""
-        if self.config.history != CANONICAL:
-            return None
-        if self._history is None:
-            self._history = History(self.template(), self.profile())
-        return self._history
-
-    def forget(self, session_id: str) -> None:
-        if self._history is not None:
-            self._history.forget(session_id)
-
     def prepare(self, request: ChatRequest) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
         return with_arguments(request.messages, tool_arguments_object), request.tools
 
@@ -61,13 +47,7 @@ class GenerateUpstream(Upstream):
         template = self.template()
         profile = self.profile()
         messages, tools = self.prepare(request)
-        history = self.history()
-        plan = None
-        if history is not None:
-            plan = await self.offload(history.prompt, session_id, messages, tools)
-            prompt_ids = plan.prompt_ids
-        else:
-            prompt_ids = await self.offload(template.prompt_ids, messages, tools)
+        prompt_ids = await self.offload(template.prompt_ids, messages, tools)
         sampling: dict[str, Any] = {
             "max_new_tokens": self.max_tokens(request) or self.config.default_max_tokens,
             "skip_special_tokens": False,
@@ -110,9 +90,6 @@ class GenerateUpstream(Upstream):
         calls = [OutputCall(call_id(), call.name, call.arguments) for call in parsed.tool_calls]
         reasoning = parsed.reasoning
         response = assistant_message(parsed.content, reasoning, calls, tool_arguments_object)
-        if history is not None and plan is not None:
-            # Before the reply leaves: the client's next request must find this turn held.
-            history.hold(session_id, plan, response, output_ids)
         return Generation(
             prompt_ids=prompt_ids,
             output_ids=output_ids,
@@ -127,5 +104,4 @@ class GenerateUpstream(Upstream):
             response_message=response,
             upstream_id=str(meta["id"]) if "id" in meta else None,
             cached_tokens=int(meta.get("cached_tokens") or 0),
-            notes=plan.notes if plan is not None else {},
         )
