@@ -1,6 +1,6 @@
 """One generation call, as the rebuild algorithm sees it.
 
-The reader (``readpath``, then ``validate``) turns Parquet rows into :class:`Turn` objects after
+The reader (``read.index_pass``, ``read.rows``, then ``validate``) turns Parquet rows into :class:`Turn` objects after
 validating them; the router and linearizer only ever see valid turns.  Token
 ids stay numpy arrays end to end: a long session holds millions of prompt ids.
 """

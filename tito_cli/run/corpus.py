@@ -24,8 +24,10 @@ from ..algorithm.policy import Policy, default_policy
 from ..algorithm.session import SessionReport, SessionResult, rebuild_session
 from ..errors import InvalidSessionError, UnknownSessionError
 from ..export.base import session_table
-from ..read.rows import FileMap, SessionRows
-from ..read.turnlog import SessionsTable, TurnLog
+from ..read.index_pass import FileMap
+from ..read.rows import SessionRows
+from ..read.sessions import SessionsTable
+from ..read.turnlog import TurnLog
 from ..read.validate import parse_session
 from ..turns import RowRef, SessionInfo
 
