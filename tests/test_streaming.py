@@ -24,9 +24,8 @@ from tito_cli.read.index import ReadBatch, RowGroup
 from tito_cli.read.rows import read_batch
 from tito_cli.read.turnlog import TurnLog
 from tito_cli.read.validate import _MessageParser, parse_session
-from tito_cli.run.corpus import Reject
 from tito_cli.schema import TURNS_SCHEMA, table_metadata
-from tito_cli.turns import message_key
+from tito_cli.turns import Reject, message_key
 
 from .helpers import write_log
 

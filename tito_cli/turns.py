@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["Message", "MessageKey", "RowRef", "SessionInfo", "Turn", "canonical_json", "message_key"]
+__all__ = ["Message", "MessageKey", "Reject", "RowRef", "SessionInfo", "Turn", "canonical_json", "message_key"]
 
 Message = dict[str, Any]
 IdArray = npt.NDArray[np.int32]
@@ -90,6 +90,19 @@ class RowRef:
 
     def __str__(self) -> str:
         return f"{self.file}, row {self.row}"
+
+
+@dataclass(frozen=True, slots=True)
+class Reject:
+    """A session left out of an output (a rebuild's, an import's, an export's), and why."""
+
+    session_id: str
+    reason: str
+    file: str | None
+    row: int | None
+
+    def to_dict(self) -> dict[str, object]:
+        return {"session_id": self.session_id, "file": self.file, "row": self.row, "reason": self.reason}
 
 
 @dataclass(eq=False, slots=True, init=False)

@@ -22,8 +22,9 @@ import numpy as np
 from ..algorithm.policy import Policy, default_policy
 from ..algorithm.session import SessionReport, SessionResult
 from ..export.groups import GroupCounts
-from ..run.corpus import UNFINISHED_REASON, Reject
+from ..run.corpus import UNFINISHED_REASON
 from ..tokenizer import TokenText
+from ..turns import Reject
 from .drift import DRIFT_CLASSES, divergences
 from .session_facts import NO_SAMPLES_REASONS
 

@@ -15,8 +15,8 @@ from typing import Any, Protocol
 
 from ..algorithm.linearize import Decision, LinearizedSample
 from ..algorithm.policy import ForkCause
-from ..algorithm.router import Node
 from ..algorithm.session import NoSamples, SessionResult
+from ..algorithm.tree import Node
 from .describe import message_preview, node_kind
 
 __all__ = [

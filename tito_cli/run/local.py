@@ -39,8 +39,8 @@ from ..read.index import LogIndex, ReadBatch
 from ..read.index_pass import FileMap
 from ..read.rows import read_batch
 from ..schema import SAMPLES_SCHEMA
-from ..turns import RowRef, SessionInfo
-from .corpus import Corpus, Reject, SessionFacts, SessionOutput, session_output
+from ..turns import Reject, RowRef, SessionInfo
+from .corpus import Corpus, SessionFacts, SessionOutput, session_output
 from .lifetime import handoff_folder, new_pool
 
 __all__ = [
