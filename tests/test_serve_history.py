@@ -135,7 +135,7 @@ def test_continued_turns_extend_the_held_ids_with_only_the_new_text(qwen3: Rende
     play = Played(CanonicalHistory(qwen3), qwen3)
     p1, p2, p3 = _coding_session(play)
     assert (p1.history, p1.reason) == (RENDERED, NO_HELD_TURN)
-    for (before, output, _, _), (after, _, messages, _) in zip(play.turns, play.turns[1:]):
+    for (before, output, _, _), (after, _, messages, _) in zip(play.turns, play.turns[1:], strict=False):
         held = [*before.ids, *output]
         assert after.history == CANONICAL and after.reason is None
         assert after.ids[: len(held)] == held and after.held == len(held)
@@ -154,7 +154,7 @@ def test_continued_turns_extend_the_held_ids_with_only_the_new_text(qwen3: Rende
 def test_render_drifts_where_canonical_continues(qwen3: Renderer) -> None:
     play = Played(RenderedHistory(qwen3), qwen3)
     _coding_session(play)
-    (p1, o1, _, _), (p2, o2, _, _), (p3, _, _, _) = play.turns
+    (p1, o1, _, _), (p2, _, _, _), (p3, _, _, _) = play.turns
     # Turn 2: the template re-serializes the arguments ({"cmd":"ls"} -> {"cmd": "ls"}); turn 3: it also drops reasoning.
     assert p2.ids[: len(p1.ids) + len(o1)] != [*p1.ids, *o1]
     assert "The test imports a.py." not in qwen3.decode(p3.ids)
@@ -168,13 +168,13 @@ def _rebuild_forks(tmp_path: Path, play: Played) -> tuple[int, list[list[int]]]:
 
     logs = tmp_path / "logs"
     with TurnLogWriter(logs, tokenizer=str(QWEN3)) as log:
-        for prompt, output, messages, answer in play.turns:
+        for prompt, output, _, answer in play.turns:
             log.record_turn("s1", prompt.ids, output, [-0.5] * len(output), "stop", prompt.messages, answer, TOOLS,
                             prompt.metadata())
         log.finish_session("s1", 1.0)
     summary = rebuild([logs], tmp_path / "samples.parquet")
     table = pq.read_table(tmp_path / "samples.parquet").to_pylist()
-    trained = [[t for t, m in zip(r["tokens"][-r["response_length"] :], r["loss_mask"]) if m] for r in table]
+    trained = [[t for t, m in zip(r["tokens"][-r["response_length"] :], r["loss_mask"], strict=True) if m] for r in table]
     return sum(summary.totals.forks.values()) + summary.totals.realigns, trained
 
 
@@ -294,7 +294,9 @@ def test_identity_ignores_what_clients_change_on_echo() -> None:
         "role": "assistant",
         "content": [{"type": "text", "text": "Text", "cache_control": {"type": "ephemeral"}}],
         "signature": "abc",
-        "tool_calls": [{"id": "toolu_1", "type": "function", "function": {"name": "bash", "arguments": '{"n":1,"cmd":"ls"}'}}],
+        "tool_calls": [
+            {"id": "toolu_1", "type": "function", "function": {"name": "bash", "arguments": '{"n":1,"cmd":"ls"}'}}
+        ],
     }
     assert same_message(echoed, held)
     assert not same_message({**echoed, "reasoning_content": "other thought"}, held)
@@ -307,7 +309,8 @@ def test_held_state_is_bounded_and_forgotten(qwen3: Renderer) -> None:
     now = [0.0]
     history = CanonicalHistory(qwen3, max_sessions=2, idle_seconds=10, clock=lambda: now[0])
     for sid in ("a", "b", "c"):
-        Played(history, qwen3).turn(sid, [SYSTEM, {"role": "user", "content": sid}], "ok<|im_end|>", _answer(None, "ok"))
+        messages = [SYSTEM, {"role": "user", "content": sid}]
+        Played(history, qwen3).turn(sid, messages, "ok<|im_end|>", _answer(None, "ok"))
     assert history.held_sessions == 2  # "a", the least recently used, was forgotten
     history.forget("b")
     assert history.held_sessions == 1

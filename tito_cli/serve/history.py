@@ -317,7 +317,7 @@ def _continues(messages: Sequence[Message], turn: _Held) -> bool:
     n = len(turn.messages)
     if len(messages) <= n:
         return False
-    return all(same_message(m, h) for m, h in zip(messages[:n], turn.messages)) and same_message(
+    return all(same_message(m, h) for m, h in zip(messages[:n], turn.messages, strict=True)) and same_message(
         messages[n], turn.answer
     )
 
