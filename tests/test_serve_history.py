@@ -174,7 +174,8 @@ def _rebuild_forks(tmp_path: Path, play: Played) -> tuple[int, list[list[int]]]:
         log.finish_session("s1", 1.0)
     summary = rebuild([logs], tmp_path / "samples.parquet")
     table = pq.read_table(tmp_path / "samples.parquet").to_pylist()
-    trained = [[t for t, m in zip(r["tokens"][-r["response_length"] :], r["loss_mask"], strict=True) if m] for r in table]
+    responses = [(r["tokens"][-r["response_length"] :], r["loss_mask"]) for r in table]
+    trained = [[t for t, m in zip(tokens, mask, strict=True) if m] for tokens, mask in responses]
     return sum(summary.totals.forks.values()) + summary.totals.realigns, trained
 
 
