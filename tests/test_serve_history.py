@@ -1,4 +1,4 @@
-"""Canonical token history (docs/spec.md §10): continued turns extend the held ids; everything else falls back."""
+"""Canonical token history (docs/spec.md §11): continued turns extend the held ids; everything else falls back."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ the chat template and the tokenizer from scratch.  Whenever the template re-rend
 from what the model generated (earlier reasoning dropped, tool arguments re-serialized, whitespace
 stripped), the new prompt stops extending the tokens of the last turn, and the rebuild forks there.
 
-``canonical`` (docs/spec.md §10): per session the gateway holds the token history it produced — the
+``canonical`` (docs/spec.md §11): per session the gateway holds the token history it produced — the
 last turns' ``prompt_ids + output_ids`` — with the messages it rendered and the assistant message it
 answered.  A request whose conversation continues a held turn (its messages up to that answer are the
 held ones, by the identity of :func:`same_message`) gets the held ids followed by the tokens of only
@@ -49,7 +49,7 @@ __all__ = [
 
 Message = dict[str, Any]
 
-#: history_reason values of a rendered turn (docs/spec.md §10), in the order reports list them.
+#: history_reason values of a rendered turn (docs/spec.md §11), in the order reports list them.
 NO_HELD_TURN = "no held turn"
 TOOLS_CHANGED = "tools changed"
 HISTORY_REWRITTEN = "history rewritten"
@@ -100,7 +100,7 @@ class Prompt:
     held: int = 0
 
     def metadata(self) -> dict[str, str]:
-        """The turn metadata keys docs/spec.md §10 defines."""
+        """The turn metadata keys docs/spec.md §11 defines."""
         out = {"history": self.history}
         if self.reason is not None:
             out["history_reason"] = self.reason
@@ -295,7 +295,7 @@ class CanonicalHistory:
 
 
 def same_message(replayed: Message, held: Message) -> bool:
-    """Whether a client's replayed message is the held one (docs/spec.md §10.1).
+    """Whether a client's replayed message is the held one (docs/spec.md §11.2).
 
     Ignored, because clients legitimately change them on echo: keys other than the role, content,
     reasoning and tool calls (thinking signatures, ``cache_control``, tool-call and tool-result ids),
