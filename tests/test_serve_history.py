@@ -49,13 +49,9 @@ class Renderer:
         if template is not None:
             self.tokenizer.chat_template = template
         self.end_of_turn = end_of_turn
-        self.renders = 0
 
-    def render(self, messages: Sequence[dict[str, Any]], tools: Any, add_generation_prompt: bool) -> str:
-        self.renders += 1
-        text = self.tokenizer.apply_chat_template(
-            list(messages), tools=tools, tokenize=False, add_generation_prompt=add_generation_prompt
-        )
+    def render(self, messages: list[dict[str, Any]], tools: Any) -> str:
+        text = self.tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=True)
         assert isinstance(text, str)
         return text
 
@@ -132,7 +128,7 @@ def _coding_session(play: Played, sid: str = "s1") -> list[Prompt]:
 
 
 def test_continued_turns_extend_the_held_ids_with_only_the_new_text(qwen3: Renderer) -> None:
-    play = Played(CanonicalHistory(qwen3), qwen3)
+    play = Played(CanonicalHistory(qwen3, qwen3.end_of_turn), qwen3)
     p1, p2, p3 = _coding_session(play)
     assert (p1.history, p1.reason) == (RENDERED, NO_HELD_TURN)
     for (before, output, _, _), (after, _, messages, _) in zip(play.turns, play.turns[1:], strict=False):
@@ -182,7 +178,7 @@ def _rebuild_forks(tmp_path: Path, play: Played) -> tuple[int, list[list[int]]]:
 def test_a_canonical_log_rebuilds_without_drift_forks_and_trains_exactly_the_outputs(
     qwen3: Renderer, tmp_path: Path
 ) -> None:
-    canonical = Played(CanonicalHistory(qwen3), qwen3)
+    canonical = Played(CanonicalHistory(qwen3, qwen3.end_of_turn), qwen3)
     _coding_session(canonical)
     forks, trained = _rebuild_forks(tmp_path / "canonical", canonical)  # forks and realigns
     assert forks == 0
@@ -194,7 +190,7 @@ def test_a_canonical_log_rebuilds_without_drift_forks_and_trains_exactly_the_out
 
 
 def _fallback(qwen3: Renderer, messages: list[dict[str, Any]], tools: Any = TOOLS) -> Prompt:
-    history = CanonicalHistory(qwen3)
+    history = CanonicalHistory(qwen3, qwen3.end_of_turn)
     play = Played(history, qwen3)
     _coding_session(play)
     prompt = history.prompt("s1", messages, tools)
@@ -235,7 +231,7 @@ def test_changed_tools_fall_back(qwen3: Renderer) -> None:
 
 
 def test_a_retry_of_the_last_turn_continues_the_turn_before_it(qwen3: Renderer) -> None:
-    history = CanonicalHistory(qwen3)
+    history = CanonicalHistory(qwen3, qwen3.end_of_turn)
     play = Played(history, qwen3)
     _coding_session(play)
     (p2, _, messages2, _) = play.turns[1]
@@ -244,7 +240,7 @@ def test_a_retry_of_the_last_turn_continues_the_turn_before_it(qwen3: Renderer) 
 
 
 def test_an_output_cut_at_the_length_limit_is_not_continued(qwen3: Renderer) -> None:
-    history = CanonicalHistory(qwen3)
+    history = CanonicalHistory(qwen3, qwen3.end_of_turn)
     messages = [SYSTEM, {"role": "user", "content": "Explain."}]
     prompt = history.prompt("s1", messages, None)
     history.remember("s1", prompt, messages, None, qwen3.encode("<think>\nlong"), _answer("long", ""))
@@ -259,7 +255,7 @@ def test_a_template_that_does_not_render_the_new_message_is_not_continued(qwen3:
         "{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
     )
     renderer = Renderer(QWEN3, ("<|im_end|>",), template)
-    history = CanonicalHistory(renderer)
+    history = CanonicalHistory(renderer, renderer.end_of_turn)
     messages = [{"role": "user", "content": "Hi"}]
     prompt = history.prompt("s", messages, None)
     answer = _answer(None, "Hello")
@@ -272,7 +268,7 @@ def test_a_template_with_other_markers_that_trims_content_is_continued_generical
     if not LLAMA3.is_dir():
         pytest.skip("the Llama 3 tokenizer comes from npm: npm ci --prefix tests/npm")
     llama = Renderer(LLAMA3, ("<|eot_id|>",))
-    history = CanonicalHistory(llama)
+    history = CanonicalHistory(llama, llama.end_of_turn)
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Name a prime."}]
     p1 = history.prompt("s", messages, None)
     output = llama.encode("  Seven. \n<|eot_id|>")  # the template trims what the model wrote around it
@@ -308,7 +304,7 @@ def test_identity_ignores_what_clients_change_on_echo() -> None:
 
 def test_held_state_is_bounded_and_forgotten(qwen3: Renderer) -> None:
     now = [0.0]
-    history = CanonicalHistory(qwen3, max_sessions=2, idle_seconds=10, clock=lambda: now[0])
+    history = CanonicalHistory(qwen3, qwen3.end_of_turn, max_sessions=2, idle_seconds=10, clock=lambda: now[0])
     for sid in ("a", "b", "c"):
         messages = [SYSTEM, {"role": "user", "content": sid}]
         Played(history, qwen3).turn(sid, messages, "ok<|im_end|>", _answer(None, "ok"))
@@ -318,6 +314,6 @@ def test_held_state_is_bounded_and_forgotten(qwen3: Renderer) -> None:
     now[0] = 11.0
     history.prompt("c", [SYSTEM], None)
     assert (history.held_sessions, history.held_tokens) == (0, 0)
-    tokens = CanonicalHistory(qwen3, max_held_tokens=10)
+    tokens = CanonicalHistory(qwen3, qwen3.end_of_turn, max_held_tokens=10)
     Played(tokens, qwen3).turn("a", [SYSTEM, {"role": "user", "content": "hi"}], "ok<|im_end|>", _answer(None, "ok"))
     assert tokens.held_sessions == 0  # one turn over the token cap is not held at all

@@ -74,10 +74,8 @@ RENDERED = "rendered"
 class Renderer(Protocol):
     """The tokenizer and chat template a prompt is built with (thread-safe; called off the event loop)."""
 
-    #: Texts that end an assistant turn (the model's stop tokens, as the template also writes them).
-    end_of_turn: tuple[str, ...]
-
-    def render(self, messages: Sequence[Message], tools: Any, add_generation_prompt: bool) -> str: ...
+    def render(self, messages: list[Message], tools: Any) -> str:
+        """The prompt text of ``messages``, ending with the generation prompt."""
 
     def encode(self, text: str) -> list[int]: ...
 
@@ -117,7 +115,7 @@ class RenderedHistory:
         self.renderer = renderer
 
     def prompt(self, session_id: str, messages: Sequence[Message], tools: Any) -> Prompt:
-        text = self.renderer.render(messages, tools, True)
+        text = self.renderer.render(list(messages), tools)
         return Prompt(self.renderer.encode(text), RENDERED, list(messages))
 
     def remember(self, session_id: str, prompt: Prompt, messages: Sequence[Message], tools: Any,
@@ -158,6 +156,7 @@ class CanonicalHistory:
     def __init__(
         self,
         renderer: Renderer,
+        end_of_turn: Sequence[str],
         *,
         turns_per_session: int = 4,
         max_sessions: int = 4096,
@@ -167,7 +166,11 @@ class CanonicalHistory:
     ) -> None:
         if turns_per_session < 1 or max_sessions < 1 or max_held_tokens < 1 or idle_seconds <= 0:
             raise ValueError("turns_per_session, max_sessions, max_held_tokens and idle_seconds must be positive")
+        if not end_of_turn:
+            raise ValueError("canonical history needs the texts that end a turn (the family's end_of_turn)")
         self.renderer = renderer
+        #: Texts that end an assistant turn (the model's stop tokens, as the template also writes them).
+        self.end_of_turn = tuple(end_of_turn)
         self.turns_per_session = turns_per_session
         self.max_sessions = max_sessions
         self.max_held_tokens = max_held_tokens
@@ -198,7 +201,7 @@ class CanonicalHistory:
                 return continued
             reason = continued
             break
-        text = self.renderer.render(messages, tools, True)
+        text = self.renderer.render(list(messages), tools)
         return Prompt(self.renderer.encode(text), RENDERED, list(messages), reason)
 
     def remember(self, session_id: str, prompt: Prompt, messages: Sequence[Message], tools: Any,
@@ -206,7 +209,7 @@ class CanonicalHistory:
         """Hold an answered turn (call it before the client can send its next request)."""
         ids = [*prompt.ids, *(int(i) for i in output_ids)]
         # The last few tokens are enough: an end-of-turn marker is one special token or a short text.
-        ended = self.renderer.decode([int(i) for i in output_ids[-8:]]).endswith(self.renderer.end_of_turn)
+        ended = self.renderer.decode([int(i) for i in output_ids[-8:]]).endswith(self.end_of_turn)
         turn = _Held(list(prompt.messages), _tools_key(tools), dict(answer), ids, ended)
         with self._lock:
             session = self._sessions.pop(session_id, None) or _Session()
@@ -251,10 +254,13 @@ class CanonicalHistory:
 
     def _new_text(self, turn: _Held, new: list[Message], tools: Any) -> str | None:
         """What the template renders after the held answer: the new messages and the generation prompt."""
-        render = self.renderer.render
         before = [*turn.messages, turn.answer]
-        full = render([*before, *new], tools, True)
-        probed_new = render([*before, _probe(new[0]), *new[1:]], tools, True)
+        full = self.renderer.render([*before, *new], tools)
+        try:  # a template may refuse a probe it would render otherwise: then nothing is proven
+            probed_new = self.renderer.render([*before, _probe(new[0]), *new[1:]], tools)
+            probed_answer = self.renderer.render([*turn.messages, _probe(turn.answer, append=True), *new], tools)
+        except Exception:
+            return None
         if probed_new == full:
             return None  # the first new message's content is not rendered: nothing marks where it starts
         end = self._answer_end(full, _common_prefix(full, probed_new))
@@ -262,15 +268,14 @@ class CanonicalHistory:
             return None
         suffix = full[end:]
         # The answer's own end, or an earlier one?  Change the answer: the text after its end must not move.
-        probed_answer = render([*turn.messages, _probe(turn.answer, append=True), *new], tools, True)
         head = probed_answer[: len(probed_answer) - len(suffix)]
-        if not probed_answer.endswith(suffix) or not head.endswith(self.renderer.end_of_turn):
+        if not probed_answer.endswith(suffix) or not head.endswith(self.end_of_turn):
             return None
         return suffix
 
     def _answer_end(self, text: str, before: int) -> int | None:
         """Where the last end-of-turn marker that ends at or before ``before`` ends, if there is one."""
-        marks = self.renderer.end_of_turn
+        marks = self.end_of_turn
         ends = [at + len(mark) for mark in marks if (at := text.rfind(mark, 0, before)) >= 0]
         return max(ends, default=None)
 
