@@ -265,6 +265,8 @@ class Gateway:
                 state.finished = False
                 raise ClientError(f"cannot finish session {session_id!r}: {exc}") from None
             state.reward = reward
+            if self.upstream is not None:
+                self.upstream.session_finished(session_id)
         except ClientError as exc:
             return JSONResponse(openai_error(exc.status, exc.message), status_code=exc.status)
         return JSONResponse({"session_id": session_id, "finished": True, "reward": reward, "turns": len(state.turns)})
@@ -303,6 +305,7 @@ class Gateway:
         }
         if generation.upstream_id is not None:
             metadata["upstream_id"] = generation.upstream_id
+        metadata.update(generation.metadata)
         previous = self._tails.get(session_id)
         task = asyncio.get_running_loop().create_task(self._record(previous, session_id, generation, metadata))
         self._tails[session_id] = task

@@ -123,6 +123,8 @@ class Generation:
     response_message: dict[str, Any]
     upstream_id: str | None = None
     cached_tokens: int = 0
+    #: Turn metadata the upstream adds (canonical history: ``history``, ``history_reason``).
+    metadata: dict[str, Any] = field(default_factory=dict)
 
     @property
     def stop(self) -> str:

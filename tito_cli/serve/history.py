@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 __all__ = [
+    "HISTORIES",
     "REASONS",
     "CanonicalHistory",
     "Prompt",
@@ -79,7 +80,7 @@ class Renderer(Protocol):
 
     def encode(self, text: str) -> list[int]: ...
 
-    def decode(self, ids: Sequence[int]) -> str: ...
+    def decode(self, ids: list[int]) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -190,10 +191,11 @@ class CanonicalHistory:
             held = list(session.turns) if session is not None else []
         reason = NO_HELD_TURN if not held else HISTORY_REWRITTEN
         tools_key = _tools_key(tools)
-        if held and all(turn.tools_key != tools_key for turn in held):
-            reason = TOOLS_CHANGED
         for turn in reversed(held):
-            if turn.tools_key != tools_key or not _continues(messages, turn):
+            if not _continues(messages, turn):
+                continue
+            if turn.tools_key != tools_key:
+                reason = TOOLS_CHANGED
                 continue
             new = list(messages[len(turn.messages) + 1 :])
             continued = self._continue(turn, new, tools)
@@ -379,3 +381,10 @@ def _common_prefix(a: str, b: str) -> int:
         else:
             hi = mid
     return lo
+
+
+#: ``--history`` name -> how prompts are built.
+HISTORIES: dict[str, type[RenderedHistory] | type[CanonicalHistory]] = {
+    RenderedHistory.name: RenderedHistory,
+    CanonicalHistory.name: CanonicalHistory,
+}
