@@ -317,3 +317,41 @@ def test_held_state_is_bounded_and_forgotten(qwen3: Renderer) -> None:
     tokens = CanonicalHistory(qwen3, qwen3.end_of_turn, max_held_tokens=10)
     Played(tokens, qwen3).turn("a", [SYSTEM, {"role": "user", "content": "hi"}], "ok<|im_end|>", _answer(None, "ok"))
     assert tokens.held_sessions == 0  # one turn over the token cap is not held at all
+
+
+def test_stats_inspect_and_view_show_how_each_turn_was_built(qwen3: Renderer, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from tito_cli import TurnLogWriter
+    from tito_cli.cli import app
+
+    history = CanonicalHistory(qwen3, qwen3.end_of_turn)
+    play = Played(history, qwen3)
+    _coding_session(play)
+    sub = [{"role": "system", "content": "You are a sub-agent."}, {"role": "user", "content": "Find tests."}]
+    play.turn("s1", sub, "test_a.py<|im_end|>", _answer(None, "test_a.py"))
+    logs = tmp_path / "logs"
+    with TurnLogWriter(logs, tokenizer=str(QWEN3)) as log:
+        for prompt, output, _, answer in play.turns:
+            log.record_turn("s1", prompt.ids, output, None, "stop", prompt.messages, answer, TOOLS, prompt.metadata())
+        log.finish_session("s1", 1.0)
+    runner = CliRunner()
+    stats = runner.invoke(app, ["stats", str(logs), "--json"])
+    assert stats.exit_code == 0, stats.output
+    assert json.loads(stats.stdout)["capture_history"] == {
+        "canonical": 2,
+        "rendered": 2,
+        "rendered_by_reason": {"history rewritten": 1, "no held turn": 1},
+    }
+    shown = runner.invoke(app, ["stats", str(logs)])
+    assert "capture history" in shown.stdout and "history rewritten" in shown.stdout
+    inspect = runner.invoke(app, ["inspect", "s1", str(logs), "--json"])
+    assert inspect.exit_code == 0, inspect.output
+    rows = json.loads(inspect.stdout)["turns"]
+    assert [r["history"] for r in rows] == [
+        "rendered: no held turn", "canonical", "canonical", "rendered: history rewritten"
+    ]
+    page = tmp_path / "view.html"
+    view = runner.invoke(app, ["view", "s1", "--logs", str(logs), "--out", str(page)])
+    assert view.exit_code == 0, view.output
+    assert '"history":"rendered: history rewritten"' in page.read_text(encoding="utf-8")  # the page's data
