@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -355,3 +356,20 @@ def test_stats_inspect_and_view_show_how_each_turn_was_built(qwen3: Renderer, tm
     view = runner.invoke(app, ["view", "s1", "--logs", str(logs), "--out", str(page)])
     assert view.exit_code == 0, view.output
     assert '"history":"rendered: history rewritten"' in page.read_text(encoding="utf-8")  # the page's data
+
+
+def test_the_new_text_from_the_window_is_the_new_text_of_the_whole_conversation(qwen3: Renderer) -> None:
+    """The cheap render (leading system messages, answer, new messages) finds what the whole one finds."""
+    history = CanonicalHistory(qwen3, qwen3.end_of_turn)
+    play = Played(history, qwen3)
+    _coding_session(play)
+    checked = 0
+    for (before, _, messages_before, answer), (after, _, messages, _) in itertools.pairwise(play.turns):
+        new = messages[len(messages_before) + 1 :]
+        held = before.messages
+        window = history._text_after(held[:1], answer, new, TOOLS)
+        whole = history._text_after(held, answer, new, TOOLS)
+        assert window is not None and window == whole
+        assert qwen3.decode(after.ids[after.held :]) == window
+        checked += 1
+    assert checked == 2

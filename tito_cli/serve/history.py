@@ -255,14 +255,30 @@ class CanonicalHistory:
         return Prompt(ids, CANONICAL, [*turn.messages, turn.answer, *new], None, len(turn.ids))
 
     def _new_text(self, turn: _Held, new: list[Message], tools: Any) -> str | None:
-        """What the template renders after the held answer: the new messages and the generation prompt."""
-        before = [*turn.messages, turn.answer]
-        full = self.renderer.render([*before, *new], tools)
-        try:  # a template may refuse a probe it would render otherwise: then nothing is proven
-            probed_new = self.renderer.render([*before, _probe(new[0]), *new[1:]], tools)
-            probed_answer = self.renderer.render([*turn.messages, _probe(turn.answer, append=True), *new], tools)
-        except Exception:
-            return None
+        """What the template renders after the held answer: the new messages and the generation prompt.
+
+        Rendered first with only the conversation's leading system messages before the answer, so that
+        a turn's work follows its new text, not its context; with the whole conversation when the
+        template refuses that window or the window proves nothing.
+        """
+        lead = 0
+        while lead < len(turn.messages) and turn.messages[lead].get("role") in ("system", "developer"):
+            lead += 1
+        contexts = [turn.messages[:lead], turn.messages] if lead < len(turn.messages) else [turn.messages]
+        for context in contexts:
+            try:  # a template may refuse a conversation or a probe: then nothing is proven with it
+                suffix = self._text_after(context, turn.answer, new, tools)
+            except Exception:
+                continue
+            if suffix is not None:
+                return suffix
+        return None
+
+    def _text_after(self, context: list[Message], answer: Message, new: list[Message], tools: Any) -> str | None:
+        """The text after ``answer`` in the render of ``context + [answer] + new``, if three renders prove it."""
+        render = self.renderer.render
+        full = render([*context, answer, *new], tools)
+        probed_new = render([*context, answer, _probe(new[0]), *new[1:]], tools)
         if probed_new == full:
             return None  # the first new message's content is not rendered: nothing marks where it starts
         end = self._answer_end(full, _common_prefix(full, probed_new))
@@ -270,6 +286,7 @@ class CanonicalHistory:
             return None
         suffix = full[end:]
         # The answer's own end, or an earlier one?  Change the answer: the text after its end must not move.
+        probed_answer = render([*context, _probe(answer, append=True), *new], tools)
         head = probed_answer[: len(probed_answer) - len(suffix)]
         if not probed_answer.endswith(suffix) or not head.endswith(self.end_of_turn):
             return None
