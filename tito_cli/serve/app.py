@@ -264,6 +264,8 @@ class Gateway:
                 state.finished = False
                 raise ClientError(f"cannot finish session {session_id!r}: {exc}") from None
             state.reward = reward
+            if self.upstream is not None:
+                self.upstream.session_finished(session_id)
         except ClientError as exc:
             return JSONResponse(openai_error(exc.status, exc.message), status_code=exc.status)
         return JSONResponse({"session_id": session_id, "finished": True, "reward": reward, "turns": len(state.turns)})

@@ -72,6 +72,9 @@ class Upstream(ABC):
             return asked
         return cap if asked is None else min(asked, cap)
 
+    def session_finished(self, session_id: str) -> None:  # noqa: B027  (most upstreams hold nothing)
+        """A session finished: forget what is held for it (nothing, unless the upstream holds history)."""
+
     def prepare(self, request: ChatRequest) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
         """The messages and tools as this upstream renders or sends them (arguments normalised)."""
         return request.messages, request.tools
