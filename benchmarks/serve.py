@@ -1,7 +1,7 @@
 """What ``tito serve`` adds to a generation call, at 1, 16 and 64 concurrent sessions, prompts growing to ~32k tokens.
 
     python benchmarks/serve.py [--upstream-api chat generate] [--sessions 1 16 64] [--turns 16]
-                               [--prompt-tokens 32000] [--runs 3] [--quick]
+                               [--prompt-tokens 32000] [--runs 3] [--history render|canonical] [--quick]
 
 An upstream that answers instantly (this script run with ``--upstream PORT`` in its own process: SGLang's
 ``/generate`` and vLLM's ``/v1/chat/completions`` shapes with token ids and logprobs, a scripted tool call
@@ -334,7 +334,8 @@ def run_mode(upstream_api: str, args: argparse.Namespace, work: Path) -> list[li
     env = dict(os.environ, TITO_SERVE_DEBUG_METRICS="1")
     gateway = subprocess.Popen(
         [sys.executable, "-m", "tito_cli", "serve", "--logs", str(logs), "--upstream", f"http://127.0.0.1:{up_port}",
-         "--upstream-api", upstream_api, "--tokenizer", str(QWEN3), "--port", str(gw_port)],
+         "--upstream-api", upstream_api, "--tokenizer", str(QWEN3), "--port", str(gw_port),
+         *(["--history", args.history] if upstream_api == "generate" else [])],
         cwd=REPO, env=env,
     )
     up, gw = f"http://127.0.0.1:{up_port}", f"http://127.0.0.1:{gw_port}"
@@ -426,9 +427,10 @@ def table(upstream_api: str, runs: list[list[Row]], args: argparse.Namespace) ->
     def med(values: Sequence[float]) -> float:
         return statistics.median(values)
 
+    history = f" --history {args.history}" if upstream_api == "generate" else ""
     lines = [
-        f"upstream {upstream_api}: {args.turns} turns a session, prompts growing to ~{args.prompt_tokens:,} tokens, "
-        f"{args.runs} run(s), medians (ms)",
+        f"upstream {upstream_api}{history}: {args.turns} turns a session, "
+        f"prompts growing to ~{args.prompt_tokens:,} tokens, {args.runs} run(s), medians (ms)",
         f"{'sessions':>8} {'direct p50':>10} {'p99':>7} {'gateway p50':>11} {'p99':>7} {'added p50':>9} {'p99':>7} "
         f"{'ratio p50':>9} {'loop lag p99':>12} {'cpu/turn':>8} {'rss MB':>7}",
     ]
@@ -460,6 +462,8 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=16)
     parser.add_argument("--prompt-tokens", type=int, default=32_000)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--history", default="render", choices=["render", "canonical"],
+                        help="the generate upstream's --history (how the gateway builds prompt ids)")
     parser.add_argument("--quick", action="store_true", help="a smoke run: 1 and 2 sessions, 2 turns, 1k tokens, 1 run")
     parser.add_argument("--upstream", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()

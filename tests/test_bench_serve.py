@@ -26,7 +26,7 @@ def test_quick_mode_measures_both_paths_and_the_gateway() -> None:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     blocks = [block.splitlines() for block in done.stdout.strip().split("\n\n")]
-    assert [block[0].split(":")[0] for block in blocks] == ["upstream chat", "upstream generate"]
+    assert [block[0].split(":")[0] for block in blocks] == ["upstream chat", "upstream generate --history render"]
     for block in blocks:
         assert "2 turns a session, prompts growing to ~1,000 tokens, 1 run(s), medians (ms)" in block[0]
         header = block[1]
