@@ -157,7 +157,11 @@ def upstream_app() -> Any:
 def serve_upstream(port: int) -> None:
     import uvicorn
 
-    uvicorn.run(upstream_app(), host="127.0.0.1", port=port, log_level="warning", access_log=False)
+    # uvicorn's default keep-alive timeout (5 s) equals httpx's pool expiry: under load a pooled connection
+    # the server is closing gets reused and the call fails (ReadError). Long here, so every phase completes.
+    uvicorn.run(
+        upstream_app(), host="127.0.0.1", port=port, log_level="warning", access_log=False, timeout_keep_alive=120
+    )
 
 
 # -- processes -------------------------------------------------------------------------------------
