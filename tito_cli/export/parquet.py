@@ -77,7 +77,7 @@ class StreamedParquetFile(Sink):
         del table
         # Encoding a row group is a run's largest passing allocation, freed all at once; kept (the
         # command line's allocator option), its pages seldom fit what comes next and RSS ratchets up
-        # over a long run.  Hand them back here, a few times a run (docs/performance.md, Decisions).
+        # over a long run.  Hand them back here, a few times a run (docs/notes/performance.md, Decisions).
         pa.default_memory_pool().release_unused()
 
     def close(self) -> list[StagedFile]:
