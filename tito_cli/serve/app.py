@@ -36,13 +36,11 @@ from .exchange import ChatRequest, ClientError, Generation, UpstreamError
 from .sessions import Sessions, check_session_id, session_from_headers
 from .template import ChatTemplate
 from .upstreams import UPSTREAMS, Upstream
+from .upstreams.base import INLINE_BYTES
 
 __all__ = ["Gateway", "create_app"]
 
 log = logging.getLogger("tito.serve")
-
-#: Bodies up to this size are parsed on the loop; larger ones in a worker thread.
-_INLINE_BYTES = 64 << 10
 
 
 def create_app(config: ServeConfig, template: ChatTemplate | None = None) -> Starlette:
@@ -174,7 +172,8 @@ class Gateway:
             try:
                 session_id = self._session_of(request)
                 body = await self._json_body(request)
-                parsed = await self._offload_if(len(body[1]) > _INLINE_BYTES, dialect.parse, body[0])
+                parsed = await self._offload_if(len(body[1]) > INLINE_BYTES, dialect.parse, body[0])
+                parsed.size = len(body[1])
                 state = self.sessions.get(session_id)
                 if state is not None and state.finished:
                     raise ClientError(f"session {session_id!r} is finished: start a new session id", 409)
@@ -189,7 +188,7 @@ class Gateway:
             try:
                 self._session_of(request)
                 body = await self._json_body(request)
-                parsed = await self._offload_if(len(body[1]) > _INLINE_BYTES, dialect.parse, body[0])
+                parsed = await self._offload_if(len(body[1]) > INLINE_BYTES, dialect.parse, body[0])
                 assert self.upstream is not None
                 tokens = await self.upstream.count_tokens(parsed)
             except ClientError as exc:
@@ -226,7 +225,7 @@ class Gateway:
             raise ClientError(f"the request body is larger than {limit} bytes (--max-request-bytes)", 413)
         data = b"".join(chunks)
         try:
-            parsed = await self._offload_if(len(data) > _INLINE_BYTES, json.loads, data)
+            parsed = await self._offload_if(len(data) > INLINE_BYTES, json.loads, data)
         except (ValueError, RecursionError) as exc:
             raise ClientError(f"the request body is not JSON ({exc})") from None
         return parsed, data
@@ -384,6 +383,10 @@ class _Exchange(Response):
         self.session_id = session_id
         self.request = request
         self.agent = agent
+        # What a Response carries, for anything that inspects one; this one writes its own messages.
+        self.status_code = 200
+        self.body = b""
+        self.raw_headers = []
         self.background = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
