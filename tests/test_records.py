@@ -85,6 +85,22 @@ def test_the_writer_refuses_json_cells_of_the_wrong_kind(field: str, value: Any,
         log.record_turn("s", [1, 2], [3], None, "stop", [USER], **cells)
 
 
+@pytest.mark.parametrize(
+    ("metadata", "reason"),
+    [
+        ('{"score": 1e400}', "sessions metadata holds a number beyond float64"),
+        ('{"note": "\\ud800"}', "sessions metadata holds a lone surrogate"),
+        ('{"tito": 1}', "sessions metadata has a key 'tito'"),
+        ("[1, 2]", "sessions metadata is not a JSON object"),
+    ],
+)
+def test_the_writer_refuses_sessions_metadata_text_the_reader_would_reject_the_session_for(
+    metadata: str, reason: str, tmp_path: Path
+) -> None:
+    with TurnLogWriter(tmp_path / "log", max_age=None) as log, pytest.raises(ValueError, match=reason):
+        log.finish_session("s", 1.0, metadata=metadata)
+
+
 def test_prompt_messages_given_as_text_are_stored_as_given_and_rebuild_like_the_values(tmp_path: Path) -> None:
     as_text = json.dumps([USER])
     for name, messages in (("text", as_text), ("values", [USER])):

@@ -11,10 +11,10 @@ that what one side accepts the others accept:
   accepts exactly what the writer accepts, and rejects the rest whole;
 * the reader (:mod:`tito_cli.read.validate`) parses JSON with
   :func:`loads_json`, skips :data:`JSON_WHITESPACE` only, and checks the
-  prompt messages, the JSON cells' types and the logprob count with
-  :func:`check_prompt_messages`, :func:`check_json_type` and
-  :func:`check_logprob_count`: the writer refuses what a rebuild would reject
-  a session for.
+  prompt messages, the JSON cells' types, the logprob count and the sessions
+  metadata with :func:`check_prompt_messages`, :func:`check_json_type`,
+  :func:`check_logprob_count` and :func:`check_sessions_metadata`: the writer
+  refuses what a rebuild would reject a session for.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ __all__ = [
     "check_json_type",
     "check_logprob_count",
     "check_prompt_messages",
+    "check_sessions_metadata",
     "loads_json",
     "sessions_row",
     "stored_row",
@@ -109,6 +110,29 @@ def check_logprob_count(logprobs: int, outputs: int, messages: int) -> None:
             "output_logprobs length differs from output_ids length "
             f"({logprobs} logprobs, {outputs} output ids)"
         )
+
+
+def check_sessions_metadata(value: Any) -> None:
+    """A sessions row's metadata (parsed, not null): an object, without tito's key, that is strict JSON again.
+
+    It is copied into every sample's metadata, under tito's own ``"tito"`` key: it must come out as
+    strict JSON, UTF-8 (a lone surrogate, or ``1e400``, which parses as infinity, would not).
+    """
+    if not isinstance(value, dict):
+        raise ValueError("sessions metadata is not a JSON object")
+    if PROVENANCE_KEY in value:
+        raise ValueError(
+            f"sessions metadata has a key {PROVENANCE_KEY!r}, which tito reserves for each sample's "
+            "provenance (rename it in the harness)"
+        )
+    try:
+        json.dumps(value, ensure_ascii=False, allow_nan=False).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"sessions metadata holds a lone surrogate ({exc.object[exc.start:exc.end]!a})") from None
+    except ValueError:
+        raise ValueError("sessions metadata holds a number beyond float64 (1e400 reads as infinity)") from None
+    except RecursionError:
+        raise ValueError("sessions metadata is nested too deeply") from None
 
 
 def _json_text(value: JsonLike, what: str) -> str | None:
@@ -346,13 +370,11 @@ def sessions_row(
     _check_text(label, "label", required=False)
     if metadata is not None and not isinstance(metadata, (str, dict)):
         raise ValueError(f"metadata must be a JSON object, got {type(metadata).__name__}")
-    value = _json_value(metadata, "metadata")
-    if value is not None and not isinstance(value, dict):
-        raise ValueError(f"metadata must be a JSON object, got JSON {type(value).__name__}")
-    if isinstance(value, dict) and PROVENANCE_KEY in value:
-        raise ValueError(f"metadata key {PROVENANCE_KEY!r} is reserved for the samples' provenance")
     meta_text = _json_text(metadata, "metadata")
     _check_text(meta_text, "metadata", required=False)
+    value = _json_value(metadata, "sessions metadata")
+    if value is not None:
+        check_sessions_metadata(value)  # (what the reader checks the row for)
     row: dict[str, Any] = {
         "session_id": session_id,
         "reward": reward,
