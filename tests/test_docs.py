@@ -22,7 +22,8 @@ from tito_cli.cli import app
 from . import doc_examples
 from .helpers import REPO
 
-DOCUMENTS = sorted([REPO / "README.md", *(REPO / "docs").glob("*.md")])
+#: The pages and their notes (docs/notes/: dated measurements, ledgers, provenance): every shown command runs.
+DOCUMENTS = sorted([REPO / "README.md", *(REPO / "docs").glob("*.md"), *(REPO / "docs" / "notes").glob("*.md")])
 
 
 def _commands() -> dict[str, object]:

@@ -15,12 +15,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .._arrow import NotUtf8, strings
+from ..capture.records import loads_json
 from ..errors import SchemaError, UnreadableLogError
 from ..schema import PROVENANCE_KEY
 from ..turns import RowRef, SessionInfo, canonical_json
 from .columns import INT64_MAX
 from .files import LogFile
-from .validate import loads_json
 
 __all__ = ["SessionInfos", "SessionsTable", "read_sessions_table"]
 

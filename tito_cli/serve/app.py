@@ -29,7 +29,9 @@ from starlette.types import Receive, Scope, Send
 
 from ..capture.writer import TurnLogWriter
 from ..errors import TokenizerError
+from . import debug_metrics
 from .config import ServeConfig
+from .debug_metrics import LoopLagMonitor
 from .dialects import DIALECTS, Dialect
 from .dialects.chat import openai_error
 from .exchange import ChatRequest, ClientError, Generation, UpstreamError
@@ -66,6 +68,8 @@ class Gateway:
         self.pool: ThreadPoolExecutor | None = None
         self.writer: TurnLogWriter | None = None
         self.upstream: Upstream | None = None
+        #: Opt-in measurements (TITO_SERVE_DEBUG_METRICS=1): the loop's lag, CPU, RSS at GET /debug/metrics.
+        self.metrics = LoopLagMonitor() if debug_metrics.enabled() else None
         self.app = Starlette(routes=self._routes(), lifespan=self._lifespan)
         self.app.add_exception_handler(HTTPException, self._http_error)  # type: ignore[arg-type]
 
@@ -89,8 +93,12 @@ class Gateway:
             if self.upstream.renders and hasattr(self.upstream, "profile"):
                 self.upstream.profile()
             self.writer = TurnLogWriter(config.logs, tokenizer=config.tokenizer_name, max_age=config.flush_every)
+            if self.metrics is not None:
+                self.metrics.start()
             yield
         finally:
+            if self.metrics is not None:
+                await self.metrics.stop()
             await self.drain()
             if self.writer is not None:
                 await self.offload(self.writer.close)
@@ -139,12 +147,21 @@ class Gateway:
             Route("/sessions/{sid}/finish", self._finish, methods=["POST"]),
             Route("/sessions/{sid}", self._report, methods=["GET"]),
         ]
+        if self.metrics is not None:
+            routes.append(Route("/debug/metrics", self._debug_metrics, methods=["GET"]))
         for dialect in self.dialects:
             for prefix in ("", "/sessions/{sid}"):
                 routes.append(Route(prefix + dialect.path, self._generation_endpoint(dialect), methods=["POST"]))
                 if dialect.count_path:
                     routes.append(Route(prefix + dialect.count_path, self._count_endpoint(dialect), methods=["POST"]))
         return routes
+
+    async def _debug_metrics(self, request: Request) -> Response:
+        assert self.metrics is not None
+        snapshot = self.metrics.snapshot()
+        if request.query_params.get("reset") == "1":
+            self.metrics.reset()
+        return JSONResponse(snapshot)
 
     async def _health(self, request: Request) -> Response:
         return JSONResponse({"status": "ok"})
