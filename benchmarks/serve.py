@@ -157,7 +157,35 @@ def upstream_app() -> Any:
 def serve_upstream(port: int) -> None:
     import uvicorn
 
-    uvicorn.run(upstream_app(), host="127.0.0.1", port=port, log_level="warning", access_log=False)
+    # uvicorn's default keep-alive timeout (5 s) equals httpx's pool expiry: under load a pooled connection
+    # the server is closing gets reused and the call fails (ReadError). Long here, so every phase completes.
+    uvicorn.run(
+        upstream_app(), host="127.0.0.1", port=port, log_level="warning", access_log=False, timeout_keep_alive=120
+    )
+
+
+def serve_probe(port: int) -> None:
+    """An idle process measuring its own loop lag as the gateway does: what the machine alone adds."""
+    import uvicorn
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response
+    from starlette.routing import Route
+
+    sys.path.insert(0, str(REPO))
+    from tito_cli.serve.debug_metrics import LoopLagMonitor
+
+    monitor = LoopLagMonitor()
+
+    async def metrics(request: Request) -> Response:
+        monitor.start()
+        snapshot = monitor.snapshot()
+        if request.query_params.get("reset") == "1":
+            monitor.reset()
+        return JSONResponse(snapshot)
+
+    app = Starlette(routes=[Route("/debug/metrics", metrics), Route("/health", metrics)])
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
 
 
 # -- processes -------------------------------------------------------------------------------------
@@ -323,13 +351,17 @@ class Row:
     cpu_per_turn: float
     rss: int
     last_prompt: int
+    #: The same probe's lag p99 in an idle process during the gateway phase: the machine's share.
+    idle_lag_p99: float | None = None
 
 
 def run_mode(upstream_api: str, args: argparse.Namespace, work: Path) -> list[list[Row]]:
     import httpx
 
-    up_port, gw_port = free_port(), free_port()
+    up_port, gw_port, probe_port = free_port(), free_port(), free_port()
     upstream = subprocess.Popen([sys.executable, str(HERE / "serve.py"), "--upstream", str(up_port)], cwd=REPO)
+    probe = subprocess.Popen([sys.executable, str(HERE / "serve.py"), "--probe", str(probe_port)], cwd=REPO)
+    pr = f"http://127.0.0.1:{probe_port}"
     logs = work / f"logs-{upstream_api}"
     env = dict(os.environ, TITO_SERVE_DEBUG_METRICS="1")
     gateway = subprocess.Popen(
@@ -342,6 +374,7 @@ def run_mode(upstream_api: str, args: argparse.Namespace, work: Path) -> list[li
     runs: list[list[Row]] = []
     try:
         wait_ready(f"{up}/health", upstream)
+        wait_ready(f"{pr}/health", probe)
         wait_ready(f"{gw}/healthz", gateway)
         # Warm-up, not measured: first connections, lazy imports, the first render.
         for url in (f"{gw}/sessions/bench-warm-up/v1/chat/completions", f"{up}/v1/chat/completions"):
@@ -358,6 +391,7 @@ def run_mode(upstream_api: str, args: argparse.Namespace, work: Path) -> list[li
                         raise SystemExit(f"finish {sids[s]}: {done.status_code} {done.text[:300]}")
 
                 httpx.get(f"{gw}/debug/metrics", params={"reset": "1"}, timeout=10).raise_for_status()
+                httpx.get(f"{pr}/debug/metrics", params={"reset": "1"}, timeout=10).raise_for_status()
                 cpu0 = proc_cpu_seconds(gateway.pid)
                 through = asyncio.run(run_phase(
                     lambda s, sids=sids: f"{gw}/sessions/{sids[s]}/v1/chat/completions",
@@ -365,6 +399,7 @@ def run_mode(upstream_api: str, args: argparse.Namespace, work: Path) -> list[li
                 ))
                 cpu = proc_cpu_seconds(gateway.pid) - cpu0
                 metrics = httpx.get(f"{gw}/debug/metrics", timeout=10).json()
+                idle = httpx.get(f"{pr}/debug/metrics", timeout=10).json()
                 rss = proc_rss_bytes(gateway.pid)
                 if upstream_api == "chat":
                     direct = asyncio.run(run_phase(
@@ -386,17 +421,20 @@ def run_mode(upstream_api: str, args: argparse.Namespace, work: Path) -> list[li
                     ))
                     last_prompt = max(len(p[-1]) for p in prompts.values())
                 lag = (metrics.get("loop_lag") or {}).get("p99_ms")
+                idle_lag = (idle.get("loop_lag") or {}).get("p99_ms")
                 rows.append(Row(
                     sessions, sessions * args.turns,
                     quantile(direct.latencies, 0.5), quantile(direct.latencies, 0.99),
                     quantile(through.latencies, 0.5), quantile(through.latencies, 0.99),
                     None if lag is None else lag / 1000, cpu / (sessions * args.turns), rss, last_prompt,
+                    None if idle_lag is None else idle_lag / 1000,
                 ))
                 print(f"  {upstream_api} run {run + 1} {sessions:>3} sessions: {describe(rows[-1])}", file=sys.stderr)
             runs.append(rows)
     finally:
         stop(gateway)
         stop(upstream)
+        stop(probe)
     return runs
 
 
@@ -432,7 +470,7 @@ def table(upstream_api: str, runs: list[list[Row]], args: argparse.Namespace) ->
         f"upstream {upstream_api}{history}: {args.turns} turns a session, "
         f"prompts growing to ~{args.prompt_tokens:,} tokens, {args.runs} run(s), medians (ms)",
         f"{'sessions':>8} {'direct p50':>10} {'p99':>7} {'gateway p50':>11} {'p99':>7} {'added p50':>9} {'p99':>7} "
-        f"{'ratio p50':>9} {'loop lag p99':>12} {'cpu/turn':>8} {'rss MB':>7}",
+        f"{'ratio p50':>9} {'loop lag p99':>12} {'idle lag p99':>12} {'cpu/turn':>8} {'rss MB':>7}",
     ]
     for i, sessions in enumerate(args.sessions):
         rows = [run[i] for run in runs]
@@ -442,6 +480,8 @@ def table(upstream_api: str, runs: list[list[Row]], args: argparse.Namespace) ->
         a99 = med([r.gateway_p99 - r.direct_p99 for r in rows])
         lags = [r.lag_p99 for r in rows if r.lag_p99 is not None]
         lag = f"{med(lags) * 1000:12.1f}" if lags else f"{'-':>12}"
+        idle = [r.idle_lag_p99 for r in rows if r.idle_lag_p99 is not None]
+        lag += f" {med(idle) * 1000:12.1f}" if idle else f" {'-':>12}"
         lines.append(
             f"{sessions:>8} {d50 * 1000:>10.1f} {d99 * 1000:>7.1f} {g50 * 1000:>11.1f} {g99 * 1000:>7.1f} "
             f"{a50 * 1000:>9.1f} {a99 * 1000:>7.1f} {g50 / d50:>9.2f} {lag} "
@@ -466,9 +506,13 @@ def main() -> None:
                         help="the generate upstream's --history (how the gateway builds prompt ids)")
     parser.add_argument("--quick", action="store_true", help="a smoke run: 1 and 2 sessions, 2 turns, 1k tokens, 1 run")
     parser.add_argument("--upstream", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--probe", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.upstream is not None:
         serve_upstream(args.upstream)
+        return
+    if args.probe is not None:
+        serve_probe(args.probe)
         return
     if args.quick:
         args.sessions, args.turns, args.prompt_tokens, args.runs = [1, 2], 2, 1_000, 1

@@ -16,7 +16,7 @@ from .helpers import REPO
 pytest.importorskip("uvicorn", reason="the serve extra: pip install -e '.[serve]'")
 
 COLUMNS = ["sessions", "direct p50", "p99", "gateway p50", "p99", "added p50", "p99", "ratio p50", "loop lag p99",
-           "cpu/turn", "rss MB"]
+           "idle lag p99", "cpu/turn", "rss MB"]
 
 
 def test_quick_mode_measures_both_paths_and_the_gateway() -> None:
@@ -35,9 +35,9 @@ def test_quick_mode_measures_both_paths_and_the_gateway() -> None:
         assert [row[0] for row in rows] == ["1", "2"]
         for row in rows:
             values = [float(v) for v in row[1:]]
-            direct_p50, gateway_p50, lag, cpu, rss = values[0], values[2], values[7], values[8], values[9]
+            direct_p50, gateway_p50, lag, idle_lag, cpu, rss = values[0], values[2], *values[7:11]
             assert direct_p50 > 0 and gateway_p50 > 0
-            assert lag >= 0 and cpu > 0 and rss > 10
+            assert lag >= 0 and idle_lag >= 0 and cpu > 0 and rss > 10
         assert block[4].startswith("gateway RSS after each phase, in order (MB): ")
         assert len(block[4].split(": ")[1].split()) == 2
     # The generate upstream's prompts are the gateway's own renders, counted in real tokens.
