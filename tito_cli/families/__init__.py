@@ -11,15 +11,42 @@ from __future__ import annotations
 from typing import Any
 
 from ..plugins import PluginTable
-from .base import FamilyProfile, ParsedOutput, ToolCall
+from .base import (
+    DRIFT_CHANGES,
+    REASONING_DROPPED,
+    RETOKENIZED,
+    TOOL_ARGS_RERENDERED,
+    WHITESPACE_TRIMMED,
+    FamilyProfile,
+    Markers,
+    ParsedOutput,
+    ToolCall,
+)
 
-__all__ = ["FAMILIES", "FamilyProfile", "ParsedOutput", "ToolCall", "family_for", "family_named", "register_family"]
+__all__ = [
+    "DRIFT_CHANGES",
+    "FAMILIES",
+    "REASONING_DROPPED",
+    "RETOKENIZED",
+    "TOOL_ARGS_RERENDERED",
+    "WHITESPACE_TRIMMED",
+    "FamilyProfile",
+    "Markers",
+    "ParsedOutput",
+    "ToolCall",
+    "family_for",
+    "family_named",
+    "register_family",
+    "shipped_template",
+]
 
 #: Family name -> profile class, imported when first used.
 FAMILIES: PluginTable[FamilyProfile] = PluginTable(
     "model family",
     {
         "qwen3": "tito_cli.families.qwen3:Qwen3",
+        "deepseek-v3": "tito_cli.families.deepseek_v3:DeepSeekV3",
+        "gpt-oss": "tito_cli.families.gpt_oss:GptOss",
     },
     base=FamilyProfile,
 )
@@ -43,3 +70,12 @@ def family_for(tokenizer_name: str | None, tokenizer: Any = None) -> FamilyProfi
         if profile.recognises(tokenizer_name, tokenizer):
             return profile()
     return None
+
+
+def shipped_template(profile: FamilyProfile) -> str | None:
+    """The text of the chat template tito ships for ``profile`` (``None``: it renders with the tokenizer's own)."""
+    if profile.template is None:
+        return None
+    from importlib import resources  # not at import: every command's start-up would pay for it
+
+    return (resources.files("tito_cli") / "_data" / "templates" / profile.template).read_text(encoding="utf-8")

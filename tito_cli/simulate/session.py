@@ -7,6 +7,15 @@ way the client does (possibly re-rendered) and runs the tool calls.  It also
 does what harnesses do to conversations: resend a prompt after an abort or
 an empty reply, rewind to an earlier prompt, compact a long conversation
 into a summary, and ask the model to continue after a reply was cut off.
+
+It also records why the next prompt of a conversation no longer extends the
+tokens its previous turn held, where it knows (``SessionStats.causes``): the
+output was re-tokenized (a non-canonical split, a cut reply), the client or
+server re-rendered a reply (whitespace stripped, tool-call arguments
+re-serialized), the template dropped reasoning it had rendered or writes
+tool calls its own way.  The names are the drift classes'
+(:data:`tito_cli.families.DRIFT_CHANGES`), so a test can hold the classifier
+to them.
 """
 
 from __future__ import annotations
@@ -20,6 +29,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ..capture.writer import TurnLogWriter
+from ..families import REASONING_DROPPED, RETOKENIZED, TOOL_ARGS_RERENDERED, WHITESPACE_TRIMMED
 from .agent import MainAgent, Plan, Style, SubAgent
 from .chat import Chat, Message
 from .environment import MAIN_TOOLS, SUB_TOOLS, Workspace, tool_specs
@@ -64,6 +74,9 @@ class SessionStats:
     max_prompt_tokens: int = 0
     reward: float | None = None
     events: Counter[str] = field(default_factory=Counter)
+    #: Turn ``seq`` -> what the simulator changed between the tokens the conversation's previous turn
+    #: held and this turn's prompt (drift class names), for the turns where it knows.
+    causes: dict[int, frozenset[str]] = field(default_factory=dict)
 
 
 @dataclass(eq=False, slots=True)
@@ -82,6 +95,13 @@ class _Thread:
     #: Every prompt sent, for rewinds.
     prompts: list[list[Message]] = field(default_factory=list)
     turns: int = 0
+    #: The text the previous turn held (its prompt and output), and what was changed since in what it
+    #: held; ``None``: not known (a new conversation, a rewind, a compaction).
+    held: str | None = None
+    changes: set[str] | None = None
+    #: The reasoning this conversation's replies carried, and whether the last reply called tools.
+    reasoning: list[str] = field(default_factory=list)
+    called: bool = False
 
 
 class _Session:
@@ -113,7 +133,7 @@ class _Session:
         self.style = Style(
             reasoning=0.5 if "reasoning" in features else 0.0,
             trailing_newline=0.5 if features.rewrite == "strip" else 0.0,
-            parallel=0.5,
+            parallel=profile.parallel,
             long_write="long_write" in features,
             wrong_fix="wrong_fix" in features,
             give_up="give_up" in features,
@@ -190,6 +210,7 @@ class _Session:
         generation, response = self._generate(thread, action)
         thread.turns += 1
         stored = self._store(response, generation)
+        self._note_changes(thread, response, stored)
         thread.messages.append(stored)
         if generation.finish_reason == "length":
             self.stats.events["truncation"] += 1
@@ -209,6 +230,7 @@ class _Session:
         if retry == "rewind" and len(thread.prompts) >= 2 and thread.prompts[-2][:2] == thread.messages[:2]:
             # The user rewinds one step: the previous prompt is sent again.
             thread.messages = copy.deepcopy(thread.prompts[-2])
+            thread.changes = None
             self.stats.events["rewind"] += 1
 
     # -- model calls -------------------------------------------------------------
@@ -227,11 +249,20 @@ class _Session:
         """Render, generate, parse and record one turn."""
         prompt_messages = thread.messages if messages is None else messages
         prompt_tools = thread.tools if tools is True else (tools or None)
-        prompt_ids = self.chat.encode_prompt(self.chat.render(prompt_messages, prompt_tools))
+        prompt_text = self.chat.render(
+            prompt_messages, prompt_tools, thinking="reasoning" in self.features, now=self.clock
+        )
+        prompt_ids = self.chat.encode_prompt(prompt_text)
         rate = NONCANONICAL_RATE if "noncanonical" in self.features else 0.0
         loose = LOOSE_JSON_RATE if "loose_json" in self.features else 0.0
         generation = self.model.generate(
-            action, max_tokens=self.max_tokens, noncanonical=rate, abort=abort, empty=empty, loose_json=loose
+            action,
+            max_tokens=self.max_tokens,
+            noncanonical=rate,
+            abort=abort,
+            empty=empty,
+            loose_json=loose,
+            prompt=prompt_text,
         )
         response: Message | None = None
         if generation.finish_reason != "abort":
@@ -248,7 +279,7 @@ class _Session:
         if event:
             metadata["event"] = event
         self.clock += timedelta(seconds=0.3 + 0.015 * len(generation.ids) + 0.00002 * len(prompt_ids))
-        self.writer.record_turn(
+        seq = self.writer.record_turn(
             self.sid,
             prompt_ids,
             generation.ids,
@@ -262,11 +293,49 @@ class _Session:
         )
         if messages is None:
             thread.prompts.append(copy.deepcopy(prompt_messages))
+            self._record_causes(thread, seq, prompt_text)
+            if generation.finish_reason != "abort" and generation.ids.size:
+                self._held(thread, prompt_text, generation, action)
         self.stats.turns += 1
         self.stats.prompt_tokens += len(prompt_ids)
         self.stats.output_tokens += len(generation.ids)
         self.stats.max_prompt_tokens = max(self.stats.max_prompt_tokens, len(prompt_ids))
         return generation, response
+
+    # -- why the history changed (SessionStats.causes) ---------------------------------------------
+
+    def _record_causes(self, thread: _Thread, seq: int, prompt: str) -> None:
+        """What changed between the tokens ``thread``'s previous turn held and ``prompt``, if known."""
+        if thread.held is None or thread.changes is None:
+            return
+        causes = set(thread.changes)
+        if any(r in thread.held and r not in prompt for r in thread.reasoning):
+            causes.add(REASONING_DROPPED)
+        if thread.called and self.chat.family.rerenders_tool_calls:
+            causes.add(TOOL_ARGS_RERENDERED)
+        if causes:
+            self.stats.causes[seq] = frozenset(causes)
+
+    def _held(self, thread: _Thread, prompt: str, generation: Generation, action: Action) -> None:
+        """A turn was answered: what it held, and what its output already changed (re-tokenized text)."""
+        thread.held = prompt + generation.text
+        thread.changes = set()
+        if generation.noncanonical_at is not None or generation.finish_reason == "length":
+            thread.changes.add(RETOKENIZED)
+        if generation.loose_calls:
+            thread.changes.add(TOOL_ARGS_RERENDERED)
+        if action.reasoning and action.reasoning in generation.text:
+            thread.reasoning.append(action.reasoning)
+        thread.called = bool(action.calls) and generation.finish_reason != "length"
+
+    def _note_changes(self, thread: _Thread, response: Message | None, stored: Message) -> None:
+        """The client's re-rendering of the reply it keeps (``rewrite``)."""
+        if thread.changes is None or response is None or stored == response:
+            return
+        if stored.get("content") != response.get("content"):
+            thread.changes.add(WHITESPACE_TRIMMED)
+        if stored.get("tool_calls") != response.get("tool_calls"):
+            thread.changes.add(TOOL_ARGS_RERENDERED)
 
     def _call_id(self) -> str:
         return f"call_{self.rng.getrandbits(48):012x}"
@@ -299,7 +368,8 @@ class _Session:
     def _maybe_compact(self, thread: _Thread) -> None:
         if self.compacted or "compaction" not in self.features:
             return
-        size = len(self.chat.encode_prompt(self.chat.render(thread.messages, thread.tools)))
+        rendered = self.chat.render(thread.messages, thread.tools, thinking="reasoning" in self.features, now=self.clock)
+        size = len(self.chat.encode_prompt(rendered))
         if size <= self.profile.compact_at or thread.messages[-1]["role"] != "tool":
             return
         assert isinstance(thread.agent, MainAgent)
@@ -313,6 +383,7 @@ class _Session:
             thread.messages[0],
             {"role": "user", "content": CONTINUATION.format(summary=text)},
         ]
+        thread.held = thread.changes = None
         self.compacted = True
         self.stats.events["compaction"] += 1
 
