@@ -124,6 +124,11 @@ class FamilyProfile(ABC):
 
     # -- how history re-renders: the drift classifier's questions -----------------------------------
 
+    def reasoning_block(self, reasoning: str) -> str:
+        """The reasoning ``reasoning`` (as the parser returns it) written as a block, the way the model writes it."""
+        assert self.reasoning is not None, f"the {self.name} family writes no reasoning"
+        return f"{self.reasoning.open}{reasoning}{self.reasoning.close}"
+
     def reasoning_spans(self) -> tuple[Markers, ...]:
         """The blocks that hold reasoning in rendered text (held outputs and prompts alike)."""
         return (self.reasoning,) if self.reasoning is not None else ()

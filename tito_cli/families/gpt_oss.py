@@ -48,6 +48,9 @@ class GptOss(FamilyProfile):
         vocab = tokenizer.get_vocab()
         return all(mark in vocab for mark in cls._tokenizer_marks)
 
+    def reasoning_block(self, reasoning: str) -> str:
+        return f"{_CHANNEL}analysis{_MESSAGE}{reasoning}{_END}"
+
     def tool_call_start(self, text: str, at: int) -> int | None:
         """The message (from its ``<|start|>``) that ``at`` lies in, if it has not ended before ``at``."""
         opened = text.rfind(_START, 0, at)

@@ -33,6 +33,9 @@ class Qwen3(FamilyProfile):
         vocab = tokenizer.get_vocab()
         return all(mark in vocab for mark in cls._tokenizer_marks)
 
+    def reasoning_block(self, reasoning: str) -> str:
+        return f"{_THINK_OPEN}{reasoning}{_THINK_CLOSE.rstrip()}"
+
     def read_tool_call(self, text: str, start: int) -> Any:
         """The JSON object of the ``<tool_call>`` block at ``start``."""
         body, closed, _ = text[start + len(_TOOL_OPEN) :].partition(_TOOL_CLOSE)

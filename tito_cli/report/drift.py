@@ -255,17 +255,23 @@ def classify(held: Ids, prompt: Ids, index: int, decoder: TokenText, family: Fam
     the point where the texts part can lie before the first differing token.
     ``family`` gives the markers (default: the decoder's, :func:`family_of`).
     """
+    family = family or family_of(decoder)
     start = max(0, index - _BEFORE)
     end = min(len(held), index + _AFTER)
-    # A cut inside a multi-byte character decodes to U+FFFD: compare the whole characters only.
-    held_text = decoder.decode(held[start:end].tolist()).rstrip("\ufffd")
-    # The prompt's version of the held tail: about as many tokens (canonical splits are fewer;
-    # a re-rendering adds a few), so twice as many, and some, cover it.
-    prompt_text = decoder.decode(prompt[start : index + 2 * (end - index) + 64].tolist())
-    if prompt_text.startswith(held_text):
-        return RETOKENIZED
-    family = family or family_of(decoder)
-    return family.drift_change(held_text, prompt_text, _common_prefix(held_text, prompt_text)) or OTHER
+    while True:
+        # A cut inside a multi-byte character decodes to U+FFFD: compare the whole characters only.
+        held_text = decoder.decode(held[start:end].tolist()).rstrip("\ufffd")
+        # The prompt's version of the held tail: about as many tokens (canonical splits are fewer;
+        # a re-rendering adds a few), so twice as many, and some, cover it.
+        prompt_text = decoder.decode(prompt[start : index + 2 * (end - index) + 64].tolist())
+        if prompt_text.startswith(held_text):
+            return RETOKENIZED
+        parted = _common_prefix(held_text, prompt_text)
+        change = family.drift_change(held_text, prompt_text, parted)
+        if change is not None or end == len(held) or family.tool_call_start(held_text, parted) is None:
+            return change or OTHER
+        # The texts part inside a tool call longer than the window (a whole file written): read all of it.
+        end = len(held)
 
 
 def _common_prefix(a: str, b: str) -> int:

@@ -24,7 +24,7 @@ from ..algorithm.session import SessionReport, SessionResult
 from ..export.groups import GroupCounts
 from ..run.corpus import UNFINISHED_REASON, Reject
 from ..tokenizer import TokenText
-from .drift import DRIFT_CLASSES, divergences
+from .drift import DRIFT_CLASSES, divergences, family_of
 from .session_facts import NO_SAMPLES_REASONS
 
 __all__ = [
@@ -345,6 +345,8 @@ class CorpusStats:
         default_factory=lambda: {"fork": Counter(), "realign": Counter()}
     )
     decoded: bool = False
+    #: The model family whose markers classified the drift (``None`` without a tokenizer).
+    family: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         t = self.totals
@@ -381,6 +383,7 @@ class CorpusStats:
             },
             "drift_classes": {
                 "decoded": self.decoded,
+                "family": self.family,
                 **{
                     f"{kind}s": {c: counter[c] for c in DRIFT_CLASSES}
                     for kind, counter in self.drift_classes.items()
@@ -420,6 +423,8 @@ def corpus_stats(
     policy = policy or default_policy()
     decoded = text is not None and text.decodes
     stats = CorpusStats(policy=policy, totals=SessionReport.for_policy(policy), decoded=decoded)
+    if text is not None and decoded:
+        stats.family = family_of(text).name
     for item in items:
         stats.sessions += 1
         if isinstance(item, Reject):

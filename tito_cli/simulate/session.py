@@ -8,8 +8,8 @@ does what harnesses do to conversations: resend a prompt after an abort or
 an empty reply, rewind to an earlier prompt, compact a long conversation
 into a summary, and ask the model to continue after a reply was cut off.
 
-It also records why the next prompt of a conversation no longer extends the
-tokens its previous turn held, where it knows (``SessionStats.causes``): the
+It also records why a later prompt of a conversation no longer extends the
+tokens an earlier turn held, where it knows (:meth:`SessionStats.causes`): an
 output was re-tokenized (a non-canonical split, a cut reply), the client or
 server re-rendered a reply (whitespace stripped, tool-call arguments
 re-serialized), the template dropped reasoning it had rendered or writes
@@ -36,7 +36,7 @@ from .environment import MAIN_TOOLS, SUB_TOOLS, Workspace, tool_specs
 from .model import LONG_OUTPUT, Action, Generation, Model
 from .profiles import Features, Profile
 
-__all__ = ["SessionStats", "play_session"]
+__all__ = ["SessionStats", "TurnChanges", "play_session"]
 
 MAIN_SYSTEM = (
     "You are a coding agent working in a Python repository. Use the tools to inspect files, run commands "
@@ -74,9 +74,43 @@ class SessionStats:
     max_prompt_tokens: int = 0
     reward: float | None = None
     events: Counter[str] = field(default_factory=Counter)
-    #: Turn ``seq`` -> what the simulator changed between the tokens the conversation's previous turn
-    #: held and this turn's prompt (drift class names), for the turns where it knows.
-    causes: dict[int, frozenset[str]] = field(default_factory=dict)
+    #: Turn ``seq`` -> what the simulator knows of it, to say why a later prompt differs (:meth:`causes`).
+    changes: dict[int, TurnChanges] = field(default_factory=dict)
+
+    def causes(self, held: int, seq: int) -> frozenset[str] | None:
+        """Why turn ``seq``'s prompt no longer extends what turn ``held`` held (prompt and output), if known.
+
+        Drift class names: what replaying the conversation's outputs from ``held`` on changed in them,
+        reasoning the template rendered in ``held``'s tokens but not in ``seq``'s prompt, tool calls the
+        template writes its own way.  ``None`` when the two turns are not one conversation the simulator
+        followed (another agent, across a rewind or a compaction, a compaction request).
+        """
+        a, b = self.changes.get(held), self.changes.get(seq)
+        if a is None or b is None or (a.thread, a.epoch) != (b.thread, b.epoch) or held >= seq:
+            return None
+        between = [c for k, c in self.changes.items() if held <= k < seq and (c.thread, c.epoch) == (a.thread, a.epoch)]
+        found: set[str] = set().union(*(c.output for c in between))
+        if a.in_held - b.in_prompt:
+            found.add(REASONING_DROPPED)
+        if any(c.calls_rerendered for c in between):
+            found.add(TOOL_ARGS_RERENDERED)
+        return frozenset(found)
+
+
+@dataclass(slots=True)
+class TurnChanges:
+    """One recorded turn, as :meth:`SessionStats.causes` needs it."""
+
+    thread: str
+    #: Starts at 0; a rewind or a compaction starts a new one (prompts across it are not compared).
+    epoch: int
+    #: What replaying this turn's output changes in it (empty for an output that never entered the conversation).
+    output: set[str] = field(default_factory=set)
+    #: Which of the conversation's reasoning texts the prompt holds, and the prompt and output together.
+    in_prompt: frozenset[int] = frozenset()
+    in_held: frozenset[int] = frozenset()
+    #: The output's tool calls are written back by the template in another form (harmony).
+    calls_rerendered: bool = False
 
 
 @dataclass(eq=False, slots=True)
@@ -95,13 +129,11 @@ class _Thread:
     #: Every prompt sent, for rewinds.
     prompts: list[list[Message]] = field(default_factory=list)
     turns: int = 0
-    #: The text the previous turn held (its prompt and output), and what was changed since in what it
-    #: held; ``None``: not known (a new conversation, a rewind, a compaction).
-    held: str | None = None
-    changes: set[str] | None = None
-    #: The reasoning this conversation's replies carried, and whether the last reply called tools.
+    #: The reasoning blocks this conversation's replies wrote; the epoch (a rewind or compaction adds one).
     reasoning: list[str] = field(default_factory=list)
-    called: bool = False
+    epoch: int = 0
+    #: The record of the last turn answered.
+    last: TurnChanges | None = None
 
 
 class _Session:
@@ -210,7 +242,7 @@ class _Session:
         generation, response = self._generate(thread, action)
         thread.turns += 1
         stored = self._store(response, generation)
-        self._note_changes(thread, response, stored)
+        self._note_rewrite(thread, response, stored)
         thread.messages.append(stored)
         if generation.finish_reason == "length":
             self.stats.events["truncation"] += 1
@@ -230,7 +262,7 @@ class _Session:
         if retry == "rewind" and len(thread.prompts) >= 2 and thread.prompts[-2][:2] == thread.messages[:2]:
             # The user rewinds one step: the previous prompt is sent again.
             thread.messages = copy.deepcopy(thread.prompts[-2])
-            thread.changes = None
+            thread.epoch += 1
             self.stats.events["rewind"] += 1
 
     # -- model calls -------------------------------------------------------------
@@ -293,9 +325,7 @@ class _Session:
         )
         if messages is None:
             thread.prompts.append(copy.deepcopy(prompt_messages))
-            self._record_causes(thread, seq, prompt_text)
-            if generation.finish_reason != "abort" and generation.ids.size:
-                self._held(thread, prompt_text, generation, action)
+            self._note_turn(thread, seq, prompt_text, generation, action, response)
         self.stats.turns += 1
         self.stats.prompt_tokens += len(prompt_ids)
         self.stats.output_tokens += len(generation.ids)
@@ -304,38 +334,39 @@ class _Session:
 
     # -- why the history changed (SessionStats.causes) ---------------------------------------------
 
-    def _record_causes(self, thread: _Thread, seq: int, prompt: str) -> None:
-        """What changed between the tokens ``thread``'s previous turn held and ``prompt``, if known."""
-        if thread.held is None or thread.changes is None:
-            return
-        causes = set(thread.changes)
-        if any(r in thread.held and r not in prompt for r in thread.reasoning):
-            causes.add(REASONING_DROPPED)
-        if thread.called and self.chat.family.rerenders_tool_calls:
-            causes.add(TOOL_ARGS_RERENDERED)
-        if causes:
-            self.stats.causes[seq] = frozenset(causes)
-
-    def _held(self, thread: _Thread, prompt: str, generation: Generation, action: Action) -> None:
-        """A turn was answered: what it held, and what its output already changed (re-tokenized text)."""
-        thread.held = prompt + generation.text
-        thread.changes = set()
+    def _note_turn(
+        self, thread: _Thread, seq: int, prompt: str, generation: Generation, action: Action, response: Message | None
+    ) -> None:
+        """What turn ``seq`` of ``thread`` holds, and what replaying its output will change in it."""
+        in_prompt = frozenset(i for i, r in enumerate(thread.reasoning) if r in prompt)
+        record = TurnChanges(thread.name, thread.epoch, in_prompt=in_prompt, in_held=in_prompt)
+        self.stats.changes[seq] = record
+        if generation.finish_reason == "abort" or not generation.ids.size:
+            return  # resent: this output never enters the conversation
         if generation.noncanonical_at is not None or generation.finish_reason == "length":
-            thread.changes.add(RETOKENIZED)
+            record.output.add(RETOKENIZED)
         if generation.loose_calls:
-            thread.changes.add(TOOL_ARGS_RERENDERED)
-        if action.reasoning and action.reasoning in generation.text:
-            thread.reasoning.append(action.reasoning)
-        thread.called = bool(action.calls) and generation.finish_reason != "length"
+            record.output.add(TOOL_ARGS_RERENDERED)
+        reasoning = response.get("reasoning_content") if response is not None else None
+        if isinstance(reasoning, str):
+            # The block as the model wrote it (a family whose prompt opens it: across prompt and output).
+            block = self.chat.family.reasoning_block(reasoning)
+            if block in prompt + generation.text:
+                thread.reasoning.append(block)
+                record.in_held = in_prompt | {len(thread.reasoning) - 1}
+        complete = generation.finish_reason != "length"
+        record.calls_rerendered = bool(action.calls) and complete and self.chat.family.rerenders_tool_calls
+        thread.last = record
 
-    def _note_changes(self, thread: _Thread, response: Message | None, stored: Message) -> None:
+    def _note_rewrite(self, thread: _Thread, response: Message | None, stored: Message) -> None:
         """The client's re-rendering of the reply it keeps (``rewrite``)."""
-        if thread.changes is None or response is None or stored == response:
+        record = thread.last
+        if record is None or response is None or stored == response:
             return
         if stored.get("content") != response.get("content"):
-            thread.changes.add(WHITESPACE_TRIMMED)
+            record.output.add(WHITESPACE_TRIMMED)
         if stored.get("tool_calls") != response.get("tool_calls"):
-            thread.changes.add(TOOL_ARGS_RERENDERED)
+            record.output.add(TOOL_ARGS_RERENDERED)
 
     def _call_id(self) -> str:
         return f"call_{self.rng.getrandbits(48):012x}"
@@ -383,7 +414,7 @@ class _Session:
             thread.messages[0],
             {"role": "user", "content": CONTINUATION.format(summary=text)},
         ]
-        thread.held = thread.changes = None
+        thread.epoch += 1
         self.compacted = True
         self.stats.events["compaction"] += 1
 
