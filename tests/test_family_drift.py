@@ -43,7 +43,9 @@ MAX_OTHER = 0.15
 
 
 @pytest.fixture(scope="module", params=sorted(TOKENIZERS))
-def family_log(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path, SimulationSummary]:
+def family_log(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[str, Path, SimulationSummary]:
     family = str(request.param)
     folder = tokenizer_folder(family)
     out = tmp_path_factory.mktemp(family) / "logs"
@@ -109,7 +111,15 @@ def test_every_drift_the_simulator_caused_gets_that_class(family_log: tuple[str,
             held = chain[chain.index(d.seq) - 1]  # the turn whose tokens the prompt no longer extends
             known = stats[sid].causes(held, d.seq)
             if known:
-                assert d.drift_class in known, (sid, held, d.seq, d.drift_class, sorted(known), d.held_text, d.prompt_text)
+                assert d.drift_class in known, (
+                    sid,
+                    held,
+                    d.seq,
+                    d.drift_class,
+                    sorted(known),
+                    d.held_text,
+                    d.prompt_text,
+                )
                 compared[d.drift_class] += 1
     # Each family's own drift was met and named: its template's and the harness's.
     assert compared["reasoning dropped"] and compared["tool-call args re-rendered"], compared

@@ -215,11 +215,13 @@ _WHITESPACE_WINDOW = 64
 
 
 def _whitespace_trimmed(held: str, prompt: str, parted: int) -> bool:
-    """One side has whitespace where the texts part, and without it both go on alike (a trimmed content)."""
+    """One side has whitespace where the texts part, and they differ only in whitespace for a while after.
+
+    (A trimmed content loses whitespace at both of its ends: the rest is compared without any.)
+    """
     a, b = held[parted:], prompt[parted:]
-    a_rest, b_rest = a.lstrip(), b.lstrip()
-    if a_rest == a and b_rest == b:
+    if not (a[:1].isspace() or b[:1].isspace()):
         return False
-    # Whitespace before the parting point may belong to the trimmed run too ("\n\n" against "\n").
+    a_rest, b_rest = "".join(a.split()), "".join(b.split())
     n = min(len(a_rest), _WHITESPACE_WINDOW)
     return n > 0 and a_rest[:n] == b_rest[:n]

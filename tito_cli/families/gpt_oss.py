@@ -14,6 +14,7 @@ dropped after, ``<|return|>`` as ``<|end|>``, and the date in the system message
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from typing import Any, ClassVar
@@ -153,8 +154,6 @@ class GptOss(FamilyProfile):
 
 def _parsed_arguments(call: dict[str, Any]) -> dict[str, Any]:
     function = dict(call["function"])
-    try:
+    with contextlib.suppress(TypeError, ValueError):  # not JSON: handed over as it is
         function["arguments"] = json.loads(function["arguments"])
-    except (TypeError, ValueError):
-        pass
     return {**call, "function": function}

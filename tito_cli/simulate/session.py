@@ -399,7 +399,8 @@ class _Session:
     def _maybe_compact(self, thread: _Thread) -> None:
         if self.compacted or "compaction" not in self.features:
             return
-        rendered = self.chat.render(thread.messages, thread.tools, thinking="reasoning" in self.features, now=self.clock)
+        thinking = "reasoning" in self.features
+        rendered = self.chat.render(thread.messages, thread.tools, thinking=thinking, now=self.clock)
         size = len(self.chat.encode_prompt(rendered))
         if size <= self.profile.compact_at or thread.messages[-1]["role"] != "tool":
             return
