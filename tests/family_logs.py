@@ -28,6 +28,8 @@ class FamilyTokenizer:
     package: str
     sha256: str
     size: int
+    #: The drift classes its template (and the simulated harness) must show, each named for what caused it.
+    drift: tuple[str, ...] = ("reasoning dropped", "tool-call args re-rendered")
 
     @property
     def folder(self) -> Path:
@@ -48,6 +50,15 @@ TOKENIZERS = {
         "tokenizer-gptoss",
         "0614fe83cadab421296e664e1f48f4261fa8fef6e03e63bb75c20f38e37d07d3",
         27_868_174,
+    ),
+    # Meta Llama 3 Community License: installed by npm, never committed.
+    "llama3": FamilyTokenizer(
+        "llama3",
+        "meta-llama/Meta-Llama-3-8B-Instruct",
+        "tokenizer-llama3_1",
+        "e134af98b985517b4f068e3755ae90d4e9cd2d45d328325dc503f1c6b2d06cc7",
+        9_085_698,
+        ("tool-call args re-rendered", "re-tokenized"),
     ),
 }
 

@@ -47,6 +47,7 @@ FAMILIES: PluginTable[FamilyProfile] = PluginTable(
         "qwen3": "tito_cli.families.qwen3:Qwen3",
         "deepseek-v3": "tito_cli.families.deepseek_v3:DeepSeekV3",
         "gpt-oss": "tito_cli.families.gpt_oss:GptOss",
+        "llama3": "tito_cli.families.llama3:Llama3",
     },
     base=FamilyProfile,
 )

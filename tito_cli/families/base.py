@@ -105,6 +105,8 @@ class FamilyProfile(ABC):
     #: The template writes every tool call back in another form than the model wrote it (so each turn
     #: after a tool call drifts there), as harmony's does.
     rerenders_tool_calls: ClassVar[bool] = False
+    #: The template trims each message's content (leading and trailing whitespace of an output is lost).
+    trims_content: ClassVar[bool] = False
 
     @classmethod
     def recognises(cls, tokenizer_name: str | None, tokenizer: Any = None) -> bool:

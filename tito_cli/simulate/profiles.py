@@ -82,7 +82,7 @@ _RATES = {
 _QWEN3_RATES = {**_RATES, "reasoning": 0.6, "followup": 0.4, "loose_json": 0.35}
 
 
-def _family_profile(name: str, tokenizer: str, *, parallel: float = 0.5) -> Profile:
+def _family_profile(name: str, tokenizer: str, *, parallel: float = 0.5, reasoning: bool = True) -> Profile:
     """Another family's sessions: the qwen3 profile's mix; the family's template decides what it does to the tokens."""
     return Profile(
         name=name,
@@ -95,7 +95,7 @@ def _family_profile(name: str, tokenizer: str, *, parallel: float = 0.5) -> Prof
         truncating_max_tokens=(400, 700),
         compact_at=2500,
         group_size=4,
-        rates=_QWEN3_RATES,
+        rates=_QWEN3_RATES if reasoning else {**_QWEN3_RATES, "reasoning": 0.0},
         tokenizer=tokenizer,
         family=name,
         parallel=parallel,
@@ -148,6 +148,8 @@ PROFILES = {
     "deepseek-v3": _family_profile("deepseek-v3", "deepseek-ai/DeepSeek-V3.1"),
     # gpt-oss's template renders only the first call of a message: its model makes one call a reply.
     "gpt-oss": _family_profile("gpt-oss", "openai/gpt-oss-20b", parallel=0.0),
+    # Llama-3-Instruct's own template (in its tokenizer folder: never shipped, Meta's licence); it reasons not.
+    "llama3": _family_profile("llama3", "meta-llama/Meta-Llama-3-8B-Instruct", reasoning=False),
 }
 
 

@@ -354,6 +354,10 @@ class _Session:
             if block in prompt + generation.text:
                 thread.reasoning.append(block)
                 record.in_held = in_prompt | {len(thread.reasoning) - 1}
+        if self.chat.family.trims_content and response is not None:
+            shown = self.chat.family.server_messages([response])[0].get("content")
+            if isinstance(shown, str) and shown != shown.strip():
+                record.output.add(WHITESPACE_TRIMMED)
         complete = generation.finish_reason != "length"
         record.calls_rerendered = bool(action.calls) and complete and self.chat.family.rerenders_tool_calls
         thread.last = record
