@@ -23,6 +23,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("report",),
     ("render",),
     ("golden",),
+    ("serve",),
     ("cli", "pytest_plugin", "__main__"),
 ]
 
