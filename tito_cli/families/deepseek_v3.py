@@ -104,8 +104,25 @@ class DeepSeekV3(FamilyProfile):
         parts.append(_END)
         return "".join(parts)
 
+    def server_messages(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Call arguments as JSON strings: DeepSeek's templates paste them into the text as they are."""
+        out = []
+        for message in messages:
+            calls = message.get("tool_calls") if message.get("role") == "assistant" else None
+            if calls and any(not isinstance(c["function"].get("arguments"), str) for c in calls):
+                message = {**message, "tool_calls": [_string_arguments(c) for c in calls]}
+            out.append(message)
+        return out
+
     def template_kwargs(self, *, thinking: bool) -> dict[str, Any]:
         return {"thinking": thinking}
+
+
+def _string_arguments(call: dict[str, Any]) -> dict[str, Any]:
+    arguments = call["function"].get("arguments")
+    if not isinstance(arguments, str):
+        arguments = json.dumps(arguments, ensure_ascii=False)
+    return {**call, "function": {**call["function"], "arguments": arguments}}
 
 
 def _read_call(body: str) -> ToolCall | None:
