@@ -238,7 +238,7 @@ HARMONY_CALL = "<|start|>assistant<|channel|>commentary to=functions.bash <|cons
             'Look.\n{"name": "bash", "parameters": {"cmd": "ls"}}<|eot_id|>',
             TOOL_ARGS_RERENDERED,
         ),
-        ("llama3", "<|end_header_id|>\n\nAll done.\n<|eot_id|>", "<|end_header_id|>\n\nAll done.<|eot_id|>", WHITESPACE_TRIMMED),
+        ("llama3", "\n\nAll done.\n<|eot_id|>", "\n\nAll done.<|eot_id|>", WHITESPACE_TRIMMED),
         # Content trimmed by a client or a template, whatever the family.
         ("qwen3", "Let me look.\n\n<tool_call>\n{}", "Let me look.\n<tool_call>\n{}", WHITESPACE_TRIMMED),
         ("gpt-oss", "<|message|>  All fixed. <|end|>", "<|message|>All fixed.<|end|>", WHITESPACE_TRIMMED),

@@ -22,7 +22,7 @@ from tito_cli.read.turnlog import TurnLog
 from tito_cli.read.validate import parse_session
 from tito_cli.run.rebuild import rebuild
 
-from .family_logs import TOKENIZERS, tokenizer_folder
+from .family_logs import tokenizer_folder
 from .serve_helpers import Gateway, need_extras
 from .serve_standin import StandIn
 
