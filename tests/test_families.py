@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import json
+from typing import Any
 
 import pytest
 
@@ -250,3 +252,107 @@ def test_what_a_replay_changed_is_told_with_the_familys_markers(
 ) -> None:
     parted = next(i for i, (a, b) in enumerate(zip(held, prompt, strict=False)) if a != b)
     assert family_named(family).drift_change(held, prompt, parted) == change
+
+
+# -- template-only families: their published templates, rendered -------------------------------
+
+RUN_TOOL = [
+    {
+        "type": "function",
+        "function": {
+            "name": "run",
+            "description": "Run a command.",
+            "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}, "n": {"type": "integer"}}},
+        },
+    }
+]
+
+
+def render(template: str, messages: list[dict[str, Any]], generation: bool = True) -> str:
+    """``messages`` through a published template, in Jinja's sandbox with transformers' settings.
+
+    (Not through transformers itself: the Kimi-K2-Thinking template appends to a list, which
+    transformers' immutable sandbox refuses; jinja2's sandbox, as servers run templates, allows it.)
+    """
+    import jinja2.sandbox
+
+    def tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None) -> str:
+        return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent)
+
+    def raise_exception(message: str) -> None:
+        raise jinja2.TemplateError(message)
+
+    env = jinja2.sandbox.SandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
+    )
+    env.filters["tojson"] = tojson
+    env.globals["raise_exception"] = raise_exception
+    return env.from_string(template).render(messages=messages, tools=RUN_TOOL, add_generation_prompt=generation)
+
+
+def call_reply(reasoning: str, call_id: str = "functions.run:0") -> dict[str, Any]:
+    call = {"id": call_id, "type": "function", "function": {"name": "run", "arguments": {"cmd": "ls", "n": 2}}}
+    return {"role": "assistant", "content": "Running it.", "reasoning_content": reasoning, "tool_calls": [call]}
+
+
+def replayed(
+    template: str, before: list[dict[str, Any]], reply: dict[str, Any], after: list[dict[str, Any]]
+) -> tuple[str, str]:
+    """What a turn held (its prompt, and the reply as the template writes it) and the next prompt."""
+    prompt = render(template, before)
+    whole = render(template, [*before, reply], generation=False)
+    assert whole.startswith(prompt)
+    return prompt + whole[len(prompt) :], render(template, [*before, reply, *after])
+
+
+def parted_at(held: str, prompt: str) -> int:
+    return next(i for i, (a, b) in enumerate(zip(held, prompt, strict=False)) if a != b)
+
+
+START = [{"role": "system", "content": "You are a coding agent."}, {"role": "user", "content": "Fix it."}]
+
+
+def test_glm_46_drops_reasoning_at_the_next_user_message_and_its_parser_reads_the_template_s_calls() -> None:
+    glm = family_named("glm45")
+    assert getattr(family_for("zai-org/GLM-4.6"), "name", None) == "glm45"
+    template = (TEMPLATES / "glm-4.6.jinja").read_text(encoding="utf-8")
+    held, prompt = replayed(
+        template,
+        START,
+        call_reply("Look first."),
+        [{"role": "tool", "content": "a.py"}, {"role": "user", "content": "Why?"}],
+    )
+    output = held[len(render(template, START)) :]
+    parsed = glm.parse_output(output)
+    assert (parsed.reasoning, parsed.content, parsed.tool_calls) == (
+        "Look first.",
+        "Running it.",
+        (ToolCall("run", {"cmd": "ls", "n": 2}),),
+    )
+    assert "<think>Look first.</think>" in held and "<think>Look first.</think>" not in prompt
+    assert glm.drift_change(held, prompt, parted_at(held, prompt)) == REASONING_DROPPED
+
+
+def test_kimi_k2_thinking_renders_the_clients_call_ids_and_drops_reasoning_after_a_final_answer() -> None:
+    kimi = family_named("kimi-k2")
+    assert getattr(family_for("moonshotai/Kimi-K2-Thinking"), "name", None) == "kimi-k2"
+    template = (TEMPLATES / "kimi-k2-thinking.jinja").read_text(encoding="utf-8")
+    tool = {"role": "tool", "tool_call_id": "functions.run:0", "content": "a.py"}
+    # The client kept another id than the model wrote: the call is written back under it.
+    written = call_reply("Look first.")
+    kept = call_reply("Look first.", call_id="call_7f3a")
+    held = (
+        render(template, START) + render(template, [*START, written], generation=False)[len(render(template, START)) :]
+    )
+    prompt = render(template, [*START, kept, tool])
+    assert "<|tool_call_begin|>call_7f3a<|tool_call_argument_begin|>" in prompt
+    assert kimi.drift_change(held, prompt, parted_at(held, prompt)) == TOOL_ARGS_RERENDERED
+    parsed = kimi.parse_output(held[len(render(template, START)) :])
+    assert parsed.tool_calls == (ToolCall("run", {"cmd": "ls", "n": 2}),) and parsed.reasoning == "Look first."
+    # Reasoning stays through the tool loop, and goes once an answer without calls is followed by more.
+    answer = {"role": "assistant", "content": "All good.", "reasoning_content": "Done."}
+    before = [*START, written, tool]
+    held = render(template, before) + "<think>Done.</think>All good.<|im_end|>"  # as the model writes it
+    prompt = render(template, [*before, answer, {"role": "user", "content": "Thanks."}])
+    assert "<think>Look first.</think>" in held and "<think>Look first.</think>" not in prompt
+    assert kimi.drift_change(held, prompt, parted_at(held, prompt)) == REASONING_DROPPED

@@ -48,6 +48,9 @@ FAMILIES: PluginTable[FamilyProfile] = PluginTable(
         "deepseek-v3": "tito_cli.families.deepseek_v3:DeepSeekV3",
         "gpt-oss": "tito_cli.families.gpt_oss:GptOss",
         "llama3": "tito_cli.families.llama3:Llama3",
+        # Template-only here: no tokenizer obtainable offline (fixtures/templates).
+        "glm45": "tito_cli.families.glm45:Glm45",
+        "kimi-k2": "tito_cli.families.kimi_k2:KimiK2",
     },
     base=FamilyProfile,
 )
