@@ -69,11 +69,29 @@ def family_for(tokenizer_name: str | None, tokenizer: Any = None) -> FamilyProfi
     ``tokenizer`` (a transformers tokenizer, when loaded) is asked first: a log that names its
     tokenizer by a path or a local alias must still get its family.
     """
+    if tokenizer is not None:
+        tokenizer = _VocabularyOnce(tokenizer)
     for name in FAMILIES.names():
         profile = FAMILIES.get(name)
         if profile.recognises(tokenizer_name, tokenizer):
             return profile()
     return None
+
+
+class _VocabularyOnce:
+    """A tokenizer whose ``get_vocab`` is built once for all the profiles that ask (150k-200k entries)."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self._tokenizer = tokenizer
+        self._vocab: dict[str, int] | None = None
+
+    def get_vocab(self) -> dict[str, int]:
+        if self._vocab is None:
+            self._vocab = dict(self._tokenizer.get_vocab())
+        return self._vocab
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._tokenizer, name)
 
 
 def shipped_template(profile: FamilyProfile) -> str | None:
