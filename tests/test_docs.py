@@ -23,7 +23,8 @@ from tito_cli.cli import app
 from . import doc_examples
 from .helpers import REPO
 
-DOCUMENTS = sorted([REPO / "README.md", *(REPO / "docs").glob("*.md")])
+#: The pages and their notes (docs/notes/: dated measurements, ledgers, provenance): every shown command runs.
+DOCUMENTS = sorted([REPO / "README.md", *(REPO / "docs").glob("*.md"), *(REPO / "docs" / "notes").glob("*.md")])
 
 
 def _commands() -> dict[str, object]:
@@ -145,7 +146,9 @@ def test_the_convention_is_parsed_and_compared_as_documented() -> None:
 def test_ci_runs_the_readme_test_command() -> None:
     ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
     readme = (REPO / "README.md").read_text(encoding="utf-8").splitlines()
-    marker = 'pip install -e ".[test,ray,import,browser,serve,clients]" && npm ci --prefix tests/npm && python -m pytest'
+    marker = (
+        'pip install -e ".[test,ray,import,browser,serve,clients]" && npm ci --prefix tests/npm && python -m pytest'
+    )
     assert f"grep -m1 -F '{marker}' README.md" in ci
     [command] = [line for line in readme if marker in line]
     assert command.startswith("python3 -m venv .venv && . .venv/bin/activate && ")  # works on a managed Python

@@ -24,6 +24,7 @@ from typing import Any
 
 from .._atomic import atomic_path
 from ..errors import OutputError, SourceError, TitoError
+from ..turns import Reject
 from .importers import FORMATS, importer_for
 from .importers.base import (
     ImportedSession,
@@ -31,16 +32,15 @@ from .importers.base import (
     Importer,
     ImportOptions,
     SessionOutcome,
-    SessionReject,
     SourceRef,
-    check_turn,
     read_json_lines,
     reject,
 )
 from .importers.base import (
     align_responses as _align,
 )
-from .writer import TurnLogWriter, sessions_row
+from .records import sessions_row, turn_row
+from .writer import TurnLogWriter
 
 __all__ = ["ImportSummary", "ImportedSessionReport", "import_traces", "read_rewards"]
 
@@ -74,7 +74,7 @@ class ImportSummary:
     out: Path
     report_file: Path
     sessions: list[ImportedSessionReport] = field(default_factory=list)
-    rejected: list[SessionReject] = field(default_factory=list)
+    rejected: list[Reject] = field(default_factory=list)
     #: Sessions of the rewards file that no imported session matched.
     unused_rewards: list[str] = field(default_factory=list)
     files_written: list[Path] = field(default_factory=list)
@@ -210,18 +210,18 @@ def _import_sessions(
     seen: set[str] = set()
     for item in items:
         if isinstance(item, TitoError):
-            summary.rejected.append(SessionReject(item.session_id or "", item.message, item.file, item.row))
+            summary.rejected.append(Reject(item.session_id or "", item.message, item.file, item.row))
             continue
         if item.session_id in seen:
             ref = item.source
             summary.rejected.append(
-                SessionReject(item.session_id, "session id appears in two sources", ref.file, ref.row)
+                Reject(item.session_id, "session id appears in two sources", ref.file, ref.row)
             )
             continue
         seen.add(item.session_id)
         if not item.turns:
             ref = item.source
-            summary.rejected.append(SessionReject(item.session_id, "no generation call to import", ref.file, ref.row))
+            summary.rejected.append(Reject(item.session_id, "no generation call to import", ref.file, ref.row))
             continue
         if importer.server_responses and align_responses:
             aligned = _align(item)
@@ -234,14 +234,14 @@ def _import_sessions(
         if problem is not None:
             reason, ref = problem
             error = reject(reason, ref, item.session_id)
-            summary.rejected.append(SessionReject(item.session_id, error.message, error.file, error.row))
+            summary.rejected.append(Reject(item.session_id, error.message, error.file, error.row))
             continue
         try:
             summary.sessions.append(_record(writer, item, outcomes))
         except _WriterRefused as refused:
             ref = refused.turn.source
             error = reject(f"the capture writer refused the turn: {refused.reason}", ref, item.session_id)
-            summary.rejected.append(SessionReject(item.session_id, error.message, error.file, error.row))
+            summary.rejected.append(Reject(item.session_id, error.message, error.file, error.row))
 
 
 def _prepare_out(out: Path, overwrite: bool) -> None:
@@ -263,9 +263,23 @@ def _check_session(session: ImportedSession) -> tuple[str, SourceRef] | None:
     """The first reason the session breaks the turn-log contract, with the record it is about."""
     seqs: set[int] = set()
     for turn in session.turns:
-        problem = check_turn(turn)
-        if problem is not None:
-            return problem, turn.source
+        try:
+            # What the writer will be asked to record: it must not refuse a turn after the first.
+            turn_row(
+                session.session_id,
+                turn.prompt_ids,
+                turn.output_ids,
+                turn.output_logprobs or None,
+                turn.finish_reason,
+                turn.prompt_messages,
+                turn.response_message,
+                turn.tools,
+                turn.metadata,
+                seq=turn.seq,
+                timestamp=turn.timestamp,
+            )
+        except ValueError as exc:
+            return str(exc), turn.source
         if turn.seq is not None:
             if turn.seq < 0:
                 return f"seq {turn.seq} is negative", turn.source
@@ -286,7 +300,7 @@ def _record(
 ) -> ImportedSessionReport:
     """Record a checked session.  The writer validates each turn too: should it refuse the first
     turn, nothing of the session is buffered and it is rejected; refusing a later one would leave
-    part of the session in the log, which :func:`check_turn` (the same contract) rules out."""
+    part of the session in the log, which :func:`_check_session` (the same contract) rules out."""
     outcome = session.outcome
     reward_from: str | None = "source"
     if outcome is None:

@@ -32,6 +32,13 @@ def serve(
     parser: str = typer.Option(
         None, "--parser", help="The output parser's model family for generate (default: from the tokenizer)."
     ),
+    history: str = typer.Option(
+        "render",
+        "--history",
+        help="How generate builds prompt ids: render (every conversation rendered and tokenized whole, as the "
+        "reference adapters do) or canonical (a turn that continues the last one extends the token history the "
+        "gateway produced, rendering only what is new: no drift; docs/serve.md).",
+    ),
     host: str = typer.Option(
         "127.0.0.1", "--host", help="The address to bind. The gateway trusts its network: see docs/serve.md."
     ),
@@ -67,6 +74,7 @@ def serve(
         upstream_api=upstream_api,
         tokenizer=tokenizer,
         parser=parser,
+        history=history,
         model=model,
         host=host,
         port=port,

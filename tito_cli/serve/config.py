@@ -25,6 +25,9 @@ class ServeConfig:
     tokenizer: str | None = None
     #: The output parser's family for ``generate`` (``--parser``); default: recognised from the tokenizer.
     parser: str | None = None
+    #: How ``generate`` builds prompt ids: ``render`` every conversation whole, or continue the
+    #: ``canonical`` token history the gateway produced (docs/spec.md §11).
+    history: str = "render"
     #: The model name sent upstream and listed by ``GET /v1/models``; default: the tokenizer's name.
     model: str | None = None
     host: str = "127.0.0.1"

@@ -14,6 +14,7 @@ from ..errors import TokenizerError
 from ..families import family_for, family_named
 from .app import create_app
 from .config import ServeConfig
+from .history import HISTORIES
 from .template import ChatTemplate
 from .upstreams import UPSTREAMS
 
@@ -32,6 +33,13 @@ def prepare(config: ServeConfig) -> ChatTemplate | None:
         upstream = UPSTREAMS.get(config.upstream_api)
     except ValueError as exc:
         raise ValueError(f"--upstream-api: {exc}") from None
+    if config.history not in HISTORIES:
+        raise ValueError(f"--history must be one of {', '.join(HISTORIES)}, not {config.history!r}")
+    if config.history != "render" and not upstream.renders:
+        raise ValueError(
+            f"--history {config.history} needs --upstream-api generate: "
+            f"a {upstream.name} upstream renders prompts itself"
+        )
     if not config.upstream.startswith(("http://", "https://")):
         raise ValueError(f"--upstream {config.upstream!r} is not an http:// or https:// URL")
     name = config.tokenizer_name

@@ -15,7 +15,8 @@ from typing import Any
 
 from ...families import FamilyProfile, family_for, family_named
 from ..exchange import ChatRequest, Generation, OutputCall, UpstreamError, assistant_message
-from .base import Upstream, check_lengths, tool_arguments_object, with_arguments
+from ..history import CanonicalHistory, RenderedHistory
+from .base import INLINE_BYTES, Upstream, check_lengths, tool_arguments_object, with_arguments
 
 __all__ = ["GenerateUpstream"]
 
@@ -26,6 +27,7 @@ class GenerateUpstream(Upstream):
     renders = True
 
     _profile: FamilyProfile | None = None
+    _history: RenderedHistory | CanonicalHistory | None = None
 
     def profile(self) -> FamilyProfile:
         if self._profile is None:
@@ -40,6 +42,18 @@ class GenerateUpstream(Upstream):
             self._profile = profile
         return self._profile
 
+    def history(self) -> RenderedHistory | CanonicalHistory:
+        """How prompt ids are built (``--history``): rendered whole, or continued from the held tokens."""
+        if self._history is None:
+            if self.config.history == CanonicalHistory.name:
+                self._history = CanonicalHistory(self.template(), self.profile().end_of_turn)
+            else:
+                self._history = RenderedHistory(self.template())
+        return self._history
+
+    def session_finished(self, session_id: str) -> None:
+        self.history().forget(session_id)
+
     def prepare(self, request: ChatRequest) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
         return with_arguments(request.messages, tool_arguments_object), request.tools
 
@@ -47,7 +61,9 @@ class GenerateUpstream(Upstream):
         template = self.template()
         profile = self.profile()
         messages, tools = self.prepare(request)
-        prompt_ids = await self.offload(template.prompt_ids, messages, tools)
+        history = self.history()
+        prompt = await self.offload(history.prompt, session_id, messages, tools)
+        prompt_ids = prompt.ids
         sampling: dict[str, Any] = {
             "max_new_tokens": self.max_tokens(request) or self.config.default_max_tokens,
             "skip_special_tokens": False,
@@ -67,7 +83,9 @@ class GenerateUpstream(Upstream):
             "logprob_start_len": -1,
             "stream": False,
         }
-        answer = await self.post_json("/generate", body, {"X-SMG-Routing-Key": session_id})
+        answer = await self.post_json(
+            "/generate", body, {"X-SMG-Routing-Key": session_id}, heavy=len(prompt_ids) > INLINE_BYTES // 8
+        )
         meta = answer.get("meta_info") if isinstance(answer, dict) else None
         if not isinstance(meta, dict):
             raise UpstreamError("the upstream's /generate answer has no meta_info")
@@ -88,6 +106,8 @@ class GenerateUpstream(Upstream):
         calls = [OutputCall(call_id(), call.name, call.arguments) for call in parsed.tool_calls]
         reasoning = parsed.reasoning
         response = assistant_message(parsed.content, reasoning, calls, tool_arguments_object)
+        # Held before the client has the answer: its next request must find this turn.
+        history.remember(session_id, prompt, messages, tools, output_ids, response)
         return Generation(
             prompt_ids=prompt_ids,
             output_ids=output_ids,
@@ -97,9 +117,10 @@ class GenerateUpstream(Upstream):
             reasoning=reasoning,
             tool_calls=calls,
             ill_formed=parsed.ill_formed,
-            prompt_messages=messages,
+            prompt_messages=prompt.messages,
             tools=tools,
             response_message=response,
             upstream_id=str(meta["id"]) if "id" in meta else None,
             cached_tokens=int(meta.get("cached_tokens") or 0),
+            notes=prompt.metadata() if isinstance(history, CanonicalHistory) else {},
         )
