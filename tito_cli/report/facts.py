@@ -25,7 +25,7 @@ from ..export.groups import GroupCounts
 from ..run.corpus import UNFINISHED_REASON
 from ..tokenizer import TokenText
 from ..turns import Reject
-from .drift import DRIFT_CLASSES, divergences
+from .drift import DRIFT_CLASSES, divergences, family_of
 from .filter import FilterError
 from .session_facts import NO_SAMPLES_REASONS, capture_history
 
@@ -198,6 +198,8 @@ class CorpusStats:
         default_factory=lambda: {"fork": Counter(), "realign": Counter()}
     )
     decoded: bool = False
+    #: The model family whose markers classified the drift (``None`` without a tokenizer).
+    family: str | None = None
     #: Turns by how tito serve built their prompt (``canonical``, ``rendered: <reason>``); empty
     #: unless the log was captured with ``--history canonical``.
     capture_history: Counter[str] = field(default_factory=Counter)
@@ -237,6 +239,7 @@ class CorpusStats:
             },
             "drift_classes": {
                 "decoded": self.decoded,
+                "family": self.family,
                 **{
                     f"{kind}s": {c: counter[c] for c in DRIFT_CLASSES}
                     for kind, counter in self.drift_classes.items()
@@ -287,6 +290,8 @@ def corpus_stats(
     policy = policy or default_policy()
     decoded = text is not None and text.decodes
     stats = CorpusStats(policy=policy, totals=SessionReport.for_policy(policy), decoded=decoded)
+    if text is not None and decoded:
+        stats.family = family_of(text).name
     for item in items:
         stats.sessions += 1
         if isinstance(item, Reject):
