@@ -70,11 +70,11 @@ def _base_env(home: Path) -> dict[str, str]:
     }
 
 
-def _prepare(tmp: Path, files: Mapping[str, str]) -> tuple[Path, Path]:
+def _prepare(tmp: Path, files: Mapping[str, str], *, again: bool = False) -> tuple[Path, Path]:
     home = tmp / "home"
     workdir = tmp / "work"
-    home.mkdir(parents=True)
-    workdir.mkdir(parents=True)
+    home.mkdir(parents=True, exist_ok=again)
+    workdir.mkdir(parents=True, exist_ok=again)
     for name, text in files.items():
         target = workdir / name
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -108,6 +108,7 @@ def run_claude(
     model: str = "qwen3",
     allowed_tools: tuple[str, ...] = ("Bash",),
     timeout: float = 120.0,
+    continue_conversation: bool = False,
 ) -> CliRun:
     """``claude -p TASK --output-format json --allowedTools ...`` with ``ANTHROPIC_BASE_URL=base_url``.
 
@@ -116,7 +117,8 @@ def run_claude(
     ``is_error``, ``num_turns``, ...).
     """
     binary = cli_binary("claude")
-    home, workdir = _prepare(tmp, files or {})
+    # --continue: a new prompt in the conversation an earlier run left in the same HOME and folder.
+    home, workdir = _prepare(tmp, files or {}, again=continue_conversation)
     (home / ".claude.json").write_text('{"hasCompletedOnboarding": true}\n', encoding="utf-8")
     env = _base_env(home)
     env.update({
@@ -129,6 +131,8 @@ def run_claude(
     argv = [str(binary), "-p", task, "--output-format", "json"]
     if allowed_tools:
         argv += ["--allowedTools", ",".join(allowed_tools)]
+    if continue_conversation:
+        argv.append("--continue")
     return _run("claude", argv, env, workdir, timeout)
 
 

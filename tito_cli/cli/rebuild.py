@@ -15,6 +15,7 @@ from ..render.summary import render_rebuild_summary
 from ..report.drift import drift_class_counter
 from ..run.local import BATCHES_PER_WORKER
 from ..run.rebuild import rebuild as rebuild_logs
+from ..tokenizer import parse_tokenizer_options
 from .app import app, err_console, exit_codes_help, guarded, progress_bar, state
 from .export import FORKED, LABELS, LOGPROBS, SPLIT_BY, ForkedChoice, LogprobsChoice, check_format, export_options
 from .import_traces import REWARDS_HELP, SESSION_HEADER_HELP, TOKENIZER_HELP, VERBATIM_HELP, ImportFormat
@@ -82,7 +83,14 @@ def rebuild(
         "into a temporary turn log.",
     ),
     rewards: Path = typer.Option(None, "--rewards", help="With --from: " + REWARDS_HELP),
-    tokenizer: str = typer.Option(None, "--tokenizer", help="With --from: " + TOKENIZER_HELP),
+    tokenizer: str = typer.Option(
+        None,
+        "--tokenizer",
+        help="With --from: "
+        + TOKENIZER_HELP
+        + " Without --from, with --drift-classes: where to find the log's tokenizer (PATH, or NAME=PATH for a "
+        "log that records NAME).",
+    ),
     session_header: str = typer.Option(None, "--session-header", help="With --from: " + SESSION_HEADER_HELP),
     verbatim_responses: bool = typer.Option(False, "--verbatim-responses", help="With --from: " + VERBATIM_HELP),
     engine: EngineChoice = typer.Option(
@@ -99,8 +107,9 @@ def rebuild(
         False,
         "--drift-classes",
         help="Also count forks and realigns by drift class in the summary (reasoning dropped, re-tokenized, "
-        "tool-call args re-rendered, other): each worker loads the tokenizer the log records (found offline, "
-        "as every command finds it) and decodes around each fork and realign. Skipped when it is not found.",
+        "tool-call args re-rendered, whitespace trimmed, other; with the markers of the tokenizer's model "
+        "family): each worker loads the tokenizer the log records (found offline, as every command finds it, "
+        "or as --tokenizer says) and decodes around each fork and realign. Skipped when it is not found.",
     ),
 ) -> None:
     check_format(format, format_names(), "--format")
@@ -113,7 +122,9 @@ def rebuild(
     counter = None
     if drift_classes:
         log_dirs = [p if p.is_dir() else p.parent for p in logs]
-        counter = functools.partial(drift_class_counter, log_dirs=log_dirs)
+        named = tokenizer is not None and from_format is None
+        choice = parse_tokenizer_options([tokenizer]) if named else None
+        counter = functools.partial(drift_class_counter, log_dirs=log_dirs, choice=choice, strict=named)
     sink_options = export_options(format, split_by, forked, logprobs, labels)
     if engine is EngineChoice.ray:
         from ..run.ray_data import rebuild_ray
