@@ -28,7 +28,7 @@ import pyarrow as pa
 
 from .._arrow import list_column, primitive_array, string_array
 from .._atomic import StagedFile
-from .._paths import check_output_target
+from .._targets import check_target
 from ..algorithm.linearize import LinearizedSample
 from ..algorithm.policy import Policy, default_policy
 from ..algorithm.session import SessionResult
@@ -146,6 +146,11 @@ class ExportOptions:
     #: trl: also write ``labels`` (-100 where masked).
     labels: bool = False
 
+    @property
+    def out_pattern(self) -> str | None:
+        """The placeholder ``--out`` holds, one file per value (slime's ``--split-by``), if any."""
+        return "{rollout_id}" if self.split_by is not None else None
+
 
 @dataclass(frozen=True, slots=True)
 class SinkContext:
@@ -189,7 +194,7 @@ class Sink(ABC):
 
     def check_target(self, path: Path) -> None:
         """Refuse to replace an existing file without ``overwrite``, and anything but a regular file ever."""
-        check_output_target(path, overwrite=self.context.overwrite)
+        check_target(path, overwrite=self.context.overwrite)
 
 
 #: A format module's sink, as it is written at the top level of the module.

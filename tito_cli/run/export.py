@@ -18,8 +18,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .._atomic import publish
+from .._targets import check_target, writing
 from ..algorithm.policy import DEFAULT_POLICY, Policy, default_policy
-from ..errors import OutputError, SchemaError, UnreadableLogError
+from ..errors import SchemaError, UnreadableLogError
 from ..export.base import ExportOptions, SinkContext, open_sink
 from ..export.groups import GroupCounts
 from ..schema import META_TABLE, META_TOKENIZER, SAMPLES_SCHEMA
@@ -92,6 +93,15 @@ def open_samples(path: Path) -> pq.ParquetFile:
     return file
 
 
+def _row_groups(path: Path, file: pq.ParquetFile, columns: list[str]) -> Iterator[pa.Table]:
+    """The samples file's row groups; a read failure is the input's (exit 4), not the output's."""
+    for i in range(file.num_row_groups):
+        try:
+            yield file.read_row_group(i, columns=columns)
+        except (OSError, pa.ArrowException) as exc:
+            raise UnreadableLogError(f"cannot read row group {i} ({exc})", file=path) from None
+
+
 def export_samples(
     samples: str | os.PathLike[str],
     out: str | os.PathLike[str],
@@ -106,26 +116,26 @@ def export_samples(
     one dump); the output appears atomically, all its files together.
     """
     source, out = Path(samples), Path(out)
-    if source.resolve() == out.resolve():
-        raise OutputError("the output would replace the samples file being read", file=out)
+    options = options or ExportOptions()
+    check_target(out, overwrite=overwrite, reads=[source], pattern=options.out_pattern)
     file = open_samples(source)
     meta = file.schema_arrow.metadata or {}
     tokenizer = meta.get(META_TOKENIZER.encode())
-    context = SinkContext(
-        _policy_of(meta), tokenizer.decode() if tokenizer else None, options or ExportOptions(), overwrite
-    )
+    context = SinkContext(_policy_of(meta), tokenizer.decode() if tokenizer else None, options, overwrite)
     summary = ExportSummary(source=source, format=format)
-    sink = open_sink(format, out, context)
+    with writing(out):
+        sink = open_sink(format, out, context)
     try:
         columns = [c for c in (*SAMPLES_SCHEMA.names, "rollout_id") if c in file.schema_arrow.names]
-        row_groups = (file.read_row_group(i, columns=columns) for i in range(file.num_row_groups))
-        for table in tables_by_session(row_groups):
+        for table in tables_by_session(_row_groups(source, file, columns)):
             summary.sessions += 1
             summary.samples_read += table.num_rows
             sid, group_index = table.column("session_id")[0].as_py(), table.column("group_index")[0].as_py()
             summary.groups.add(sid, group_index, table.num_rows)
-            sink.add(table)
-        publish(sink.close())
+            with writing(out):
+                sink.add(table)
+        with writing(out):
+            publish(sink.close())
     except BaseException:
         sink.abort()
         raise

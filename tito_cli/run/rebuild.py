@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .._atomic import StagedFile, publish, remove_stale_temporaries
-from .._paths import check_output_target, leave_out_previous_output
+from .._targets import check_target
 from ..algorithm.policy import Policy, default_policy
 from ..algorithm.session import SessionReport
 from ..errors import OutputError
@@ -175,12 +175,12 @@ def rebuild(
     policy = policy or default_policy()
     out = Path(out)
     rejects_file = rejects_path(out)
-    check_output_target(out, overwrite=overwrite)
-    check_output_target(rejects_file, overwrite=True)
     input_paths = [Path(p) for p in inputs]
-    files = require_logs(
-        leave_out_previous_output(discover_files(input_paths), input_paths, [out, rejects_file]), input_paths
-    )
+    files = require_logs(discover_files(input_paths), input_paths)
+    # Checked before anything is read: never an input (also through a {rollout_id} pattern), never a special file.
+    pattern = options.out_pattern if options is not None else None
+    check_target(out, overwrite=overwrite, reads=input_paths, found=files, pattern=pattern)
+    check_target(rejects_file, overwrite=True, reads=input_paths, found=files)
     chosen = workers
     workers = default_workers() if workers is None else workers
     rejected: list[Reject] = list(extra_rejects)

@@ -1,0 +1,246 @@
+"""Reliability, round 3 (issue #33): the commands added since #22 under the same rules.
+
+Outputs: one check (``tito_cli/_targets.py``) for every command that writes:
+never an input, never a special file or a symbolic link, staged and swapped,
+the previous output kept on failure.  Write errors: exit 5 for every command.
+Each test here failed before its fix.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tito_cli.cli import app
+from tito_cli.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_OUTPUT
+
+from .bad_input.kit import case, write_good, write_turns
+from .helpers import REPO
+
+CASE = "cases-threshold-1024/case-2.7"
+DEMO = REPO / "fixtures" / "logs"
+EXCHANGES = REPO / "tests" / "import_sources" / "openai-exchanges"
+
+
+def run(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(app, list(args))
+    return result.exit_code, result.stderr
+
+
+def tree(folder: Path) -> dict[str, bytes | str]:
+    """Every entry under ``folder`` (files by content, others by kind), relative names."""
+    found: dict[str, bytes | str] = {}
+    for path in sorted(folder.rglob("*")):
+        rel = str(path.relative_to(folder))
+        if path.is_symlink():
+            found[rel] = f"link -> {os.readlink(path)}"
+        elif path.is_fifo():
+            found[rel] = "fifo"
+        elif path.is_file():
+            found[rel] = path.read_bytes()
+        else:
+            found[rel] = "folder"
+    return found
+
+
+@pytest.fixture()
+def logs(tmp_path: Path) -> Path:
+    folder = tmp_path / "logs"
+    write_good(folder)
+    return folder
+
+
+# -- never an input, never a special file --
+
+
+@pytest.mark.parametrize("target", ["turns-good.parquet", "page.parquet"])
+def test_view_never_writes_over_or_into_the_log_it_reads(logs: Path, target: str) -> None:
+    before = tree(logs)
+    code, stderr = run("view", "--all", "--logs", str(logs), "--out", str(logs / target))
+    assert code == EXIT_OUTPUT, stderr
+    assert tree(logs) == before
+
+
+def test_view_refuses_a_fifo_and_a_symbolic_link(logs: Path, tmp_path: Path) -> None:
+    fifo = tmp_path / "page.html"
+    os.mkfifo(fifo)
+    code, stderr = run("view", "--all", "--logs", str(logs), "--out", str(fifo))
+    assert code == EXIT_OUTPUT and "not a regular file" in stderr, stderr
+    assert fifo.is_fifo()
+    link = tmp_path / "latest.html"
+    (tmp_path / "real.html").write_text("old page")
+    link.symlink_to(tmp_path / "real.html")
+    code, stderr = run("view", "--all", "--logs", str(logs), "--out", str(link))
+    assert code == EXIT_OUTPUT and "is a symbolic link" in stderr, stderr
+    assert link.is_symlink() and (tmp_path / "real.html").read_text() == "old page"
+
+
+@pytest.mark.parametrize("option", ["--out", "--rewards-out"])
+def test_export_exchanges_never_replaces_an_input_or_a_fifo(logs: Path, tmp_path: Path, option: str) -> None:
+    before = tree(logs)
+    other = "--rewards-out" if option == "--out" else "--out"
+    for target in (logs / "turns-good.parquet", logs / "x.parquet"):
+        args = [str(logs), option, str(target), other, str(tmp_path / "other.jsonl"), "--overwrite"]
+        code, stderr = run("export-exchanges", *args)
+        assert code == EXIT_OUTPUT, stderr
+        assert tree(logs) == before
+    fifo = tmp_path / "pipe.jsonl"
+    os.mkfifo(fifo)
+    code, stderr = run("export-exchanges", str(logs), option, str(fifo), other, str(tmp_path / "other.jsonl"))
+    assert code == EXIT_OUTPUT and "not a regular file" in stderr, stderr
+    assert fifo.is_fifo() and not (tmp_path / "other.jsonl").exists()
+
+
+def test_rebuild_split_by_pattern_never_names_an_input(tmp_path: Path) -> None:
+    # Files given directly whose names the {rollout_id} pattern expands to: the literal --out names none.
+    log = tmp_path / "log"
+    write_turns(log / "r0.parquet", case(CASE, "a"))
+    write_turns(log / "r1.parquet", case(CASE, "b"))
+    before = tree(log)
+    given = [str(log / "r0.parquet"), str(log / "r1.parquet")]
+    pattern = str(log / "r{rollout_id}.parquet")
+    code, stderr = run("rebuild", *given, "--format", "slime", "--split-by", "1", "--out", pattern, "--overwrite")
+    assert code == EXIT_OUTPUT and "is one of the input files" in stderr, stderr
+    # The same pattern inside the folder read.
+    code, stderr = run("rebuild", str(log), "--format", "slime", "--split-by", "1", "--out", pattern, "--overwrite")
+    assert code == EXIT_OUTPUT, stderr
+    assert tree(log) == before
+
+
+def test_export_refuses_its_own_samples_file_through_a_pattern(logs: Path, tmp_path: Path) -> None:
+    samples = tmp_path / "s0.parquet"
+    assert run("rebuild", str(logs), "--out", str(samples))[0] == EXIT_OK
+    before = samples.read_bytes()
+    code, stderr = run(
+        "export", str(samples), "--to", "slime", "--split-by", "1", "--out", str(tmp_path / "s{rollout_id}.parquet"),
+        "--overwrite",
+    )
+    assert code == EXIT_OUTPUT and "is one of the input files" in stderr, stderr
+    assert samples.read_bytes() == before
+
+
+# -- folders: import and compact --
+
+
+def test_import_overwrite_reads_the_sources_before_touching_the_log(logs: Path, tmp_path: Path) -> None:
+    before = tree(logs)
+    code, stderr = run("import", "openai-exchanges", str(tmp_path / "missing.jsonl"), "--out", str(logs), "--overwrite")
+    assert code == EXIT_BAD_INPUT, stderr
+    assert tree(logs) == before
+
+
+def _exchanges(log: Path, folder: Path) -> Path:
+    out = folder / "exchanges.jsonl"
+    assert run("export-exchanges", str(log), "--out", str(out))[0] == EXIT_OK
+    return out
+
+
+def test_import_overwrite_replaces_the_whole_log_and_keeps_the_rest(logs: Path, tmp_path: Path) -> None:
+    source = _exchanges(logs, tmp_path)
+    (logs / "sub").mkdir()
+    shutil.copy(logs / "turns-good.parquet", logs / "sub" / "turns-old.parquet")
+    (logs / "README.md").write_text("notes")
+    code, stderr = run("import", "openai-exchanges", str(source), "--out", str(logs), "--overwrite")
+    assert code == EXIT_OK, stderr
+    names = sorted(str(p.relative_to(logs)) for p in logs.rglob("*") if p.is_file())
+    assert "sub/turns-old.parquet" not in names and "turns-good.parquet" not in names
+    assert (logs / "README.md").read_text() == "notes"
+    assert [p.name for p in logs.parent.iterdir() if p.name.startswith(".")] == []  # no staging left
+
+
+def test_import_never_writes_into_a_folder_it_reads(tmp_path: Path) -> None:
+    source = tmp_path / "src"
+    shutil.copytree(EXCHANGES, source)
+    code, stderr = run("import", "openai-exchanges", str(source), "--out", str(source / "log"))
+    assert code == EXIT_OUTPUT, stderr
+    assert not (source / "log").exists()
+
+
+def test_compact_onto_its_own_log_is_refused_and_the_log_kept(tmp_path: Path) -> None:
+    log = tmp_path / "log"
+    shutil.copytree(DEMO, log)
+    before = tree(log)
+    code, stderr = run("compact", str(log), "--out", str(log), "--overwrite")
+    assert code == EXIT_OUTPUT, stderr
+    assert tree(log) == before
+
+
+def test_compact_through_a_symbolic_link_is_refused_before_any_work(tmp_path: Path) -> None:
+    (tmp_path / "real").mkdir()
+    (tmp_path / "out").symlink_to(tmp_path / "real")
+    code, stderr = run("compact", str(DEMO), "--out", str(tmp_path / "out"), "--overwrite")
+    assert code == EXIT_OUTPUT and "is a symbolic link" in stderr, stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "real"]  # no staging folder left
+
+
+def test_compact_overwrite_keeps_what_is_not_the_logs_and_another_compacts_staging(tmp_path: Path) -> None:
+    out = tmp_path / "compacted"
+    shutil.copytree(DEMO, out)  # an older log, its README, and a tokenizer folder it names
+    (out / "tokenizer").mkdir()
+    (out / "tokenizer" / "tokenizer.json").write_text("{}")
+    # A concurrent compact to the same --out, mid-way (it used a fixed staging name before).
+    other = tmp_path / ".compacted.compact-tmp"
+    other.mkdir()
+    (other / "turns-compact-000001.parquet").write_text("being written")
+    code, stderr = run("compact", str(DEMO), "--out", str(out), "--overwrite")
+    assert code == EXIT_OK, stderr
+    assert (out / "README.md").read_bytes() == (DEMO / "README.md").read_bytes()
+    assert (out / "tokenizer" / "tokenizer.json").read_text() == "{}"
+    assert not (out / "turns-qwen3-0-000001.parquet").exists()  # the old log's files were replaced
+    assert (other / "turns-compact-000001.parquet").read_text() == "being written"
+    assert run("rebuild", str(out), "--out", str(tmp_path / "s.parquet"))[0] == EXIT_OK
+
+
+# -- write errors: exit 5 for every command --
+
+
+def _limit_file_size() -> None:
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (16 << 10, resource.RLIM_INFINITY))
+
+
+def _tito_limited(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "NO_COLOR": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "tito_cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        preexec_fn=_limit_file_size,
+        timeout=120,
+    )
+
+
+@pytest.fixture(scope="module")
+def demo_samples(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("samples") / "samples.parquet"
+    code, stderr = run("rebuild", str(DEMO), "--out", str(out))
+    assert code == EXIT_OK, stderr
+    return out
+
+
+@pytest.mark.parametrize("command", ["export", "export-exchanges", "compact", "import", "simulate"])
+def test_a_refused_write_is_exit_5_for_every_command(command: str, tmp_path: Path, demo_samples: Path) -> None:
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    args = {
+        "export": ["export", str(demo_samples), "--to", "skyrl", "--out", str(out_dir / "skyrl.parquet")],
+        "export-exchanges": ["export-exchanges", str(DEMO), "--out", str(out_dir / "x.jsonl")],
+        "compact": ["compact", str(DEMO), "--out", str(out_dir / "log")],
+        "import": ["import", "openai-exchanges", "SOURCE", "--out", str(out_dir / "log")],
+        "simulate": ["simulate", "--out", str(out_dir / "log"), "--sessions", "8", "--seed", "1"],
+    }[command]
+    if command == "import":
+        args[2] = str(_exchanges(DEMO, tmp_path))
+    proc = _tito_limited(*args)
+    assert proc.returncode == EXIT_OUTPUT, proc.stderr
+    assert "internal error" not in proc.stderr and "cannot write" in proc.stderr, proc.stderr
+    assert list(out_dir.iterdir()) == []  # nothing half-written, no staging left
