@@ -8,6 +8,7 @@ Each test here failed before its fix.
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 import shutil
@@ -244,3 +245,29 @@ def test_a_refused_write_is_exit_5_for_every_command(command: str, tmp_path: Pat
     assert proc.returncode == EXIT_OUTPUT, proc.stderr
     assert "internal error" not in proc.stderr and "cannot write" in proc.stderr, proc.stderr
     assert list(out_dir.iterdir()) == []  # nothing half-written, no staging left
+
+
+# -- terminal: a session id never starts a line of its own --
+
+FORGED = "x\nERROR forged"
+
+
+def test_compact_lists_a_hostile_session_id_on_one_line(tmp_path: Path) -> None:
+    log = tmp_path / "log"
+    turns = case(CASE, FORGED)
+    turns[0]["output_logprobs"] = [0.0]  # fewer logprobs than output ids: the session is carried, and listed
+    write_turns(log / "turns.parquet", turns)
+    code, stderr = run("compact", str(log), "--out", str(tmp_path / "out"))
+    assert code == 3, stderr
+    assert "\nERROR forged" not in stderr and "x\\nERROR forged" in stderr
+
+
+def test_import_lists_hostile_session_ids_on_one_line(tmp_path: Path) -> None:
+    source = tmp_path / "x.jsonl"
+    source.write_text(json.dumps({"session_id": FORGED, "request": {}, "response": {}}) + "\n")
+    rewards = tmp_path / "rewards.jsonl"
+    rewards.write_text(json.dumps({"session_id": "ghost\nERROR forged too", "reward": 1.0}) + "\n")
+    args = ["import", "openai-exchanges", str(source), "--rewards", str(rewards), "--out", str(tmp_path / "log")]
+    code, stderr = run(*args)
+    assert code == 3, stderr
+    assert "\nERROR forged" not in stderr and "x\\nERROR forged" in stderr and "ghost\\nERROR forged" in stderr
