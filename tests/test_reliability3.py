@@ -13,10 +13,13 @@ import os
 import resource
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
@@ -271,3 +274,126 @@ def test_import_lists_hostile_session_ids_on_one_line(tmp_path: Path) -> None:
     code, stderr = run(*args)
     assert code == 3, stderr
     assert "\nERROR forged" not in stderr and "x\\nERROR forged" in stderr and "ghost\\nERROR forged" in stderr
+
+
+# -- export: the samples file's values, not only its schema --
+
+
+def _tampered(samples: Path, out: Path, change: str) -> Path:
+    table = pq.read_table(samples)
+    rows = table.to_pylist()
+    row = rows[1]
+    if change == "null-token":
+        row["tokens"][2] = None
+    elif change == "mask-length":
+        row["loss_mask"] = row["loss_mask"][:-1]
+    elif change == "response-beyond-tokens":
+        extra = len(row["tokens"]) + 1 - row["response_length"]
+        row["response_length"] += extra
+        row["loss_mask"] += [0] * extra
+        row["rollout_log_probs"] += [0.0] * extra
+    elif change == "negative-id":
+        row["tokens"][0] = -5
+    elif change == "mask-seven":
+        row["loss_mask"][0] = 7
+    elif change == "nan-logprob":
+        row["rollout_log_probs"][0] = float("nan")
+    elif change == "infinite-reward":
+        row["reward"] = float("inf")
+    schema = pa.schema([f.with_nullable(True) for f in table.schema], metadata=table.schema.metadata)
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), out)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ("null-token", "tokens holds a null (position 2)"),
+        ("mask-length", "loss_mask has"),
+        ("response-beyond-tokens", "is outside 0.."),
+        ("negative-id", "negative token id"),
+        ("mask-seven", "other than 0 and 1"),
+        ("nan-logprob", "NaN or infinity"),
+        ("infinite-reward", "reward is inf"),
+    ],
+)
+def test_export_refuses_sample_values_a_trainer_would_get_wrong(
+    demo_samples: Path, tmp_path: Path, change: str, message: str
+) -> None:
+    bad = _tampered(demo_samples, tmp_path / "bad.parquet", change)
+    session = pq.read_table(demo_samples).column("session_id")[1].as_py()
+    code, stderr = run("export", str(bad), "--to", "skyrl", "--out", str(tmp_path / "skyrl.parquet"))
+    assert code == EXIT_BAD_INPUT, stderr
+    assert f"{bad}, row 1, session {session!r}" in stderr and message in stderr, stderr
+    assert not (tmp_path / "skyrl.parquet").exists()
+
+
+# -- rLLM: stores a gateway did not write quite as expected --
+
+RLLM = REPO / "tests" / "import_sources" / "rllm" / "traces.db"
+
+
+def _store(path: Path, *statements: str) -> Path:
+    """The shipped store copied without its constraints and column types, then changed by ``statements``."""
+    connection = sqlite3.connect(path)
+    connection.execute(f"ATTACH DATABASE '{RLLM}' AS src")
+    connection.execute("CREATE TABLE traces (trace_id, data, created_at)")
+    connection.execute("INSERT INTO traces SELECT trace_id, data, created_at FROM src.traces")
+    connection.execute("CREATE TABLE trace_sessions (trace_id, session_id, created_at)")
+    connection.execute("INSERT INTO trace_sessions SELECT trace_id, session_id, created_at FROM src.trace_sessions")
+    for statement in statements:
+        connection.execute(statement)
+    connection.commit()
+    connection.close()
+    return path
+
+
+def _imported(tmp_path: Path, store: Path) -> tuple[int, str, dict[str, int]]:
+    out = tmp_path / "log"
+    code, stderr = run("import", "rllm", str(store), "--out", str(out))
+    turns: dict[str, int] = {}
+    if out.exists():
+        for file in out.glob("turns-*.parquet"):
+            for sid in pq.read_table(file, columns=["session_id"]).column("session_id").to_pylist():
+                turns[sid] = turns.get(sid, 0) + 1
+    return code, stderr, turns
+
+
+def test_rllm_a_trace_id_held_twice_rejects_its_session(tmp_path: Path) -> None:
+    store = _store(
+        tmp_path / "dup.db",
+        "INSERT INTO traces SELECT * FROM traces WHERE trace_id = '0f9effe3-e0dd-4707-97a5-d721db420483'",
+        "INSERT INTO trace_sessions SELECT * FROM trace_sessions WHERE trace_id = '0f9effe3-e0dd-4707-97a5-d721db420483'",
+    )
+    code, stderr, turns = _imported(tmp_path, store)
+    assert code == 3, stderr
+    assert "appears 2 times in the traces table" in stderr
+    assert "tool-session" not in turns and turns  # the other sessions are imported, once each
+    clean_code, _, clean = _imported(tmp_path / "clean", _store(tmp_path / "clean.db"))
+    assert clean_code == EXIT_OK and {sid: n for sid, n in clean.items() if sid != "tool-session"} == turns
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        "UPDATE trace_sessions SET created_at = 'yesterday' WHERE rowid = 2",
+        "UPDATE trace_sessions SET session_id = NULL WHERE session_id = 'tool-session'",
+        "UPDATE trace_sessions SET session_id = 42 WHERE session_id = 'tool-session'",
+    ],
+)
+def test_rllm_odd_column_types_are_not_an_internal_error(tmp_path: Path, change: str) -> None:
+    # Without the records' own timestamps the store's created_at orders the calls.
+    untimed = "UPDATE traces SET data = json_remove(data, '$.timestamp')"
+    code, stderr, turns = _imported(tmp_path, _store(tmp_path / "odd.db", untimed, change))
+    assert code in (EXIT_OK, 3), stderr
+    assert turns and "internal error" not in stderr
+    if "session_id" in change:
+        assert "not text" in stderr and "tool-session" not in turns
+
+
+def test_rllm_a_store_path_with_a_hash_opens_that_file(tmp_path: Path) -> None:
+    store = tmp_path / "traces#1.db"
+    shutil.copy(RLLM, store)
+    code, stderr, turns = _imported(tmp_path, store)
+    assert code == EXIT_OK and turns, stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["log", "traces#1.db"]  # no stray "traces"
