@@ -360,10 +360,11 @@ def _imported(tmp_path: Path, store: Path) -> tuple[int, str, dict[str, int]]:
 
 
 def test_rllm_a_trace_id_held_twice_rejects_its_session(tmp_path: Path) -> None:
+    first = "trace_id = '0f9effe3-e0dd-4707-97a5-d721db420483'"  # a trace of tool-session
     store = _store(
         tmp_path / "dup.db",
-        "INSERT INTO traces SELECT * FROM traces WHERE trace_id = '0f9effe3-e0dd-4707-97a5-d721db420483'",
-        "INSERT INTO trace_sessions SELECT * FROM trace_sessions WHERE trace_id = '0f9effe3-e0dd-4707-97a5-d721db420483'",
+        f"INSERT INTO traces SELECT * FROM traces WHERE {first}",
+        f"INSERT INTO trace_sessions SELECT * FROM trace_sessions WHERE {first}",
     )
     code, stderr, turns = _imported(tmp_path, store)
     assert code == 3, stderr
