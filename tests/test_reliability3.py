@@ -398,3 +398,35 @@ def test_rllm_a_store_path_with_a_hash_opens_that_file(tmp_path: Path) -> None:
     code, stderr, turns = _imported(tmp_path, store)
     assert code == EXIT_OK and turns, stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["log", "traces#1.db"]  # no stray "traces"
+
+
+# -- NeMo Gym: the rollouts rows' own keys --
+
+NEMO = REPO / "tests" / "import_sources" / "nemo-gym"
+
+
+@pytest.mark.parametrize(
+    ("row", "rollout"),
+    [
+        ({"_ng_rollout_id": "custom.id_1"}, "custom.id_1"),
+        ({"_ng_task_index": 3, "_ng_rollout_index": 1}, "3-1"),
+        ({"_ng_task_index": 3, "_ng_rollout_index": 1, "_ng_attempt_index": 0}, "3-1"),
+        ({"_ng_task_index": 3, "_ng_rollout_index": 1, "_ng_attempt_index": 2}, "3-1-a2"),
+        ({"_ng_rollout_id": "c", "_ng_task_index": 3, "_ng_rollout_index": 1, "_ng_attempt_index": 1}, "c-a1"),
+    ],
+)
+def test_nemo_gym_rewards_join_by_nemo_gyms_own_rollout_id(
+    tmp_path: Path, row: dict[str, object], rollout: str
+) -> None:
+    capture = tmp_path / "capture"
+    capture.mkdir()
+    for path in (NEMO / "capture").iterdir():
+        if path.name.startswith("rollout-chat-0."):
+            shutil.copy(path, capture / path.name.replace("rollout-chat-0", rollout))
+    rollouts = tmp_path / "rollouts.jsonl"
+    rollouts.write_text(json.dumps({**row, "reward": 0.75, "responses_create_params": {"input": []}}) + "\n")
+    out = tmp_path / "log"
+    code, stderr = run("import", "nemo-gym", str(capture), str(rollouts), "--out", str(out))
+    assert code == EXIT_OK, stderr
+    sessions = pq.read_table(next(out.glob("sessions-*.parquet"))).to_pylist()
+    assert [(s["session_id"], s["reward"]) for s in sessions] == [(rollout, 0.75)]

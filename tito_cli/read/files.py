@@ -219,6 +219,13 @@ def classify_file(path: Path, parquet: pq.ParquetFile | None = None) -> LogFile:
                 file=path,
                 tip="turn logs are written by tito_cli.capture.writer.TurnLogWriter; see docs/spec.md §2",
             )
+    elif table == "sessions" and "seq" in names and "prompt_ids" in names:
+        # Read as sessions rows, its turns would be dropped without a word.
+        raise SchemaError(
+            "tito.table says sessions, but the file has a turns table's columns (seq, prompt_ids)",
+            file=path,
+            tip="fix the file's tito.table metadata",
+        )
     if table not in ("turns", "sessions"):
         raise SchemaError(
             f"holds a {table!r} table, not turns or sessions",
