@@ -430,3 +430,72 @@ def test_nemo_gym_rewards_join_by_nemo_gyms_own_rollout_id(
     assert code == EXIT_OK, stderr
     sessions = pq.read_table(next(out.glob("sessions-*.parquet"))).to_pylist()
     assert [(s["session_id"], s["reward"]) for s in sessions] == [(rollout, 0.75)]
+
+
+# -- JSONL sources: a session is imported whole or not at all --
+
+
+def test_a_byte_order_mark_does_not_cost_the_first_record(logs: Path, tmp_path: Path) -> None:
+    source = _exchanges(logs, tmp_path)
+    plain = run("import", "openai-exchanges", str(source), "--out", str(tmp_path / "plain"))
+    marked = tmp_path / "marked.jsonl"
+    marked.write_bytes(b"\xef\xbb\xbf" + source.read_bytes())
+    code, stderr = run("import", "openai-exchanges", str(marked), "--out", str(tmp_path / "marked"))
+    assert code == plain[0] == EXIT_OK, stderr
+    turns = [pq.read_table(next((tmp_path / name).glob("turns-*.parquet"))).num_rows for name in ("plain", "marked")]
+    assert turns[0] == turns[1] > 0
+
+
+@pytest.mark.parametrize("line", ['{"session_id": "good", "request": ', '{"request": {}, "response": {}}'])
+def test_a_line_no_session_can_be_told_from_stops_the_import(logs: Path, tmp_path: Path, line: str) -> None:
+    source = _exchanges(logs, tmp_path)
+    lines = source.read_text(encoding="utf-8").splitlines(keepends=True)
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text("".join([*lines[:2], line + "\n", *lines[2:]]), encoding="utf-8")
+    code, stderr = run("import", "openai-exchanges", str(broken), "--out", str(tmp_path / "log"))
+    assert code == EXIT_BAD_INPUT, stderr
+    assert f"{broken}, row 3" in stderr
+    assert not (tmp_path / "log").exists()
+
+
+LITERALS = {
+    "5000-digits": ("metadata", "1" * 5000),
+    "nested-100000": ("metadata", "[" * 100_000 + "]" * 100_000),
+    "nan": ("metadata", "NaN"),
+    "lone-surrogate": ("metadata", '"\\ud800"'),
+    "seq-2**63": ("seq", str(2**63)),
+    "seq-float": ("seq", "1.5"),
+    "seq-string": ("seq", '"1"'),
+    "logprob-400-digits": ("logprob", "1" + "0" * 400),
+}
+
+
+@pytest.mark.parametrize("case_name", sorted(LITERALS))
+def test_a_value_python_or_the_writer_refuses_rejects_its_session_only(
+    logs: Path, tmp_path: Path, case_name: str
+) -> None:
+    # The value goes into a later turn of one session: that session is rejected (exit 3), the rest imported.
+    where, literal = LITERALS[case_name]
+    source = _exchanges(logs, tmp_path)
+    records = [json.loads(line) for line in source.read_text(encoding="utf-8").splitlines()]
+    victim = records[0]["session_id"]
+    later = [k for k, r in enumerate(records) if r["session_id"] == victim][1]
+    if where == "metadata":
+        records[later]["metadata"] = {"v": "__X__"}
+    elif where == "seq":
+        records[later]["seq"] = "__X__"
+    else:
+        records[later]["response"]["choices"][0]["logprobs"]["content"][0]["logprob"] = "__X__"
+    lines = [json.dumps(r).replace('"__X__"', literal) for r in records]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    code, stderr = run("import", "openai-exchanges", str(bad), "--out", str(tmp_path / "log"))
+    assert code == 3, stderr
+    assert f"{victim}: " in stderr and f"[{bad}, row {later + 1}]" in stderr
+    imported = {
+        sid
+        for f in (tmp_path / "log").glob("turns-*.parquet")
+        for sid in pq.read_table(f, columns=["session_id"]).column("session_id").to_pylist()
+    }
+    assert imported == {r["session_id"] for r in records} - {victim}
+
