@@ -499,3 +499,54 @@ def test_a_value_python_or_the_writer_refuses_rejects_its_session_only(
     }
     assert imported == {r["session_id"] for r in records} - {victim}
 
+
+
+# -- ATIF, verifiers, rewards files: nothing reordered, nothing emptied, no exit 1 --
+
+SOURCES = REPO / "tests" / "import_sources"
+
+
+def _turn_rows(log: Path) -> list[dict[str, object]]:
+    rows = [r for f in sorted(log.glob("turns-*.parquet")) for r in pq.read_table(f).to_pylist()]
+    return sorted(
+        ({k: r[k] for k in ("session_id", "seq", "prompt_ids", "output_ids")} for r in rows),
+        key=lambda r: (str(r["session_id"]), int(r["seq"])),  # type: ignore[call-overload]
+    )
+
+
+def test_atif_a_repeated_step_id_rejects_its_trajectory(tmp_path: Path) -> None:
+    source = next(p for p in sorted((SOURCES / "atif" / "trajectories").glob("*.json")))
+    doc = json.loads(source.read_text(encoding="utf-8"))
+    doc["steps"][-1]["step_id"] = doc["steps"][0]["step_id"]
+    bad = tmp_path / "t.json"
+    bad.write_text(json.dumps(doc), encoding="utf-8")
+    code, stderr = run("import", "atif", str(bad), "--out", str(tmp_path / "log"))
+    assert code == 3, stderr
+    assert f"step_id {doc['steps'][0]['step_id']} is also step 0's" in stderr
+
+
+def test_verifiers_a_mask_of_ones_and_zeros_imports_as_the_booleans_do(tmp_path: Path) -> None:
+    rollouts = SOURCES / "verifiers" / "rollouts"
+    assert run("import", "verifiers", str(rollouts), "--out", str(tmp_path / "bools"))[0] == EXIT_OK
+    ints = tmp_path / "ints" / "step_3"
+    ints.mkdir(parents=True)
+    lines = (rollouts / "step_3" / "traces.jsonl").read_text(encoding="utf-8").splitlines()
+    episodes = [json.loads(line) for line in lines]
+    for episode in episodes:
+        for trace in episode["traces"]:
+            for node in trace.get("nodes", []):
+                if isinstance(node.get("mask"), list):
+                    node["mask"] = [int(m) for m in node["mask"]]
+    (ints / "traces.jsonl").write_text("".join(json.dumps(e) + "\n" for e in episodes), encoding="utf-8")
+    code, stderr = run("import", "verifiers", str(tmp_path / "ints"), "--out", str(tmp_path / "from-ints"))
+    assert code == EXIT_OK, stderr
+    assert _turn_rows(tmp_path / "from-ints") == _turn_rows(tmp_path / "bools")
+    assert any(r["output_ids"] for r in _turn_rows(tmp_path / "bools"))
+
+
+def test_a_rewards_file_with_a_400_digit_reward_is_exit_4(tmp_path: Path) -> None:
+    rewards = tmp_path / "rewards.jsonl"
+    rewards.write_text('{"session_id": "a", "reward": 1' + "0" * 400 + "}\n")
+    trajectories = SOURCES / "atif" / "trajectories"
+    code, stderr = run("import", "atif", str(trajectories), "--rewards", str(rewards), "--out", str(tmp_path / "log"))
+    assert code == EXIT_BAD_INPUT and f"{rewards}, row 1" in stderr, stderr

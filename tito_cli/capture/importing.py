@@ -103,7 +103,10 @@ def read_rewards(path: str | os.PathLike[str]) -> dict[str, SessionOutcome]:
         if isinstance(record, SourceError):
             raise record
         ref = SourceRef(str(path), number)
-        problem = _rewards_problem(record)
+        try:
+            problem = _rewards_problem(record)
+        except OverflowError:  # an integer too large for a float: not a reward
+            problem = "reward must be a finite number, got an integer beyond float"
         if problem:
             raise SourceError(problem, file=path, row=number, tip='each line: {"session_id": ..., "reward": ...}')
         sid = record["session_id"]
