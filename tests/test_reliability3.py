@@ -550,3 +550,43 @@ def test_a_rewards_file_with_a_400_digit_reward_is_exit_4(tmp_path: Path) -> Non
     trajectories = SOURCES / "atif" / "trajectories"
     code, stderr = run("import", "atif", str(trajectories), "--rewards", str(rewards), "--out", str(tmp_path / "log"))
     assert code == EXIT_BAD_INPUT and f"{rewards}, row 1" in stderr, stderr
+
+
+# -- a glob of turns files that leaves the sessions files out --
+
+
+@pytest.mark.parametrize("command", ["rebuild", "compact", "export-exchanges"])
+def test_turns_files_given_without_their_sessions_file_are_refused(tmp_path: Path, command: str) -> None:
+    # `tito rebuild logs/turns-*.parquet`: every session would train at reward 0.0.
+    turns = sorted(str(p) for p in DEMO.glob("turns-*.parquet"))
+    out = tmp_path / "out"
+    code, stderr = run(command, *turns, "--out", str(out if command == "compact" else tmp_path / "x.parquet"))
+    assert code == EXIT_BAD_INPUT, stderr
+    assert "without it every session would be rebuilt at reward 0.0" in stderr
+    given = [*turns, *sorted(str(p) for p in DEMO.glob("sessions-*.parquet"))]
+    code, stderr = run(command, *given, "--out", str(out if command == "compact" else tmp_path / "x.parquet"))
+    assert code == EXIT_OK, stderr
+
+
+# -- rebuild --drift-classes: --tokenizer honoured, a missing tokenizer said --
+
+
+def test_drift_classes_honour_tokenizer_and_say_when_it_is_not_found(tmp_path: Path) -> None:
+    log = tmp_path / "elsewhere"
+    log.mkdir()
+    for path in DEMO.glob("*.parquet"):
+        table = pq.read_table(path)
+        few = [sid for sid in table.column("session_id").to_pylist() if sid < "qwen3-0-0004"]
+        table = table.take([k for k, sid in enumerate(table.column("session_id").to_pylist()) if sid in few])
+        meta = {**(table.schema.metadata or {}), b"tito.tokenizer": b"no/such/tokenizer"}
+        pq.write_table(table.replace_schema_metadata(meta), log / path.name)
+    args = ["rebuild", str(log), "--out", str(tmp_path / "s.parquet"), "--drift-classes", "--overwrite"]
+    code, stderr = run(*args)
+    assert code == EXIT_OK, stderr
+    assert "drift classes not counted: the log's tokenizer no/such/tokenizer is not found here" in stderr
+    shipped = REPO / "tito_cli" / "_data" / "tokenizers" / "qwen3"
+    code, stderr = run(*args, "--tokenizer", f"no/such/tokenizer={shipped}")
+    assert code == EXIT_OK, stderr
+    assert "forks and realigns by drift class" in stderr and "not counted" not in stderr
+    code, stderr = run(*args, "--tokenizer", f"no/such/tokenizer={tmp_path / 'missing'}")
+    assert code == 2, stderr

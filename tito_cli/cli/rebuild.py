@@ -15,6 +15,7 @@ from ..render.summary import render_rebuild_summary
 from ..report.drift import drift_class_counter
 from ..run.local import BATCHES_PER_WORKER
 from ..run.rebuild import rebuild as rebuild_logs
+from ..tokenizer import parse_tokenizer_options
 from .app import app, err_console, exit_codes_help, guarded, progress_bar, state
 from .export import FORKED, LABELS, LOGPROBS, SPLIT_BY, ForkedChoice, LogprobsChoice, check_format, export_options
 from .import_traces import REWARDS_HELP, SESSION_HEADER_HELP, TOKENIZER_HELP, VERBATIM_HELP, ImportFormat
@@ -82,7 +83,12 @@ def rebuild(
         "into a temporary turn log.",
     ),
     rewards: Path = typer.Option(None, "--rewards", help="With --from: " + REWARDS_HELP),
-    tokenizer: str = typer.Option(None, "--tokenizer", help="With --from: " + TOKENIZER_HELP),
+    tokenizer: str = typer.Option(
+        None,
+        "--tokenizer",
+        help="With --from: " + TOKENIZER_HELP + " With --drift-classes: where the log's tokenizer is (PATH, or "
+        "NAME=PATH for a log that records NAME), as for view and inspect.",
+    ),
     session_header: str = typer.Option(None, "--session-header", help="With --from: " + SESSION_HEADER_HELP),
     verbatim_responses: bool = typer.Option(False, "--verbatim-responses", help="With --from: " + VERBATIM_HELP),
     engine: EngineChoice = typer.Option(
@@ -100,7 +106,8 @@ def rebuild(
         "--drift-classes",
         help="Also count forks and realigns by drift class in the summary (reasoning dropped, re-tokenized, "
         "tool-call args re-rendered, other): each worker loads the tokenizer the log records (found offline, "
-        "as every command finds it) and decodes around each fork and realign. Skipped when it is not found.",
+        "as every command finds it, or where --tokenizer says) and decodes around each fork and realign. When it is "
+        "not found the summary says so (and a --tokenizer that does not load is an error).",
     ),
 ) -> None:
     check_format(format, format_names(), "--format")
@@ -113,7 +120,13 @@ def rebuild(
     counter = None
     if drift_classes:
         log_dirs = [p if p.is_dir() else p.parent for p in logs]
-        counter = functools.partial(drift_class_counter, log_dirs=log_dirs)
+        # Without --from, --tokenizer says where the log's tokenizer is (PATH or NAME=PATH), as in view and
+        # inspect; named, it must load.  With --from it names the imported log's tokenizer instead.
+        choice = parse_tokenizer_options([tokenizer] if tokenizer and from_format is None else None)
+        strict = bool(tokenizer) and from_format is None
+        counter = functools.partial(drift_class_counter, log_dirs=log_dirs, choice=choice, strict=strict)
+    elif tokenizer and from_format is None:
+        raise typer.BadParameter("applies with --from or --drift-classes", param_hint="--tokenizer")
     sink_options = export_options(format, split_by, forked, logprobs, labels)
     if engine is EngineChoice.ray:
         from ..run.ray_data import rebuild_ray

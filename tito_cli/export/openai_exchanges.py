@@ -21,7 +21,7 @@ from .._atomic import StagedFile, publish
 from .._targets import check_target, writing
 from ..capture.importers.base import SessionReject
 from ..errors import InvalidSessionError, OutputError
-from ..read.files import discover_files
+from ..read.files import check_sessions_given, discover_files
 from ..read.turnlog import TurnLog
 from ..read.validate import parse_session
 from ..turns import SessionInfo, Turn
@@ -111,6 +111,7 @@ def export_exchanges(
     if rewards_path is not None and _same(out, rewards_path):
         raise OutputError("--out and --rewards-out name the same file", file=rewards_path)
     log = TurnLog.open(paths, index=True)
+    check_sessions_given(paths, log.files)
     table = log.read_sessions()
     result = ExchangesExport(out=out, rewards_out=rewards_path)
 

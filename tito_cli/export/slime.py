@@ -15,7 +15,8 @@ normalization, cuts the rewards into consecutive groups of
 session's samples in emission order), a group is never split across dumps,
 and a session that forked into several samples is handled as ``forked``
 says (docs/export.md).  Sessions without a ``group_index`` are groups of
-one, after the others.
+one, after the others; with ``--split-by`` (whole GRPO groups per dump) they
+are refused.
 
 The sessions' tables are parked in an anonymous spill file as they arrive
 and read back one dump at a time: memory holds one dump's samples, which
@@ -97,7 +98,8 @@ class RolloutDump(Sink):
         except ImportError:
             raise ExportError(
                 "--to slime writes torch files, and torch is not installed",
-                tip="pip install 'tito-cli[slime]'  (on these machines: pip install torch==2.13.0, a CPU build)",
+                tip="pip install 'tito-cli[slime]'  (without a GPU: pip install torch --index-url "
+                "https://download.pytorch.org/whl/cpu first, a CPU build)",
             ) from None
         options = context.options
         if options.split_by is not None:
@@ -131,6 +133,14 @@ class RolloutDump(Sink):
             return
         sid = table.column("session_id")[0].as_py()
         group_index = table.column("group_index")[0].as_py()
+        if group_index is None and self.context.options.split_by is not None:
+            # A group of one, alone in a dump of its own or beside other such: GRPO's per-group reward
+            # normalization has nothing to compare it with (slime's gives NaN for a lone sample).
+            raise ExportError(
+                f"session {sid!r} has no group_index: --split-by writes whole GRPO groups, and it belongs to none",
+                tip="rebuild with --unfinished reject (a session without a sessions row has no group_index), "
+                "or give every session a group_index in its sessions row",
+            )
         self.groups.add(sid, group_index, table.num_rows)
         self._note_logprobs(sid, table)
         if self._spill is None:

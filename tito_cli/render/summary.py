@@ -119,6 +119,11 @@ def render_export_summary(summary: ExportSummary) -> RenderableType:
         f"their session count{ungrouped}",
         f"samples written: {summary.samples_written:,}",
     ]
+    quantiles = summary.length_quantiles()
+    if quantiles:
+        lines.append("sample lengths (tokens): " + ", ".join(f"{k} {v:,}" for k, v in quantiles.items()))
+    if summary.format == "slime":
+        lines.append(summary.rollout_ids.line())
     parts: list[RenderableType] = [Text(one_line(line)) for line in lines]
     parts.extend(_warnings(summary.warnings))
     parts.extend(_wrote(summary.files, summary.format))

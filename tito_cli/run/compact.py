@@ -26,7 +26,7 @@ from .._targets import check_target, log_files_in, publish_folder, staging_folde
 from ..capture.row_groups import ROW_GROUP_BYTES
 from ..capture.writer import TurnLogWriter
 from ..errors import InvalidSessionError, OutputError, UnreadableLogError
-from ..read.files import LogFile, discover_files
+from ..read.files import LogFile, check_sessions_given, discover_files
 from ..read.rows import read_batch
 from ..read.turnlog import TurnLog
 from ..read.validate import parse_session
@@ -75,6 +75,7 @@ def compact(
     if out.is_dir() and any(out.iterdir()) and not overwrite:
         raise OutputError("output exists", file=out, tip="pass --overwrite to replace the log in it")
     log = TurnLog.open(paths, index=True)
+    check_sessions_given(paths, log.files)
     # A fresh name per run: two compacts to one --out never share a staging folder.
     tmp = staging_folder(out)
     try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+from array import array
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +24,7 @@ from .._targets import check_target, writing
 from ..algorithm.policy import DEFAULT_POLICY, Policy, default_policy
 from ..errors import SchemaError, UnreadableLogError
 from ..export.base import ExportOptions, SinkContext, open_sink
-from ..export.groups import GroupCounts
+from ..export.groups import GroupCounts, RolloutIds
 from ..schema import META_TABLE, META_TOKENIZER, SAMPLES_SCHEMA
 
 __all__ = ["ExportSummary", "check_sample_values", "export_samples", "tables_by_session"]
@@ -39,6 +40,18 @@ class ExportSummary:
     samples_written: int = 0
     groups: GroupCounts = field(default_factory=GroupCounts)
     warnings: list[str] = field(default_factory=list)
+    #: Each sample's length in tokens, in file order.
+    lengths: array[int] = field(default_factory=lambda: array("q"))
+    #: slime's rollout id of each session, checked (missing, shared).
+    rollout_ids: RolloutIds = field(default_factory=RolloutIds)
+
+    def length_quantiles(self) -> dict[str, int]:
+        """Sample lengths (tokens): min, median, p90, p99 and max; empty without samples."""
+        if not self.lengths:
+            return {}
+        values = np.sort(np.frombuffer(self.lengths, dtype=np.int64))
+        pick = {"min": 0.0, "median": 0.5, "p90": 0.9, "p99": 0.99, "max": 1.0}
+        return {name: int(values[round(q * (len(values) - 1))]) for name, q in pick.items()}
 
 
 def tables_by_session(tables: Iterable[pa.Table]) -> Iterator[pa.Table]:
@@ -103,12 +116,22 @@ def _row_groups(path: Path, file: pq.ParquetFile, columns: list[str]) -> Iterato
             raise UnreadableLogError(f"cannot read row group {i} ({exc})", file=path) from None
 
 
-def _validity(array: pa.Array) -> np.ndarray:
+def _rollout_id(table: pa.Table) -> int | None:
+    """A session's slime ``rollout_id`` (its samples share it): the column's when present and set, else ``index``."""
+    if "rollout_id" in table.column_names:
+        value = table.column("rollout_id")[0].as_py()
+        if value is not None:
+            return int(value)
+    index = table.column("index")[0].as_py()
+    return None if index is None else int(index)
+
+
+def _validity(values: pa.Array) -> np.ndarray:
     """Which entries of ``array`` are not null, as booleans (from its validity bitmap: no pyarrow.compute)."""
-    if array.null_count == 0:
-        return np.ones(len(array), dtype=bool)
-    bits = np.unpackbits(np.frombuffer(array.buffers()[0], dtype=np.uint8), bitorder="little")
-    return bits[array.offset : array.offset + len(array)].astype(bool)
+    if values.null_count == 0:
+        return np.ones(len(values), dtype=bool)
+    bits = np.unpackbits(np.frombuffer(values.buffers()[0], dtype=np.uint8), bitorder="little")
+    return bits[values.offset : values.offset + len(values)].astype(bool)
 
 
 def _list_values(table: pa.Table, name: str) -> tuple[np.ndarray, np.ndarray, pa.Array]:
@@ -120,7 +143,7 @@ def _list_values(table: pa.Table, name: str) -> tuple[np.ndarray, np.ndarray, pa
     return lengths, np.repeat(np.arange(len(lengths)), lengths), values
 
 
-def check_sample_values(table: pa.Table, path: Path, first_row: int) -> None:
+def check_sample_values(table: pa.Table, path: Path, first_row: int) -> np.ndarray:
     """Raise :class:`SchemaError` (exit 4, nothing written) at the first value a trainer would get wrong.
 
     The schema says the types; this says the values: no null anywhere a
@@ -128,6 +151,7 @@ def check_sample_values(table: pa.Table, path: Path, first_row: int) -> None:
     not negative, ``loss_mask`` of 0s and 1s as long as ``response_length``,
     which is within the tokens, ``rollout_log_probs`` as long and finite, and
     a finite reward.  ``first_row``: the file row of the table's first row.
+    Returns each sample's length in tokens.
     """
     ids = table.column("session_id").to_pylist()
 
@@ -171,6 +195,7 @@ def check_sample_values(table: pa.Table, path: Path, first_row: int) -> None:
     bad = np.flatnonzero(~np.isfinite(rewards))
     if len(bad):
         fail(int(bad[0]), f"reward is {rewards[bad[0]]}, not a finite number")
+    return token_lengths
 
 
 def export_samples(
@@ -199,11 +224,12 @@ def export_samples(
     try:
         columns = [c for c in (*SAMPLES_SCHEMA.names, "rollout_id") if c in file.schema_arrow.names]
         for table in tables_by_session(_row_groups(source, file, columns)):
-            check_sample_values(table, source, summary.samples_read)
+            summary.lengths.extend(check_sample_values(table, source, summary.samples_read).tolist())
             summary.sessions += 1
             summary.samples_read += table.num_rows
             sid, group_index = table.column("session_id")[0].as_py(), table.column("group_index")[0].as_py()
             summary.groups.add(sid, group_index, table.num_rows)
+            summary.rollout_ids.add(sid, _rollout_id(table))
             with writing(out):
                 sink.add(table)
         with writing(out):

@@ -40,7 +40,7 @@ from ..algorithm.policy import Policy, default_policy
 from ..algorithm.session import SessionReport
 from ..errors import MissingDependencyError, OutputError
 from ..export.base import ExportOptions, SinkContext, open_sink
-from ..read.files import READ_COLUMNS, discover_files, require_logs
+from ..read.files import READ_COLUMNS, check_sessions_given, discover_files, require_logs
 from ..read.rows import rows_from_table
 from ..read.turnlog import TurnLog
 from ..schema import SAMPLES_SCHEMA
@@ -101,6 +101,7 @@ def rebuild_ray(
 
     # Indexed as it is classified (one open a file): the session ids below need the index.
     log = TurnLog.open(files, index=True)
+    check_sessions_given(input_paths, log.files)
     sessions = log.read_sessions()
     if unfinished == "reject":
         reject_unfinished(sessions, log)

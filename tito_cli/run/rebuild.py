@@ -22,7 +22,7 @@ from ..algorithm.session import SessionReport
 from ..errors import OutputError
 from ..export.base import ExportOptions, Sink, SinkContext, open_sink
 from ..export.rejects import RejectsReport, rejects_path
-from ..read.files import discover_files, require_logs
+from ..read.files import check_sessions_given, discover_files, require_logs
 from ..read.turnlog import SessionsTable
 from .corpus import Corpus, Reject, SessionFacts, Unfinished
 from .local import default_workers, early_pool, file_map, rebuild_outputs, worker_cap, workers_for
@@ -186,6 +186,7 @@ def rebuild(
     rejected: list[Reject] = list(extra_rejects)
     with early_pool(len(files), workers) as pool:
         corpus = Corpus.open(files, map_files=file_map(pool, len(files), workers), unfinished=unfinished)
+        check_sessions_given(input_paths, corpus.log.files)
         capped: tuple[int, int] | None = None
         if chosen is None:
             # Not told: as many of the cores as the log's layout lets work without decoding it twice.
@@ -245,4 +246,9 @@ def rebuild(
         deliver(sink, summary, session_ids, corpus.sessions_table, rejected)
     except OSError as exc:
         raise OutputError(f"cannot write ({exc})", file=out) from None
+    if drift_counter is not None and count_drift is None:
+        name = corpus.tokenizer or "(none recorded)"
+        summary.warnings.append(
+            f"drift classes not counted: the log's tokenizer {name} is not found here (pass --tokenizer PATH)"
+        )
     return summary
