@@ -27,7 +27,7 @@ from tito_cli.cli import app
 from tito_cli.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_OUTPUT
 
 from .bad_input.kit import case, write_good, write_turns
-from .helpers import REPO
+from .helpers import REPO, needs
 
 CASE = "cases-threshold-1024/case-2.7"
 DEMO = REPO / "fixtures" / "logs"
@@ -590,3 +590,37 @@ def test_drift_classes_honour_tokenizer_and_say_when_it_is_not_found(tmp_path: P
     assert "forks and realigns by drift class" in stderr and "not counted" not in stderr
     code, stderr = run(*args, "--tokenizer", f"no/such/tokenizer={tmp_path / 'missing'}")
     assert code == 2, stderr
+
+
+# -- hand-off to trainers: what the export summary says --
+
+
+def test_export_summary_gives_sample_lengths_and_warns_of_trls_default_max_length(
+    demo_samples: Path, tmp_path: Path
+) -> None:
+    code, stderr = run("export", str(demo_samples), "--to", "trl", "--out", str(tmp_path / "trl.parquet"))
+    assert code == EXIT_OK, stderr
+    lengths = sorted(len(t) for t in pq.read_table(demo_samples, columns=["tokens"]).column("tokens").to_pylist())
+    assert f"sample lengths (tokens): min {lengths[0]:,}, median {lengths[len(lengths) // 2]:,}" in stderr
+    assert f"max {lengths[-1]:,}" in stderr
+    longer = sum(n > 1024 for n in lengths)
+    assert f"{longer} of {len(lengths)} samples are longer than TRL's default max_length=1024" in stderr
+    assert f"SFTConfig(max_length={lengths[-1]})" in stderr
+
+
+def test_slime_export_checks_rollout_ids(demo_samples: Path, tmp_path: Path) -> None:
+    needs("torch", "slime")
+    table = pq.read_table(demo_samples)
+    ids = table.column("rollout_id").to_pylist()
+    same = pa.array([None if r is None else 7 for r in ids], pa.int64())  # every session the same id
+    shared = tmp_path / "shared.parquet"
+    pq.write_table(table.set_column(table.schema.get_field_index("rollout_id"), "rollout_id", same), shared)
+    code, stderr = run("export", str(shared), "--to", "slime", "--out", str(tmp_path / "r.pt"))
+    assert code == EXIT_OK, stderr
+    rows = table.select(["session_id", "rollout_id"]).to_pylist()
+    with_id = sorted({r["session_id"] for r in rows if r["rollout_id"] is not None})
+    without = sorted({r["session_id"] for r in rows if r["rollout_id"] is None})
+    assert f"rollout ids: {len(without)} session without one (e.g. {without[0]!r}" in stderr
+    assert f"{len(with_id) - 1} sessions whose id an earlier session holds (e.g. 7, again in {with_id[1]!r}" in stderr
+    code, stderr = run("export", str(demo_samples), "--to", "slime", "--out", str(tmp_path / "r.pt"), "--overwrite")
+    assert "sessions whose id an earlier session holds" not in stderr
