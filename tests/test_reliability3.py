@@ -231,12 +231,18 @@ def demo_samples(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-@pytest.mark.parametrize("command", ["export", "export-exchanges", "compact", "import", "simulate"])
+@pytest.mark.parametrize(
+    "command", ["export", "export-slime", "export-exchanges", "compact", "import", "simulate"]
+)
 def test_a_refused_write_is_exit_5_for_every_command(command: str, tmp_path: Path, demo_samples: Path) -> None:
     out_dir = tmp_path / "out"
     out_dir.mkdir()
+    if command.startswith("export-slime"):
+        needs("torch", "slime")
     args = {
         "export": ["export", str(demo_samples), "--to", "skyrl", "--out", str(out_dir / "skyrl.parquet")],
+        # The slime sink parks sessions in a spill file beside the output, then saves the dump.
+        "export-slime": ["export", str(demo_samples), "--to", "slime", "--out", str(out_dir / "r.pt")],
         "export-exchanges": ["export-exchanges", str(DEMO), "--out", str(out_dir / "x.jsonl")],
         "compact": ["compact", str(DEMO), "--out", str(out_dir / "log")],
         "import": ["import", "openai-exchanges", "SOURCE", "--out", str(out_dir / "log")],
@@ -248,6 +254,24 @@ def test_a_refused_write_is_exit_5_for_every_command(command: str, tmp_path: Pat
     assert proc.returncode == EXIT_OUTPUT, proc.stderr
     assert "internal error" not in proc.stderr and "cannot write" in proc.stderr, proc.stderr
     assert list(out_dir.iterdir()) == []  # nothing half-written, no staging left
+
+
+def test_a_refused_write_inside_torch_save_is_an_output_error(tmp_path: Path) -> None:
+    # torch's archive writer turns the file's OSError into a RuntimeError: it was exit 1.
+    needs("torch", "slime")
+    script = (
+        "from pathlib import Path\n"
+        "from tito_cli.errors import OutputError\n"
+        "from tito_cli.export.slime import RolloutDump\n"
+        "try:\n"
+        f"    RolloutDump._save({{'samples': list(range(50000))}}, Path({str(tmp_path / 'r.pt')!r}))\n"
+        "except OutputError as error:\n"
+        "    print('OutputError', error.message)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONDONTWRITEBYTECODE": "1"}
+    command = [sys.executable, "-c", script]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, preexec_fn=_limit_file_size, timeout=120)
+    assert done.stdout.startswith("OutputError cannot write"), done.stdout + done.stderr
 
 
 # -- terminal: a session id never starts a line of its own --

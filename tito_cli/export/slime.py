@@ -38,7 +38,7 @@ import numpy as np
 import pyarrow as pa
 
 from .._atomic import StagedFile
-from ..errors import ExportError, OutputError
+from ..errors import ExportError, OutputError, write_error
 from .base import Sink, SinkContext
 from .groups import GroupCounts
 
@@ -264,9 +264,33 @@ class RolloutDump(Sink):
             # Through a file object: given a path, torch names the archive's records after the file
             # (here a random temporary name), so the same samples would not give the same bytes.
             with path.open("wb") as file:
-                torch.save(payload, file)
+                recording = _WriteErrors(file)
+                torch.save(payload, recording)  # type: ignore[arg-type]  # a writable binary file
         except OSError as exc:
-            raise OutputError(f"cannot write ({exc})", file=path) from None
+            raise write_error(exc, path) from None
+        except RuntimeError:
+            # torch's archive writer reports a failed write (a full disk, EFBIG) as a RuntimeError.
+            if recording.error is not None:
+                raise write_error(recording.error, path) from None
+            raise
+
+
+class _WriteErrors:
+    """A binary file that remembers the ``OSError`` a write raised (torch turns it into a ``RuntimeError``)."""
+
+    def __init__(self, file: IO[bytes]) -> None:
+        self.file = file
+        self.error: OSError | None = None
+
+    def write(self, data: bytes) -> int:
+        try:
+            return self.file.write(data)
+        except OSError as exc:
+            self.error = exc
+            raise
+
+    def flush(self) -> None:
+        self.file.flush()
 
 
 def _session_samples(table: pa.Table, keep_logprobs: bool) -> list[dict[str, Any]]:
