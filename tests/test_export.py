@@ -342,6 +342,8 @@ def test_slime_without_torch_is_a_clear_error(
     with pytest.raises(ExportError, match="torch is not installed") as caught:
         open_sink("slime", tmp_path / "x.pt", SinkContext())
     assert caught.value.tip is not None and "tito-cli[slime]" in caught.value.tip
+    # No wheel of one machine: the CPU index works anywhere.
+    assert "torch==" not in caught.value.tip and "download.pytorch.org/whl/cpu" in caught.value.tip
     # On the command line: a usage error whose tip keeps its brackets (not eaten as rich markup).
     code, err = run("export", str(samples), "--to", "slime", "--out", str(tmp_path / "x.pt"))
     assert code == EXIT_USAGE
