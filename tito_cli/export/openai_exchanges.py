@@ -105,9 +105,10 @@ def export_exchanges(
     out = Path(out)
     rewards_path = None if rewards_out is None else Path(rewards_out)
     paths = [Path(p) for p in inputs]
+    found = discover_files(paths)
     for path in (out, rewards_path):
         if path is not None:
-            check_target(path, overwrite=overwrite, reads=paths, found=discover_files(paths))
+            check_target(path, overwrite=overwrite, reads=paths, found=found)
     if rewards_path is not None and _same(out, rewards_path):
         raise OutputError("--out and --rewards-out name the same file", file=rewards_path)
     log = TurnLog.open(paths, index=True)
