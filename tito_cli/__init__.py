@@ -44,11 +44,11 @@ if typing.TYPE_CHECKING:
     )
     from .export.base import ExportOptions
     from .export.openai_exchanges import export_exchanges
-    from .run.corpus import Corpus, Reject
+    from .run.corpus import Corpus
     from .run.export import ExportSummary, export_samples
     from .run.rebuild import RebuildSummary, rebuild
     from .run.rebuild_from import rebuild_from
-    from .turns import SessionInfo, Turn
+    from .turns import Reject, SessionInfo, Turn
 
 __version__ = "0.1.0"
 
@@ -62,7 +62,7 @@ _HOME = {
     "rebuild_from": "run.rebuild_from",
     "SourceError": "errors",
     "Corpus": "run.corpus",
-    "Reject": "run.corpus",
+    "Reject": "turns",
     "SessionReport": "algorithm.session",
     "SessionResult": "algorithm.session",
     "rebuild_session": "algorithm.session",

@@ -25,6 +25,7 @@ and registers itself by subclassing :class:`Policy` (see docs/architecture.md).
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -33,7 +34,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 if TYPE_CHECKING:
     from ..turns import Message, MessageKey, Turn
-    from .router import Node
+    from .tree import Node
 
 __all__ = [
     "DEFAULT_FORK_THRESHOLD",
@@ -234,4 +235,5 @@ def default_policy() -> Policy:
 
 
 def _load_builtin() -> None:
-    from . import policies  # noqa: F401  (its modules register themselves)
+    # By name, when first asked: the policies build on this module, never the other way round.
+    importlib.import_module(f"{__package__}.policies")  # (its modules register themselves)

@@ -35,10 +35,12 @@ import pyarrow as pa
 
 from ..algorithm.policy import Policy
 from ..read.files import LogFile
-from ..read.rows import FileMap, LogIndex, ReadBatch, read_batch
+from ..read.index import LogIndex, ReadBatch
+from ..read.index_pass import FileMap
+from ..read.rows import read_batch
 from ..schema import SAMPLES_SCHEMA
-from ..turns import RowRef, SessionInfo
-from .corpus import Corpus, Reject, SessionFacts, SessionOutput, session_output
+from ..turns import Reject, RowRef, SessionInfo
+from .corpus import Corpus, SessionFacts, SessionOutput, session_output
 from .lifetime import handoff_folder, new_pool
 
 __all__ = [

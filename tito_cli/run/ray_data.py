@@ -44,8 +44,8 @@ from ..read.files import READ_COLUMNS, check_sessions_given, discover_files, req
 from ..read.rows import rows_from_table
 from ..read.turnlog import TurnLog
 from ..schema import SAMPLES_SCHEMA
-from ..turns import RowRef, SessionInfo
-from .corpus import Reject, SessionFacts, Unfinished, reject_unfinished, session_output
+from ..turns import Reject, RowRef, SessionInfo
+from .corpus import SessionFacts, Unfinished, reject_unfinished, session_output
 from .export import tables_by_session
 from .rebuild import RebuildSummary, deliver, rejects_path
 

@@ -23,8 +23,9 @@ from ..errors import OutputError
 from ..export.base import ExportOptions, Sink, SinkContext, open_sink
 from ..export.rejects import RejectsReport, rejects_path
 from ..read.files import check_sessions_given, discover_files, require_logs
-from ..read.turnlog import SessionsTable
-from .corpus import Corpus, Reject, SessionFacts, Unfinished
+from ..read.sessions import SessionsTable
+from ..turns import Reject
+from .corpus import Corpus, SessionFacts, Unfinished
 from .local import default_workers, early_pool, file_map, rebuild_outputs, worker_cap, workers_for
 
 __all__ = [

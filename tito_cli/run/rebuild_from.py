@@ -16,7 +16,7 @@ from typing import Any
 from .._targets import check_target
 from ..algorithm.policy import Policy
 from ..capture.importing import ImportSummary, import_traces
-from .corpus import Reject
+from ..turns import Reject
 from .rebuild import RebuildSummary, rebuild
 
 __all__ = ["rebuild_from"]
