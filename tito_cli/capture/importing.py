@@ -32,14 +32,14 @@ from .importers.base import (
     ImportOptions,
     SessionOutcome,
     SourceRef,
-    check_turn,
     read_json_lines,
     reject,
 )
 from .importers.base import (
     align_responses as _align,
 )
-from .writer import TurnLogWriter, sessions_row
+from .records import sessions_row, turn_row
+from .writer import TurnLogWriter
 
 __all__ = ["ImportSummary", "ImportedSessionReport", "import_traces", "read_rewards"]
 
@@ -243,8 +243,6 @@ def _import_sessions(
                 )
         try:
             problem = _check_session(item)
-            if problem is None:
-                problem = _writer_refusal(writer.directory, item, outcomes)
         except (ValueError, TypeError, OverflowError, RecursionError) as exc:
             # A value no check foresaw (an integer too large for a float, nesting too deep): this session's.
             problem = (_unusable(exc), item.source)
@@ -270,11 +268,24 @@ def _check_session(session: ImportedSession) -> tuple[str, SourceRef] | None:
     seqs: set[int] = set()
     for turn in session.turns:
         try:
-            problem = check_turn(turn)
-        except (ValueError, TypeError, OverflowError, RecursionError) as exc:
-            problem = _unusable(exc)  # e.g. a 400-digit integer where a logprob belongs
-        if problem is not None:
-            return problem, turn.source
+            # What the writer will be asked to record: it must not refuse a turn after the first.
+            turn_row(
+                session.session_id,
+                turn.prompt_ids,
+                turn.output_ids,
+                turn.output_logprobs or None,
+                turn.finish_reason,
+                turn.prompt_messages,
+                turn.response_message,
+                turn.tools,
+                turn.metadata,
+                seq=turn.seq,
+                timestamp=turn.timestamp,
+            )
+        except ValueError as exc:
+            return str(exc), turn.source
+        except (TypeError, OverflowError, RecursionError) as exc:
+            return _unusable(exc), turn.source  # e.g. a 400-digit integer where a logprob belongs
         if turn.seq is not None:
             if turn.seq < 0:
                 return f"seq {turn.seq} is negative", turn.source
@@ -284,34 +295,7 @@ def _check_session(session: ImportedSession) -> tuple[str, SourceRef] | None:
     return None
 
 
-def _writer_refusal(
-    folder: Path, session: ImportedSession, outcomes: dict[str, SessionOutcome]
-) -> tuple[str, SourceRef] | None:
-    """The first turn of ``session`` the capture writer refuses, and why; ``None`` when it takes them all.
-
-    Asked of a writer that never writes (nothing is flushed, it is dropped
-    after): the writer's own rules decide, for every turn, before any turn of
-    the session reaches the log's writer, so a refusal of a later turn rejects
-    the session whole instead of leaving its first turns in the log.
-    """
-    probe = TurnLogWriter(folder, max_age=None, format=1, max_rows=1 << 62, max_bytes=1 << 62, name="probe")
-    try:
-        _record(probe, session, outcomes)
-    except (_WriterRefused, _LaterTurnRefused) as refused:
-        return f"the capture writer refused the turn: {refused.reason}", refused.turn.source
-    return None
-
-
 class _WriterRefused(Exception):
-    def __init__(self, turn: ImportedTurn, reason: str) -> None:
-        super().__init__(reason)
-        self.turn, self.reason = turn, reason
-
-
-class _LaterTurnRefused(Exception):
-    """The writer took the session's first turns, then refused one: after :func:`_writer_refusal`, a bug
-    (not caught as a rejection: the first turns are in the writer's buffer)."""
-
     def __init__(self, turn: ImportedTurn, reason: str) -> None:
         super().__init__(reason)
         self.turn, self.reason = turn, reason
@@ -322,7 +306,7 @@ def _record(
 ) -> ImportedSessionReport:
     """Record a checked session.  The writer validates each turn too: should it refuse the first
     turn, nothing of the session is buffered and it is rejected; refusing a later one would leave
-    part of the session in the log, which :func:`_writer_refusal` (the writer itself) rules out."""
+    part of the session in the log, which :func:`_check_session` (the same contract) rules out."""
     outcome = session.outcome
     reward_from: str | None = "source"
     if outcome is None:
@@ -350,7 +334,10 @@ def _record(
             _record_turn(writer, session.session_id, turn, seq)
         except (ValueError, TypeError, OverflowError, TitoError) as exc:
             if position:
-                raise _LaterTurnRefused(turn, str(exc)) from exc
+                raise RuntimeError(
+                    f"session {session.session_id!r}: the capture writer refused turn {position} "
+                    f"after accepting the earlier ones ({exc}); the turn-log check missed what it checks"
+                ) from exc
             raise _WriterRefused(turn, str(exc)) from exc
     if outcome is not None:
         writer.finish_session(

@@ -86,8 +86,10 @@ def rebuild(
     tokenizer: str = typer.Option(
         None,
         "--tokenizer",
-        help="With --from: " + TOKENIZER_HELP + " With --drift-classes: where the log's tokenizer is (PATH, or "
-        "NAME=PATH for a log that records NAME), as for view and inspect.",
+        help="With --from: "
+        + TOKENIZER_HELP
+        + " Without --from, with --drift-classes: where to find the log's tokenizer (PATH, or NAME=PATH for a "
+        "log that records NAME).",
     ),
     session_header: str = typer.Option(None, "--session-header", help="With --from: " + SESSION_HEADER_HELP),
     verbatim_responses: bool = typer.Option(False, "--verbatim-responses", help="With --from: " + VERBATIM_HELP),
@@ -105,9 +107,10 @@ def rebuild(
         False,
         "--drift-classes",
         help="Also count forks and realigns by drift class in the summary (reasoning dropped, re-tokenized, "
-        "tool-call args re-rendered, other): each worker loads the tokenizer the log records (found offline, "
-        "as every command finds it, or where --tokenizer says) and decodes around each fork and realign. When it is "
-        "not found the summary says so (and a --tokenizer that does not load is an error).",
+        "tool-call args re-rendered, whitespace trimmed, other; with the markers of the tokenizer's model "
+        "family): each worker loads the tokenizer the log records (found offline, as every command finds it, "
+        "or as --tokenizer says) and decodes around each fork and realign. When it is not found the summary "
+        "says so (and a --tokenizer that does not load is an error).",
     ),
 ) -> None:
     check_format(format, format_names(), "--format")
@@ -120,11 +123,9 @@ def rebuild(
     counter = None
     if drift_classes:
         log_dirs = [p if p.is_dir() else p.parent for p in logs]
-        # Without --from, --tokenizer says where the log's tokenizer is (PATH or NAME=PATH), as in view and
-        # inspect; named, it must load.  With --from it names the imported log's tokenizer instead.
-        choice = parse_tokenizer_options([tokenizer] if tokenizer and from_format is None else None)
-        strict = bool(tokenizer) and from_format is None
-        counter = functools.partial(drift_class_counter, log_dirs=log_dirs, choice=choice, strict=strict)
+        named = tokenizer is not None and from_format is None
+        choice = parse_tokenizer_options([tokenizer]) if named else None
+        counter = functools.partial(drift_class_counter, log_dirs=log_dirs, choice=choice, strict=named)
     elif tokenizer and from_format is None:
         raise typer.BadParameter("applies with --from or --drift-classes", param_hint="--tokenizer")
     sink_options = export_options(format, split_by, forked, logprobs, labels)

@@ -30,6 +30,7 @@ from .._paths import FIXTURE_TOKENIZER
 from .._targets import check_target, log_files_in, publish_folder, staging_folder, writing
 from ..capture.writer import TurnLogWriter
 from ..errors import OutputError
+from ..families import family_named
 from ..tokenizer import resolve
 from .chat import Chat
 from .environment import Workspace
@@ -125,7 +126,7 @@ def simulate(
 
     tokenizer = tokenizer or spec.tokenizer
     folder = Path(tokenizer_dir) if tokenizer_dir is not None else resolve(tokenizer)
-    chat = Chat(folder)
+    chat = Chat(folder, family_named(spec.family))
     # The new log is written aside (a hidden folder beside the target, so on the same file
     # system) and moved in only once it is complete: a failed run leaves the old log as it was.
     staging = staging_folder(out)
