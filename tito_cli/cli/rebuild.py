@@ -109,7 +109,8 @@ def rebuild(
         help="Also count forks and realigns by drift class in the summary (reasoning dropped, re-tokenized, "
         "tool-call args re-rendered, whitespace trimmed, other; with the markers of the tokenizer's model "
         "family): each worker loads the tokenizer the log records (found offline, as every command finds it, "
-        "or as --tokenizer says) and decodes around each fork and realign. Skipped when it is not found.",
+        "or as --tokenizer says) and decodes around each fork and realign. When it is not found the summary "
+        "says so (and a --tokenizer that does not load is an error).",
     ),
 ) -> None:
     check_format(format, format_names(), "--format")
@@ -125,6 +126,8 @@ def rebuild(
         named = tokenizer is not None and from_format is None
         choice = parse_tokenizer_options([tokenizer]) if named else None
         counter = functools.partial(drift_class_counter, log_dirs=log_dirs, choice=choice, strict=named)
+    elif tokenizer and from_format is None:
+        raise typer.BadParameter("applies with --from or --drift-classes", param_hint="--tokenizer")
     sink_options = export_options(format, split_by, forked, logprobs, labels)
     if engine is EngineChoice.ray:
         from ..run.ray_data import rebuild_ray

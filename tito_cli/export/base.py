@@ -25,7 +25,7 @@ from typing import Literal
 import pyarrow as pa
 
 from .._atomic import StagedFile
-from .._paths import check_output_target
+from .._targets import check_target
 from ..algorithm.policy import Policy, default_policy
 from ..errors import ExportError
 
@@ -55,6 +55,11 @@ class ExportOptions:
     logprobs: LogprobsChoice = "auto"
     #: trl: also write ``labels`` (-100 where masked).
     labels: bool = False
+
+    @property
+    def out_pattern(self) -> str | None:
+        """The placeholder ``--out`` holds, one file per value (slime's ``--split-by``), if any."""
+        return "{rollout_id}" if self.split_by is not None else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +104,7 @@ class Sink(ABC):
 
     def check_target(self, path: Path) -> None:
         """Refuse to replace an existing file without ``overwrite``, and anything but a regular file ever."""
-        check_output_target(path, overwrite=self.context.overwrite)
+        check_target(path, overwrite=self.context.overwrite)
 
 
 #: A format module's sink, as it is written at the top level of the module.

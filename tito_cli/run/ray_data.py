@@ -35,12 +35,12 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .._arrow import list_array, primitive_array, string_array
-from .._paths import check_output_target, leave_out_previous_output
+from .._targets import check_target
 from ..algorithm.policy import Policy, default_policy
 from ..algorithm.session import SessionReport
 from ..errors import MissingDependencyError, OutputError
 from ..export.base import ExportOptions, SinkContext, open_sink
-from ..read.files import READ_COLUMNS, discover_files, require_logs
+from ..read.files import READ_COLUMNS, check_sessions_given, discover_files, require_logs
 from ..read.rows import rows_from_table
 from ..read.turnlog import TurnLog
 from ..schema import SAMPLES_SCHEMA
@@ -92,15 +92,16 @@ def rebuild_ray(
     if not out.parent.is_dir():
         raise OutputError("the output's folder does not exist", file=out)
     # The local runner's rules: never a folder or special file, never a file of the input.
-    check_output_target(out, overwrite=overwrite)
-    check_output_target(rejects_file, overwrite=True)
     input_paths = [Path(p) for p in inputs]
-    files = require_logs(
-        leave_out_previous_output(discover_files(input_paths), input_paths, [out, rejects_file]), input_paths
-    )
+    files = require_logs(discover_files(input_paths), input_paths)
+    # Checked before anything is read: never an input (also through a {rollout_id} pattern), never a special file.
+    pattern = options.out_pattern if options is not None else None
+    check_target(out, overwrite=overwrite, reads=input_paths, found=files, pattern=pattern)
+    check_target(rejects_file, overwrite=True, reads=input_paths, found=files)
 
     # Indexed as it is classified (one open a file): the session ids below need the index.
     log = TurnLog.open(files, index=True)
+    check_sessions_given(input_paths, log.files)
     sessions = log.read_sessions()
     if unfinished == "reject":
         reject_unfinished(sessions, log)

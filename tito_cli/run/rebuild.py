@@ -16,13 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .._atomic import StagedFile, publish, remove_stale_temporaries
-from .._paths import check_output_target, leave_out_previous_output
+from .._targets import check_target
 from ..algorithm.policy import Policy, default_policy
 from ..algorithm.session import SessionReport
 from ..errors import OutputError
 from ..export.base import ExportOptions, Sink, SinkContext, open_sink
 from ..export.rejects import RejectsReport, rejects_path
-from ..read.files import discover_files, require_logs
+from ..read.files import check_sessions_given, discover_files, require_logs
 from ..read.sessions import SessionsTable
 from ..turns import Reject
 from .corpus import Corpus, SessionFacts, Unfinished
@@ -176,17 +176,18 @@ def rebuild(
     policy = policy or default_policy()
     out = Path(out)
     rejects_file = rejects_path(out)
-    check_output_target(out, overwrite=overwrite)
-    check_output_target(rejects_file, overwrite=True)
     input_paths = [Path(p) for p in inputs]
-    files = require_logs(
-        leave_out_previous_output(discover_files(input_paths), input_paths, [out, rejects_file]), input_paths
-    )
+    files = require_logs(discover_files(input_paths), input_paths)
+    # Checked before anything is read: never an input (also through a {rollout_id} pattern), never a special file.
+    pattern = options.out_pattern if options is not None else None
+    check_target(out, overwrite=overwrite, reads=input_paths, found=files, pattern=pattern)
+    check_target(rejects_file, overwrite=True, reads=input_paths, found=files)
     chosen = workers
     workers = default_workers() if workers is None else workers
     rejected: list[Reject] = list(extra_rejects)
     with early_pool(len(files), workers) as pool:
         corpus = Corpus.open(files, map_files=file_map(pool, len(files), workers), unfinished=unfinished)
+        check_sessions_given(input_paths, corpus.log.files)
         capped: tuple[int, int] | None = None
         if chosen is None:
             # Not told: as many of the cores as the log's layout lets work without decoding it twice.
@@ -246,4 +247,9 @@ def rebuild(
         deliver(sink, summary, session_ids, corpus.sessions_table, rejected)
     except OSError as exc:
         raise OutputError(f"cannot write ({exc})", file=out) from None
+    if drift_counter is not None and count_drift is None:
+        name = corpus.tokenizer or "(none recorded)"
+        summary.warnings.append(
+            f"drift classes not counted: the log's tokenizer {name} is not found here (pass --tokenizer PATH)"
+        )
     return summary

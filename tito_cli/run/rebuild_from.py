@@ -13,9 +13,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from .._targets import check_target
 from ..algorithm.policy import Policy
 from ..capture.importing import ImportSummary, import_traces
-from ..errors import OutputError
 from ..turns import Reject
 from .rebuild import RebuildSummary, rebuild
 
@@ -42,15 +42,14 @@ def rebuild_from(
     is removed afterwards.
     """
     out = Path(out)
-    if out.exists() and not overwrite:
-        raise OutputError("output exists", file=out, tip="pass --overwrite to replace it")
-    if not out.parent.is_dir():
-        raise OutputError("the output's folder does not exist", file=out)
+    paths = [Path(p) for p in sources]
+    # Checked before anything is imported (the rebuild checks it again against the imported log).
+    check_target(out, overwrite=overwrite, reads=paths)
     with tempfile.TemporaryDirectory(prefix=f".{out.name}.import-", dir=out.parent) as scratch:
         log = Path(scratch) / "log"
         imported = import_traces(
             format,
-            sources,
+            paths,
             log,
             rewards=rewards,
             tokenizer=tokenizer,
