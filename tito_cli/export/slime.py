@@ -265,7 +265,7 @@ class RolloutDump(Sink):
             # (here a random temporary name), so the same samples would not give the same bytes.
             with path.open("wb") as file:
                 recording = _WriteErrors(file)
-                torch.save(payload, recording)  # type: ignore[arg-type]  # a writable binary file
+                torch.save(payload, recording)  # type: ignore[arg-type, unused-ignore]  # a binary file; Any without torch
         except OSError as exc:
             raise write_error(exc, path) from None
         except RuntimeError:

@@ -71,7 +71,7 @@ class Gateway:
         #: Opt-in measurements (TITO_SERVE_DEBUG_METRICS=1): the loop's lag, CPU, RSS at GET /debug/metrics.
         self.metrics = LoopLagMonitor() if debug_metrics.enabled() else None
         self.app = Starlette(routes=self._routes(), lifespan=self._lifespan)
-        self.app.add_exception_handler(HTTPException, self._http_error)  # type: ignore[arg-type]
+        self.app.add_exception_handler(HTTPException, self._http_error)  # type: ignore[arg-type, unused-ignore]
 
     # -- life --------------------------------------------------------------------------------
 
@@ -385,7 +385,7 @@ def _finish_session(writer: TurnLogWriter, session_id: str, reward: float | None
     )
 
 
-class _Exchange(Response):
+class _Exchange(Response):  # type: ignore[misc, unused-ignore]  # Response is Any where Starlette is absent
     """The response of one generation request: calls the upstream, answers, then records the turn.
 
     While the upstream works, a listener waits for the client's disconnect: a client gone before
@@ -403,7 +403,7 @@ class _Exchange(Response):
         # What a Response carries, for anything that inspects one; this one writes its own messages.
         self.status_code = 200
         self.body = b""
-        self.raw_headers = []
+        self.raw_headers: list[tuple[bytes, bytes]] = []
         self.background = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
