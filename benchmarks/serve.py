@@ -2,6 +2,7 @@
 
     python benchmarks/serve.py [--upstream-api chat generate] [--sessions 1 16 64] [--turns 16]
                                [--prompt-tokens 32000] [--runs 3] [--history render|canonical] [--quick]
+    python benchmarks/serve.py --context-cpu [--contexts 3000 30000] [--turns 40] [--runs 3] [--quick]
 
 An upstream that answers instantly (this script run with ``--upstream PORT`` in its own process: SGLang's
 ``/generate`` and vLLM's ``/v1/chat/completions`` shapes with token ids and logprobs, a scripted tool call
@@ -495,6 +496,89 @@ def table(upstream_api: str, runs: list[list[Row]], args: argparse.Namespace) ->
     return "\n".join(lines)
 
 
+# -- per-turn CPU against the context (issue #31) ---------------------------------------------------
+
+
+def grown_conversation(session: str, tokens: int) -> list[dict[str, Any]]:
+    """A conversation of about ``tokens`` tokens: tool round trips of ~500-token results, as the gateway answers."""
+    conversation: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a careful agent. Read every part of the file."},
+        {"role": "user", "content": f"Summarise the file ({session})."},
+    ]
+    for k in range(max(1, tokens // 520)):
+        call = {"id": f"call_{k:08x}", "type": "function", "function": {"name": "read", "arguments": CALL_ARGUMENTS}}
+        conversation.append({"role": "assistant", "content": "", "reasoning_content": REASONING, "tool_calls": [call]})
+        conversation.append({"role": "tool", "tool_call_id": call["id"], "content": filler(k, k, 500)})
+    return conversation
+
+
+def context_cpu(args: argparse.Namespace, work: Path) -> str:
+    """Gateway CPU per turn with ``generate`` at each context size, under ``--history render`` and ``canonical``.
+
+    One session per (mode, context, run): its first request carries the whole grown conversation (rendered
+    whole under either mode: nothing is held yet; not measured), then ``--turns`` turns each add the reply
+    and a ~50-token tool result, measured by the gateway's CPU time over them.
+    """
+    import httpx
+
+    up_port = free_port()
+    upstream = subprocess.Popen([sys.executable, str(HERE / "serve.py"), "--upstream", str(up_port)], cwd=REPO)
+    up = f"http://127.0.0.1:{up_port}"
+    results: dict[tuple[str, int], float] = {}
+    try:
+        wait_ready(f"{up}/health", upstream)
+        for history in ("render", "canonical"):
+            gw_port = free_port()
+            gateway = subprocess.Popen(
+                [sys.executable, "-m", "tito_cli", "serve", "--logs", str(work / f"logs-context-{history}"),
+                 "--upstream", up, "--upstream-api", "generate", "--tokenizer", str(QWEN3),
+                 "--port", str(gw_port), "--history", history],
+                cwd=REPO,
+            )
+            gw = f"http://127.0.0.1:{gw_port}"
+            try:
+                wait_ready(f"{gw}/healthz", gateway)
+                with httpx.Client(timeout=300.0) as client:
+                    for context in args.contexts:
+                        per_turn = []
+                        for run in range(args.runs):
+                            sid = f"context-{history}-{context}-r{run}"
+                            url = f"{gw}/sessions/{sid}/v1/chat/completions"
+                            conversation = grown_conversation(sid, context)
+                            cpu0 = 0.0
+                            for k in range(args.turns + 1):
+                                if k == 1:  # the first request (the whole conversation rendered) is not measured
+                                    cpu0 = proc_cpu_seconds(gateway.pid)
+                                answer = client.post(url, json={"model": "qwen3", "messages": conversation,
+                                                                "tools": TOOLS})
+                                if answer.status_code != 200:
+                                    raise SystemExit(f"{url}: {answer.status_code} {answer.text[:300]}")
+                                reply = answer.json()["choices"][0]["message"]
+                                calls = reply.get("tool_calls") or []
+                                conversation.append({k2: v for k2, v in reply.items() if v is not None})
+                                call_id = calls[0]["id"] if calls else "call_none"
+                                conversation.append({"role": "tool", "tool_call_id": call_id,
+                                                     "content": filler(run, k, 50)})
+                            per_turn.append((proc_cpu_seconds(gateway.pid) - cpu0) / args.turns)
+                        results[(history, context)] = statistics.median(per_turn)
+                        print(f"  context {history} {context:>6} tokens: cpu/turn "
+                              f"{results[(history, context)] * 1000:.1f} ms", file=sys.stderr)
+            finally:
+                stop(gateway)
+    finally:
+        stop(upstream)
+    small, large = min(args.contexts), max(args.contexts)
+    lines = [
+        f"gateway CPU per turn, generate upstream, {args.turns} turns after the first, median of {args.runs} runs:",
+        f"{'history':<10}" + "".join(f"{f'{c:,} tok':>12}" for c in args.contexts) + f"{'ratio':>8}",
+    ]
+    for history in ("render", "canonical"):
+        ratio = results[(history, large)] / max(results[(history, small)], 1e-9)
+        cells = "".join(f"{results[(history, c)] * 1000:>9.1f} ms" for c in args.contexts)
+        lines.append(f"{history:<10}{cells}{ratio:>7.2f}x")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--upstream-api", nargs="+", default=["chat", "generate"], choices=["chat", "generate"])
@@ -505,6 +589,10 @@ def main() -> None:
     parser.add_argument("--history", default="render", choices=["render", "canonical"],
                         help="the generate upstream's --history (how the gateway builds prompt ids)")
     parser.add_argument("--quick", action="store_true", help="a smoke run: 1 and 2 sessions, 2 turns, 1k tokens, 1 run")
+    parser.add_argument("--context-cpu", action="store_true",
+                        help="instead: the gateway's CPU per turn at each --contexts size, both --history modes")
+    parser.add_argument("--contexts", nargs="+", type=int, default=[3_000, 30_000],
+                        help="context sizes (tokens) for --context-cpu")
     parser.add_argument("--upstream", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--probe", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -516,6 +604,11 @@ def main() -> None:
         return
     if args.quick:
         args.sessions, args.turns, args.prompt_tokens, args.runs = [1, 2], 2, 1_000, 1
+        args.contexts = [1_000, 3_000]
+    if args.context_cpu:
+        with tempfile.TemporaryDirectory(prefix="tito-serve-bench-") as tmp:
+            print(context_cpu(args, Path(tmp)))
+        return
     with tempfile.TemporaryDirectory(prefix="tito-serve-bench-") as tmp:
         for upstream_api in args.upstream_api:
             runs = run_mode(upstream_api, args, Path(tmp))

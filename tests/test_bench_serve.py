@@ -41,3 +41,19 @@ def test_quick_mode_measures_both_paths_and_the_gateway() -> None:
     # The generate upstream's prompts are the gateway's own renders, counted in real tokens.
     assert blocks[1][5].startswith("longest prompt the gateway rendered: ")
     assert len(blocks[0]) == 5
+
+
+def test_context_cpu_mode_measures_both_histories_at_each_context() -> None:
+    done = subprocess.run(
+        [sys.executable, "benchmarks/serve.py", "--context-cpu", "--quick"],
+        cwd=REPO, capture_output=True, text=True, timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    title, header, *rows = done.stdout.strip().splitlines()
+    assert title.startswith("gateway CPU per turn, generate upstream, 2 turns after the first")
+    assert header.split() == ["history", "1,000", "tok", "3,000", "tok", "ratio"]
+    assert [row.split()[0] for row in rows] == ["render", "canonical"]
+    for row in rows:
+        cells = row.split()
+        # CPU is read in clock ticks (10 ms): two quick turns may round to zero, never below it.
+        assert float(cells[1]) >= 0 and float(cells[3]) >= 0 and cells[5].endswith("x")
