@@ -24,12 +24,11 @@ from typing import Any
 
 from .._atomic import atomic_path
 from ..errors import OutputError, SourceError, TitoError
-from .importers import FORMATS, importer_for
+from .importers import IMPORTERS, importer_for
 from .importers.base import (
     ImportedSession,
     ImportedTurn,
     Importer,
-    ImportOptions,
     SessionOutcome,
     SessionReject,
     SourceRef,
@@ -153,7 +152,7 @@ def import_traces(
     align_responses: bool = True,
     overwrite: bool = False,
 ) -> ImportSummary:
-    """Import ``sources`` of ``format`` (a key of :data:`~.importers.FORMATS`) into the log folder ``out``.
+    """Import ``sources`` of ``format`` (a name in :data:`~.importers.IMPORTERS`) into the log folder ``out``.
 
     Invalid sessions are left out and reported (``summary.rejected`` and
     ``<out>/import-report.jsonl``); every other session is written.  A source
@@ -163,12 +162,15 @@ def import_traces(
     the server's serialisation of the response message, use the equal message
     the harness sent back instead (:func:`~.importers.base.align_responses`).
     """
-    if format not in FORMATS:
-        raise SourceError(f"unknown format {format!r}", tip=f"formats: {', '.join(FORMATS)}")
+    if format not in IMPORTERS:
+        raise SourceError(f"unknown format {format!r}", tip=f"formats: {', '.join(IMPORTERS)}")
     out = Path(out)
     _prepare_out(out, overwrite)
     outcomes = read_rewards(rewards) if rewards is not None else {}
-    importer = importer_for(format, ImportOptions(session_header=session_header))
+    try:
+        importer = importer_for(format, {} if session_header is None else {"session_header": session_header})
+    except ValueError as exc:
+        raise SourceError(str(exc)) from None
     paths = [Path(p) for p in sources]
     items = importer.sessions(paths)
     # The first session is read before the folder is made: a source that is not the format leaves nothing.

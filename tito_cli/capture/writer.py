@@ -515,7 +515,6 @@ class TurnLogWriter:
         return target
 
 
-
 def sessions_row(
     session_id: str,
     reward: float | None,

@@ -5,19 +5,36 @@ from __future__ import annotations
 import functools
 from enum import Enum
 from pathlib import Path
-from typing import Any
 
 import typer
 
+from ..algorithm.policy import Policy
 from ..errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_OUTPUT, EXIT_REJECTED
-from ..export.base import format_names
+from ..export.formats import format_names
 from ..render.summary import render_rebuild_summary
 from ..report.drift import drift_class_counter
 from ..run.local import BATCHES_PER_WORKER
-from ..run.rebuild import rebuild as rebuild_logs
+from ..run.rebuild import DriftCounter, RebuildOptions, RebuildSummary, rebuild_with
 from .app import app, err_console, exit_codes_help, guarded, progress_bar, state
-from .export import FORKED, LABELS, LOGPROBS, SPLIT_BY, ForkedChoice, LogprobsChoice, check_format, export_options
-from .import_traces import REWARDS_HELP, SESSION_HEADER_HELP, TOKENIZER_HELP, VERBATIM_HELP, ImportFormat
+from .export import (
+    FORKED,
+    LABELS,
+    LOGPROBS,
+    SPLIT_BY,
+    ForkedChoice,
+    LogprobsChoice,
+    check_format,
+    export_options,
+    format_option_values,
+)
+from .import_traces import (
+    FORMAT_CHOICE,
+    REWARDS_HELP,
+    SESSION_HEADER_HELP,
+    TOKENIZER_HELP,
+    VERBATIM_HELP,
+    check_import_options,
+)
 from .options import FORK_THRESHOLD, MAX_SAMPLE_TOKENS, POLICY, REWARD_MODE, RewardChoice, policy_from
 from .unfinished import UNFINISHED, UnfinishedChoice
 
@@ -75,9 +92,10 @@ def rebuild(
         help="Size (MiB of decoded turn columns) of the batches of sessions handed to workers.",
     ),
     unfinished: UnfinishedChoice = UNFINISHED,
-    from_format: ImportFormat | None = typer.Option(
+    from_format: str | None = typer.Option(
         None,
         "--from",
+        click_type=FORMAT_CHOICE,
         help="Read LOGS as traces of this capture format (see 'tito import --help'), imported on the fly "
         "into a temporary turn log.",
     ),
@@ -107,64 +125,82 @@ def rebuild(
     chosen = policy_from(policy, fork_threshold, reward_mode, max_sample_tokens)
     if from_format is not None and engine is EngineChoice.ray:
         raise typer.BadParameter("--from works with the local engine only", param_hint="--from")
-    batch_bytes = None if batch_mb is None else batch_mb * (1 << 20)
-    # Opt-in: loading a tokenizer in every worker and decoding around each divergence costs more
-    # than the rebuild's speed target allows (docs/performance.md).
-    counter = None
-    if drift_classes:
-        log_dirs = [p if p.is_dir() else p.parent for p in logs]
-        counter = functools.partial(drift_class_counter, log_dirs=log_dirs)
-    sink_options = export_options(format, split_by, forked, logprobs, labels)
+    run = RebuildOptions(
+        overwrite=overwrite,
+        workers=workers,
+        batch_bytes=None if batch_mb is None else batch_mb * (1 << 20),
+        output_format=format,
+        options=export_options(format, format_option_values(split_by, forked, logprobs, labels)),
+        unfinished=unfinished.value,
+        drift_counter=_drift_counter(logs) if drift_classes else None,
+    )
     if engine is EngineChoice.ray:
-        from ..run.ray_data import rebuild_ray
+        _finish(_rebuild_on_ray(logs, out, chosen, run))
+    if from_format is None:
+        with progress_bar("rebuilding", "sessions") as progress:
+            _finish(rebuild_with(logs, out, chosen, run, progress=progress))
+    assert from_format is not None
+    _rebuild_from(from_format, logs, out, chosen, run, rewards, tokenizer, session_header, verbatim_responses)
 
-        quiet = not state.verbose  # Ray's INFO lines only with -v
-        summary = rebuild_ray(
+
+def _rebuild_from(
+    from_format: str,
+    logs: list[Path],
+    out: Path,
+    chosen: Policy,
+    run: RebuildOptions,
+    rewards: Path | None,
+    tokenizer: str | None,
+    session_header: str | None,
+    verbatim_responses: bool,
+) -> None:
+    check_import_options(from_format, session_header)
+    from ..render.import_summary import render_import_summary
+    from ..run.rebuild_from import rebuild_from
+
+    with progress_bar("rebuilding", "sessions") as progress:
+        imported, summary = rebuild_from(
+            from_format,
             logs,
             out,
             chosen,
-            overwrite=overwrite,
-            output_format=format,
-            options=sink_options,
-            unfinished=unfinished.value,
-            quiet=quiet,
-            drift_counter=counter,
+            rewards=rewards,
+            tokenizer=tokenizer,
+            session_header=session_header,
+            align_responses=not verbatim_responses,
+            run=run,
+            progress=progress,
         )
-        err_console.print(render_rebuild_summary(summary), soft_wrap=True)
-        raise typer.Exit(EXIT_REJECTED if summary.rejected else EXIT_OK)
-    options: dict[str, Any] = {
-        "overwrite": overwrite,
-        "workers": workers,
-        "batch_bytes": batch_bytes,
-        "drift_counter": counter,
-    }
-    options.update(output_format=format, options=sink_options, unfinished=unfinished.value)
-    if from_format is not None:
-        from ..render.import_summary import render_import_summary
-        from ..run.rebuild_from import rebuild_from
+    # The imported log was temporary: its rejects are in the rebuild's rejects report.
+    err_console.print(render_import_summary(imported, show_out=False), soft_wrap=True)
+    err_console.print("", soft_wrap=True)
+    _finish(summary)
 
-        with progress_bar("rebuilding", "sessions") as progress:
-            imported, summary = rebuild_from(
-                from_format.value,
-                logs,
-                out,
-                chosen,
-                rewards=rewards,
-                tokenizer=tokenizer,
-                session_header=session_header,
-                align_responses=not verbatim_responses,
-                progress=progress,
-                **options,
-            )
-        # The imported log was temporary: its rejects are in the rebuild's rejects report.
-        err_console.print(render_import_summary(imported, show_out=False), soft_wrap=True)
-        err_console.print("", soft_wrap=True)
-        err_console.print(render_rebuild_summary(summary), soft_wrap=True)
-        raise typer.Exit(EXIT_REJECTED if summary.rejected else EXIT_OK)
 
-    with progress_bar("rebuilding", "sessions") as progress:
-        summary = rebuild_logs(logs, out, chosen, progress=progress, **options)
+def _drift_counter(logs: list[Path]) -> DriftCounter:
+    # Opt-in: loading a tokenizer in every worker and decoding around each divergence costs more
+    # than the rebuild's speed target allows (docs/performance.md).
+    log_dirs = [p if p.is_dir() else p.parent for p in logs]
+    return functools.partial(drift_class_counter, log_dirs=log_dirs)
 
+
+def _rebuild_on_ray(logs: list[Path], out: Path, policy: Policy, run: RebuildOptions) -> RebuildSummary:
+    from ..run.ray_data import rebuild_ray
+
+    return rebuild_ray(
+        logs,
+        out,
+        policy,
+        overwrite=run.overwrite,
+        output_format=run.output_format,
+        options=run.options,
+        unfinished=run.unfinished,
+        quiet=not state.verbose,  # Ray's INFO lines only with -v
+        drift_counter=run.drift_counter,
+    )
+
+
+def _finish(summary: RebuildSummary) -> None:
     # soft_wrap: long paths and reasons stay on one line (greppable) when stderr is a file.
     err_console.print(render_rebuild_summary(summary), soft_wrap=True)
     raise typer.Exit(EXIT_REJECTED if summary.rejected else EXIT_OK)

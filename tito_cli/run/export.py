@@ -20,7 +20,8 @@ import pyarrow.parquet as pq
 from .._atomic import publish
 from ..algorithm.policy import DEFAULT_POLICY, Policy, default_policy
 from ..errors import OutputError, SchemaError, UnreadableLogError
-from ..export.base import ExportOptions, SinkContext, open_sink
+from ..export.base import SinkContext
+from ..export.formats import open_sink
 from ..export.groups import GroupCounts
 from ..schema import META_TABLE, META_TOKENIZER, SAMPLES_SCHEMA
 
@@ -96,11 +97,13 @@ def export_samples(
     samples: str | os.PathLike[str],
     out: str | os.PathLike[str],
     format: str,
-    options: ExportOptions | None = None,
+    options: object = None,
     *,
     overwrite: bool = False,
 ) -> ExportSummary:
-    """Write the samples file ``samples`` as ``format`` (a module of ``tito_cli/export/``) to ``out``.
+    """Write the samples file ``samples`` as ``format`` (an output format, export/formats.py) to ``out``.
+
+    ``options``: the format's ``Options`` instance or a mapping of its fields.
 
     Memory stays bounded by a row group of the input (and, for ``slime``,
     one dump); the output appears atomically, all its files together.
@@ -111,9 +114,7 @@ def export_samples(
     file = open_samples(source)
     meta = file.schema_arrow.metadata or {}
     tokenizer = meta.get(META_TOKENIZER.encode())
-    context = SinkContext(
-        _policy_of(meta), tokenizer.decode() if tokenizer else None, options or ExportOptions(), overwrite
-    )
+    context = SinkContext(_policy_of(meta), tokenizer.decode() if tokenizer else None, options, overwrite)
     summary = ExportSummary(source=source, format=format)
     sink = open_sink(format, out, context)
     try:

@@ -39,7 +39,8 @@ from .._paths import check_output_target, leave_out_previous_output
 from ..algorithm.policy import Policy, default_policy
 from ..algorithm.session import SessionReport
 from ..errors import MissingDependencyError, OutputError
-from ..export.base import ExportOptions, SinkContext, open_sink
+from ..export.base import SinkContext
+from ..export.formats import open_sink
 from ..read.files import READ_COLUMNS, discover_files, require_logs
 from ..read.rows import rows_from_table
 from ..read.turnlog import TurnLog
@@ -61,7 +62,7 @@ def rebuild_ray(
     *,
     overwrite: bool = False,
     output_format: str = "parquet",
-    options: ExportOptions | None = None,
+    options: object = None,
     unfinished: Unfinished = "keep",
     quiet: bool = True,
     drift_counter: Callable[[str | None], SessionFacts | None] | None = None,
@@ -114,7 +115,7 @@ def rebuild_ray(
     )
     session_ids = log.session_ids()
     count_drift = drift_counter(log.tokenizer) if drift_counter is not None else None
-    sink = open_sink(output_format, out, SinkContext(policy, log.tokenizer, options or ExportOptions(), overwrite))
+    sink = open_sink(output_format, out, SinkContext(policy, log.tokenizer, options, overwrite))
     rejected: list[Reject] = []
     try:
         for table in _rebuilt_sessions(ray, log, sessions.infos, sessions.invalid, policy, count_drift):

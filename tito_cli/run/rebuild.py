@@ -20,7 +20,8 @@ from .._paths import check_output_target, leave_out_previous_output
 from ..algorithm.policy import Policy, default_policy
 from ..algorithm.session import SessionReport
 from ..errors import OutputError
-from ..export.base import ExportOptions, Sink, SinkContext, open_sink
+from ..export.base import Sink, SinkContext
+from ..export.formats import open_sink
 from ..export.rejects import RejectsReport, rejects_path
 from ..read.files import discover_files, require_logs
 from ..read.turnlog import SessionsTable
@@ -28,14 +29,34 @@ from .corpus import Corpus, Reject, SessionFacts, Unfinished
 from .local import default_workers, early_pool, file_map, rebuild_outputs, worker_cap, workers_for
 
 __all__ = [
+    "DriftCounter",
+    "RebuildOptions",
     "RebuildSummary",
     "Reject",
     "deliver",
     "rebuild",
+    "rebuild_with",
     "rejects_path",
 ]
 
 Progress = Callable[[int, int], None]
+#: Given the tokenizer the log records, a function counting a session's forks and realigns by
+#: drift class (:func:`tito_cli.report.drift.drift_class_counter`), or ``None`` to skip it.
+DriftCounter = Callable[[str | None], SessionFacts | None]
+
+
+@dataclass(frozen=True, slots=True)
+class RebuildOptions:
+    """How a rebuild runs and what it writes, besides its inputs, output and policy (see :func:`rebuild`)."""
+
+    overwrite: bool = False
+    workers: int | None = None
+    batch_bytes: float | None = None
+    output_format: str = "parquet"
+    #: The output format's options: its ``Options`` instance or a mapping of its fields.
+    options: object = None
+    unfinished: Unfinished = "keep"
+    drift_counter: DriftCounter | None = None
 
 
 @dataclass(slots=True)
@@ -141,10 +162,10 @@ def rebuild(
     workers: int | None = None,
     batch_bytes: float | None = None,
     output_format: str = "parquet",
-    options: ExportOptions | None = None,
+    options: object = None,
     extra_rejects: Iterable[Reject] = (),
     unfinished: Unfinished = "keep",
-    drift_counter: Callable[[str | None], SessionFacts | None] | None = None,
+    drift_counter: DriftCounter | None = None,
 ) -> RebuildSummary:
     """Rebuild every session under ``inputs`` into ``out`` (Parquet, docs/spec.md §5, or ``output_format``).
 
@@ -153,8 +174,9 @@ def rebuild(
     is written.  The output and the rejects report appear together, each
     atomically, or (on an error) neither does.
 
-    ``output_format`` names a sink in ``tito_cli/export/`` (``parquet``, ``slime``,
-    ``skyrl``, ``trl``; see docs/export.md) and ``options`` its options.
+    ``output_format`` names an output format (``parquet``, ``slime``, ``skyrl``, ``trl``,
+    or one registered; see docs/export.md) and ``options`` its options: an instance of
+    its ``Options`` dataclass or a mapping of its fields (``{"split_by": 4}``).
     ``extra_rejects`` (sessions an earlier step left out, e.g. an import)
     join the rejects report, which is published with the output.
 
@@ -172,6 +194,30 @@ def rebuild(
     (:func:`tito_cli.report.drift.drift_class_counter`), or ``None`` to skip it;
     the totals are in ``summary.totals.drift_classes``.
     """
+    run = RebuildOptions(
+        overwrite=overwrite,
+        workers=workers,
+        batch_bytes=batch_bytes,
+        output_format=output_format,
+        options=options,
+        unfinished=unfinished,
+        drift_counter=drift_counter,
+    )
+    return rebuild_with(inputs, out, policy, run, progress=progress, extra_rejects=extra_rejects)
+
+
+def rebuild_with(
+    inputs: Iterable[str | os.PathLike[str]],
+    out: str | os.PathLike[str],
+    policy: Policy | None,
+    run: RebuildOptions,
+    *,
+    progress: Progress | None = None,
+    extra_rejects: Iterable[Reject] = (),
+) -> RebuildSummary:
+    """:func:`rebuild` with its options as one typed value (what the command line builds)."""
+    overwrite, workers, batch_bytes, output_format = run.overwrite, run.workers, run.batch_bytes, run.output_format
+    options, unfinished, drift_counter = run.options, run.unfinished, run.drift_counter
     policy = policy or default_policy()
     out = Path(out)
     rejects_file = rejects_path(out)
@@ -209,7 +255,7 @@ def rebuild(
         summary.stale_temporaries_removed = stale
         count_drift = drift_counter(corpus.tokenizer) if drift_counter is not None else None
         summary.workers_capped = capped
-        context = SinkContext(policy, corpus.tokenizer, options or ExportOptions(), overwrite)
+        context = SinkContext(policy, corpus.tokenizer, options, overwrite)
         try:
             sink = open_sink(output_format, out, context)
         except OSError as exc:

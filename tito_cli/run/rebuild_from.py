@@ -11,13 +11,12 @@ import os
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 from ..algorithm.policy import Policy
 from ..capture.importing import ImportSummary, import_traces
 from ..errors import OutputError
 from .corpus import Reject
-from .rebuild import RebuildSummary, rebuild
+from .rebuild import Progress, RebuildOptions, RebuildSummary, rebuild_with
 
 __all__ = ["rebuild_from"]
 
@@ -32,17 +31,18 @@ def rebuild_from(
     tokenizer: str | None = None,
     session_header: str | None = None,
     align_responses: bool = True,
-    overwrite: bool = False,
-    **rebuild_options: Any,
+    run: RebuildOptions | None = None,
+    progress: Progress | None = None,
 ) -> tuple[ImportSummary, RebuildSummary]:
     """Import ``sources`` (see :func:`~tito_cli.capture.importing.import_traces`) and rebuild them into ``out``.
 
-    ``rebuild_options`` are :func:`~tito_cli.run.rebuild.rebuild`'s (``workers``,
-    ``batch_bytes``, ``progress``).  The temporary log lives beside ``out`` and
+    ``run``: how to rebuild (:class:`~tito_cli.run.rebuild.RebuildOptions`: ``overwrite``,
+    ``workers``, the output format...).  The temporary log lives beside ``out`` and
     is removed afterwards.
     """
+    run = run or RebuildOptions()
     out = Path(out)
-    if out.exists() and not overwrite:
+    if out.exists() and not run.overwrite:
         raise OutputError("output exists", file=out, tip="pass --overwrite to replace it")
     if not out.parent.is_dir():
         raise OutputError("the output's folder does not exist", file=out)
@@ -59,5 +59,5 @@ def rebuild_from(
         )
         # In the rebuild's own rejects report, published together with its output.
         rejected = [Reject(r.session_id, r.reason, r.file, r.row) for r in imported.rejected]
-        rebuilt = rebuild([log], out, policy, overwrite=overwrite, extra_rejects=rejected, **rebuild_options)
+        rebuilt = rebuild_with([log], out, policy, run, progress=progress, extra_rejects=rejected)
     return imported, rebuilt
