@@ -273,6 +273,8 @@ def _cut(sample: LinearizedSample, cap: int) -> LinearizedSample:
     sample.response_length = response_length
     sample.loss_mask = sample.loss_mask[:response_length]
     sample.rollout_log_probs = sample.rollout_log_probs[:response_length]
-    sample.spans = [Span(min(span.start, cap), min(span.end, cap), span.turn, span.trained) for span in sample.spans]
+    sample.spans = [
+        Span(min(span.start, cap), min(span.end, cap), span.turn, span.trained) for span in sample.spans
+    ]
     sample.cut_at = cap
     return sample

@@ -515,6 +515,7 @@ class TurnLogWriter:
         return target
 
 
+
 def sessions_row(
     session_id: str,
     reward: float | None,

@@ -82,7 +82,8 @@ def inspect(
     turns: str | None = typer.Option(
         None,
         "--turns",
-        help="Only turns with seq in A..B (also A.. or ..B or one seq): in the turns view and in the samples' regions.",
+        help="Only turns with seq in A..B (also A.. or ..B or one seq): in the turns view and in the samples' "
+        "regions.",
     ),
     drift: bool = typer.Option(
         False,

@@ -599,7 +599,9 @@ def _session_ids(sids: pa.Array, log_file: LogFile) -> Iterator[str | None]:
         yield from cells  # type: ignore[misc]  # no NotUtf8 left
 
 
-def read_batch(files: Sequence[LogFile], batch: ReadBatch, *, timestamps: bool = False) -> Iterator[SessionRows]:
+def read_batch(
+    files: Sequence[LogFile], batch: ReadBatch, *, timestamps: bool = False
+) -> Iterator[SessionRows]:
     """Each session of ``batch`` as raw rows, in batch order; row groups are read lazily, once.
 
     A row group's decoded columns stay alive until the last session of the
@@ -750,7 +752,9 @@ def _int64_values(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
         return np.zeros(len(array), dtype=np.int64), valid
     big = _beyond_int64(array)
     if big:
-        array = pa.array([None if row in big else v for row, v in enumerate(array.to_pylist())], type=pa.int64())
+        array = pa.array(
+            [None if row in big else v for row, v in enumerate(array.to_pylist())], type=pa.int64()
+        )
         valid = validity(array)
     # (cast goes through pyarrow.compute, a slow import: skip it when there is nothing to do)
     cast = array if pa.types.is_int64(array.type) else array.cast(pa.int64())

@@ -350,9 +350,7 @@ def _session_info(cols: dict[str, list[Any]], row: int, ref: RowRef) -> SessionI
         try:
             json.dumps(parsed_meta, ensure_ascii=False, allow_nan=False).encode("utf-8")
         except UnicodeEncodeError as exc:
-            raise ValueError(
-                f"sessions metadata holds a lone surrogate ({exc.object[exc.start : exc.end]!a})"
-            ) from None
+            raise ValueError(f"sessions metadata holds a lone surrogate ({exc.object[exc.start:exc.end]!a})") from None
         except ValueError:
             raise ValueError("sessions metadata holds a number beyond float64 (1e400 reads as infinity)") from None
         except RecursionError:

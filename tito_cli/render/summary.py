@@ -83,7 +83,7 @@ def render_rebuild_summary(summary: RebuildSummary) -> RenderableType:
                 one_line(
                     f"note: rebuilt with {used} worker{'s' if used != 1 else ''}, not {asked}: this log's sessions "
                     f"share its row groups, so more workers would each decode the same row groups "
-                    f'(docs/performance.md, "Where memory can still grow").'
+                    f"(docs/performance.md, \"Where memory can still grow\")."
                 )
             )
         )

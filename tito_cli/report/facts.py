@@ -341,7 +341,9 @@ class CorpusStats:
     #: Sessions and samples per ``group_index`` (GRPO group integrity).
     groups: GroupCounts = field(default_factory=GroupCounts)
     #: Forks and realigns by drift class (``report/drift.py``), and whether they were decoded.
-    drift_classes: dict[str, Counter[str]] = field(default_factory=lambda: {"fork": Counter(), "realign": Counter()})
+    drift_classes: dict[str, Counter[str]] = field(
+        default_factory=lambda: {"fork": Counter(), "realign": Counter()}
+    )
     decoded: bool = False
 
     def to_dict(self) -> dict[str, Any]:
@@ -379,7 +381,10 @@ class CorpusStats:
             },
             "drift_classes": {
                 "decoded": self.decoded,
-                **{f"{kind}s": {c: counter[c] for c in DRIFT_CLASSES} for kind, counter in self.drift_classes.items()},
+                **{
+                    f"{kind}s": {c: counter[c] for c in DRIFT_CLASSES}
+                    for kind, counter in self.drift_classes.items()
+                },
             },
             "rewrite_merges": t.rewrite_merges,
             "ambiguous_rewrites": t.ambiguous_rewrites,
