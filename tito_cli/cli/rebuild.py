@@ -13,7 +13,7 @@ from ..errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_OUTPUT, EXIT_REJECTED
 from ..export.formats import format_names
 from ..render.summary import render_rebuild_summary
 from ..report.drift import drift_class_counter
-from ..run.local import BATCHES_PER_WORKER
+from ..run.plan import BATCHES_PER_WORKER
 from ..run.rebuild import DriftCounter, RebuildOptions, RebuildSummary, rebuild_with
 from .app import app, err_console, exit_codes_help, guarded, progress_bar, state
 from .export import (

@@ -225,7 +225,7 @@ def _parallel_dumps(
     """Dumps made by ``options.workers`` processes, in session-id order."""
     from concurrent.futures import ProcessPoolExecutor
 
-    from ..run.local import worker_context
+    from ..run.pool import worker_context
 
     # Contiguous chunks, a few per worker, so a slow session holds up little.
     count = max(1, min(len(session_ids), 4 * options.workers))

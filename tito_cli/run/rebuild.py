@@ -26,7 +26,9 @@ from ..export.rejects import RejectsReport, rejects_path
 from ..read.files import discover_files, require_logs
 from ..read.turnlog import SessionsTable
 from .corpus import Corpus, Reject, SessionFacts, Unfinished
-from .local import default_workers, early_pool, file_map, rebuild_outputs, worker_cap, workers_for
+from .local import rebuild_outputs
+from .plan import default_workers, plan
+from .pool import early_pool, file_map
 
 __all__ = [
     "DriftCounter",
@@ -86,7 +88,7 @@ class RebuildSummary:
     samples_written: int = 0
     warnings: list[str] = field(default_factory=list)
     #: ``(asked, used)`` when an explicit worker count was lowered because the log's batches
-    #: would have decoded its row groups several times over (run/local.py ``worker_cap``).
+    #: would have decoded its row groups several times over (run/plan.py ``worker_cap``).
     workers_capped: tuple[int, int] | None = None
 
     def add_session(self, session_id: str, report: SessionReport) -> None:
@@ -182,11 +184,11 @@ def rebuild(
 
     ``workers`` processes rebuild sessions in parallel (default: as many of
     this machine's cores as the log's layout can use without decoding its row
-    groups twice, :func:`tito_cli.run.local.workers_for`; small logs are
+    groups twice, :func:`tito_cli.run.plan.workers_for`; small logs are
     rebuilt in-process).  A count given is lowered the same way, and
     ``summary.workers_capped`` says so, unless ``batch_bytes`` is given too;
     the output is the same for any number.  ``batch_bytes`` sets the size of the batches of
-    sessions handed to workers (see :func:`tito_cli.run.local.plan_batches`).
+    sessions handed to workers (see :func:`tito_cli.run.plan.plan_batches`).
     ``unfinished``: sessions without a sessions row are rebuilt with reward
     0.0 (``keep``, their samples say ``"finished": false``) or rejected.
     ``drift_counter(tokenizer)``, given the tokenizer the log records, returns
@@ -227,20 +229,13 @@ def rebuild_with(
     files = require_logs(
         leave_out_previous_output(discover_files(input_paths), input_paths, [out, rejects_file]), input_paths
     )
-    chosen = workers
-    workers = default_workers() if workers is None else workers
+    cores = default_workers()
     rejected: list[Reject] = list(extra_rejects)
-    with early_pool(len(files), workers) as pool:
-        corpus = Corpus.open(files, map_files=file_map(pool, len(files), workers), unfinished=unfinished)
-        capped: tuple[int, int] | None = None
-        if chosen is None:
-            # Not told: as many of the cores as the log's layout lets work without decoding it twice.
-            workers = workers_for(corpus.log.index(), workers)
-        elif batch_bytes is None and workers > 1:
-            # Told: still never more than the batches can use without decoding the log several times.
-            usable = worker_cap(corpus.log.index(), workers)
-            if usable is not None:
-                capped, workers = (workers, usable), usable
+    starting = cores if workers is None else workers
+    with early_pool(len(files), starting) as pool:
+        corpus = Corpus.open(files, map_files=file_map(pool, len(files), starting), unfinished=unfinished)
+        # The worker plan, made once: the workers, their batches, and whether a count asked for was lowered.
+        chosen = plan(corpus.log.index(), cores, workers, batch_bytes)
         # Temporaries of a rebuild that was killed (SIGKILL, OOM) before it could clean up.
         stale = remove_stale_temporaries(out) + remove_stale_temporaries(rejects_file)
         session_ids = corpus.session_ids()
@@ -254,7 +249,7 @@ def rebuild_with(
         )
         summary.stale_temporaries_removed = stale
         count_drift = drift_counter(corpus.tokenizer) if drift_counter is not None else None
-        summary.workers_capped = capped
+        summary.workers_capped = chosen.capped
         context = SinkContext(policy, corpus.tokenizer, options, overwrite)
         try:
             sink = open_sink(output_format, out, context)
@@ -264,8 +259,7 @@ def rebuild_with(
             outputs = rebuild_outputs(
                 corpus,
                 policy,
-                workers=workers,
-                batch_bytes=batch_bytes,
+                chosen,
                 spill_dir=out.parent,
                 pool=pool,
                 count_drift=count_drift,
