@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-from enum import Enum
 from pathlib import Path
 
 import typer
@@ -11,10 +10,12 @@ import typer
 from ..algorithm.policy import Policy
 from ..errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_OUTPUT, EXIT_REJECTED
 from ..export.formats import format_names
+from ..plugins import options_help
 from ..render.summary import render_rebuild_summary
 from ..report.drift import drift_class_counter
 from ..run.plan import BATCHES_PER_WORKER
 from ..run.rebuild import DriftCounter, RebuildOptions, RebuildSummary, rebuild_with
+from ..run.runner import RUNNERS
 from .app import app, err_console, exit_codes_help, guarded, progress_bar, state
 from .export import (
     FORKED,
@@ -35,13 +36,8 @@ from .import_traces import (
     VERBATIM_HELP,
     check_import_options,
 )
-from .options import FORK_THRESHOLD, MAX_SAMPLE_TOKENS, POLICY, REWARD_MODE, RewardChoice, policy_from
+from .options import FORK_THRESHOLD, MAX_SAMPLE_TOKENS, POLICY, REWARD_MODE, RewardChoice, plugin_choice, policy_from
 from .unfinished import UNFINISHED, UnfinishedChoice
-
-
-class EngineChoice(Enum):
-    local = "local"
-    ray = "ray"
 
 
 @app.command(
@@ -103,9 +99,10 @@ def rebuild(
     tokenizer: str = typer.Option(None, "--tokenizer", help="With --from: " + TOKENIZER_HELP),
     session_header: str = typer.Option(None, "--session-header", help="With --from: " + SESSION_HEADER_HELP),
     verbatim_responses: bool = typer.Option(False, "--verbatim-responses", help="With --from: " + VERBATIM_HELP),
-    engine: EngineChoice = typer.Option(
-        EngineChoice.local,
+    engine: str = typer.Option(
+        "local",
         "--engine",
+        click_type=plugin_choice(RUNNERS),
         help="'local': this machine's processes. 'ray': a Ray Data pipeline (pip install 'tito-cli\\[ray]') that "
         "rebuilds sessions across a cluster; the files written are the same, see docs/performance.md.",
     ),
@@ -123,24 +120,43 @@ def rebuild(
 ) -> None:
     check_format(format, format_names(), "--format")
     chosen = policy_from(policy, fork_threshold, reward_mode, max_sample_tokens)
-    if from_format is not None and engine is EngineChoice.ray:
+    if from_format is not None and engine != "local":
         raise typer.BadParameter("--from works with the local engine only", param_hint="--from")
     run = RebuildOptions(
         overwrite=overwrite,
-        workers=workers,
-        batch_bytes=None if batch_mb is None else batch_mb * (1 << 20),
         output_format=format,
         options=export_options(format, format_option_values(split_by, forked, logprobs, labels)),
         unfinished=unfinished.value,
         drift_counter=_drift_counter(logs) if drift_classes else None,
+        engine=engine,
+        engine_options=engine_options(engine, workers, None if batch_mb is None else batch_mb * (1 << 20)),
     )
-    if engine is EngineChoice.ray:
-        _finish(_rebuild_on_ray(logs, out, chosen, run))
-    if from_format is None:
-        with progress_bar("rebuilding", "sessions") as progress:
-            _finish(rebuild_with(logs, out, chosen, run, progress=progress))
-    assert from_format is not None
-    _rebuild_from(from_format, logs, out, chosen, run, rewards, tokenizer, session_header, verbatim_responses)
+    if from_format is not None:
+        _rebuild_from(from_format, logs, out, chosen, run, rewards, tokenizer, session_header, verbatim_responses)
+    with progress_bar("rebuilding", "sessions") as progress:
+        _finish(rebuild_with(logs, out, chosen, run, progress=progress))
+
+
+#: The runners' options as the command line names them.
+ENGINE_OPTIONS = {"workers": "--workers", "batch_bytes": "--batch-mb"}
+
+
+def engine_options(engine: str, workers: int | None, batch_bytes: float | None) -> dict[str, object]:
+    """The runner's options from the command line, refusing one the runner does not have (rather than
+    ignoring it: ``--engine ray`` with ``--workers`` is a usage error naming ``--workers``)."""
+    own = options_help(RUNNERS.get(engine).Options)
+    given: dict[str, object] = {
+        k: v for k, v in {"workers": workers, "batch_bytes": batch_bytes}.items() if v is not None
+    }
+    for option in given:
+        if option not in own:
+            owners = " and ".join(RUNNERS.option_owners()[option])
+            raise typer.BadParameter(
+                f"applies to the {owners} engine only, not {engine}", param_hint=ENGINE_OPTIONS[option]
+            )
+    if "quiet" in own:
+        given["quiet"] = not state.verbose  # Ray's INFO lines only with -v
+    return given
 
 
 def _rebuild_from(
@@ -182,22 +198,6 @@ def _drift_counter(logs: list[Path]) -> DriftCounter:
     # than the rebuild's speed target allows (docs/performance.md).
     log_dirs = [p if p.is_dir() else p.parent for p in logs]
     return functools.partial(drift_class_counter, log_dirs=log_dirs)
-
-
-def _rebuild_on_ray(logs: list[Path], out: Path, policy: Policy, run: RebuildOptions) -> RebuildSummary:
-    from ..run.ray_data import rebuild_ray
-
-    return rebuild_ray(
-        logs,
-        out,
-        policy,
-        overwrite=run.overwrite,
-        output_format=run.output_format,
-        options=run.options,
-        unfinished=run.unfinished,
-        quiet=not state.verbose,  # Ray's INFO lines only with -v
-        drift_counter=run.drift_counter,
-    )
 
 
 def _finish(summary: RebuildSummary) -> None:

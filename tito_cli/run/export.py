@@ -17,13 +17,12 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .._atomic import publish
 from ..algorithm.policy import DEFAULT_POLICY, Policy, default_policy
 from ..errors import OutputError, SchemaError, UnreadableLogError
 from ..export.base import SinkContext
-from ..export.formats import open_sink
 from ..export.groups import GroupCounts
 from ..schema import META_TABLE, META_TOKENIZER, SAMPLES_SCHEMA
+from .output import RunOutput
 
 __all__ = ["ExportSummary", "export_samples", "tables_by_session"]
 
@@ -106,17 +105,20 @@ def export_samples(
     ``options``: the format's ``Options`` instance or a mapping of its fields.
 
     Memory stays bounded by a row group of the input (and, for ``slime``,
-    one dump); the output appears atomically, all its files together.
+    one dump); the output appears atomically, all its files together, through the rebuild's
+    own output handling (run/output.py: targets checked first, a killed run's temporaries swept).
     """
     source, out = Path(samples), Path(out)
     if source.resolve() == out.resolve():
         raise OutputError("the output would replace the samples file being read", file=out)
+    output = RunOutput(out, overwrite=overwrite)
     file = open_samples(source)
     meta = file.schema_arrow.metadata or {}
     tokenizer = meta.get(META_TOKENIZER.encode())
     context = SinkContext(_policy_of(meta), tokenizer.decode() if tokenizer else None, options, overwrite)
     summary = ExportSummary(source=source, format=format)
-    sink = open_sink(format, out, context)
+    output.sweep()
+    sink = output.open_sink(format, context)
     try:
         columns = [c for c in (*SAMPLES_SCHEMA.names, "rollout_id") if c in file.schema_arrow.names]
         row_groups = (file.read_row_group(i, columns=columns) for i in range(file.num_row_groups))
@@ -126,10 +128,10 @@ def export_samples(
             sid, group_index = table.column("session_id")[0].as_py(), table.column("group_index")[0].as_py()
             summary.groups.add(sid, group_index, table.num_rows)
             sink.add(table)
-        publish(sink.close())
     except BaseException:
         sink.abort()
         raise
+    output.publish(sink)
     summary.files = list(sink.files)
     summary.samples_written = sink.samples_written
     summary.warnings = list(sink.warnings)

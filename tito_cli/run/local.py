@@ -1,7 +1,8 @@
 """The local runner: a log's sessions rebuilt in this process or a pool of workers, in session-id order.
 
-    for output in rebuild_outputs(corpus, policy, plan(index, cores, asked, None), spill_dir=out.parent):
-        ...   # SessionOutput (samples as Arrow rows + counts) or Reject, in session-id order
+    with LocalRunner(LocalOptions(workers=2)).open(files, "keep", out.parent) as opened:
+        for output in opened.outputs(policy, None):
+            ...   # SessionOutput (samples as Arrow rows + counts) or Reject, in session-id order
 
 The plan (run/plan.py) cuts the log's index into batches of sessions in *log
 order*, the order sessions finish in the files, so that a batch reads few row
@@ -16,18 +17,84 @@ written file is the same for any number of workers.
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from ..algorithm.policy import Policy
 from ..read.rows import ReadBatch
-from .corpus import Corpus, Reject, SessionFacts, SessionOutput
+from ..read.turnlog import SessionsTable
+from .corpus import Corpus, Reject, SessionFacts, SessionOutput, Unfinished
 from .in_order import InOrder
-from .plan import Plan, plan
-from .pool import BatchTask, run_batches
+from .plan import BATCHES_PER_WORKER, Plan, default_workers, plan
+from .pool import BatchTask, early_pool, file_map, run_batches
+from .runner import Runner
 
-__all__ = ["SessionOutput", "rebuild_outputs"]
+__all__ = ["LocalOptions", "LocalRunner", "SessionOutput", "rebuild_outputs"]
+
+
+@dataclass(frozen=True, slots=True)
+class LocalOptions:
+    """The local runner's options (``--workers``, ``--batch-mb``)."""
+
+    workers: int | None = field(
+        default=None, metadata={"help": "processes rebuilding sessions (default: as many cores as the log can use)"}
+    )
+    batch_bytes: float | None = field(
+        default=None,
+        metadata={"help": f"bytes of decoded turn columns a batch (default: {BATCHES_PER_WORKER} batches a worker)"},
+    )
+
+
+class LocalRunner(Runner):
+    """This machine's processes: the log opened (by workers too, when it has many files), planned once."""
+
+    name = "local"
+    summary = "this machine's processes"
+    Options = LocalOptions
+    options: LocalOptions
+
+    @contextlib.contextmanager
+    def open(self, files: list[Path], unfinished: Unfinished, spill_dir: Path) -> Iterator[_LocalLog]:
+        cores = default_workers()
+        workers, batch_bytes = self.options.workers, self.options.batch_bytes
+        starting = cores if workers is None else workers
+        with early_pool(len(files), starting) as pool:
+            corpus = Corpus.open(files, map_files=file_map(pool, len(files), starting), unfinished=unfinished)
+            # The worker plan, made once: the workers, their batches, and whether a count asked for was lowered.
+            chosen = plan(corpus.log.index(), cores, workers, batch_bytes)
+            yield _LocalLog(corpus, chosen, pool, spill_dir)
+
+
+@dataclass(slots=True)
+class _LocalLog:
+    corpus: Corpus
+    plan: Plan
+    pool: ProcessPoolExecutor | None
+    spill_dir: Path
+
+    @property
+    def workers_capped(self) -> tuple[int, int] | None:
+        return self.plan.capped
+
+    @property
+    def tokenizer(self) -> str | None:
+        return self.corpus.tokenizer
+
+    @property
+    def sessions_table(self) -> SessionsTable:
+        return self.corpus.sessions_table
+
+    def session_ids(self) -> Sequence[str]:
+        return self.corpus.session_ids()
+
+    def outputs(self, policy: Policy, count_drift: SessionFacts | None) -> Iterator[SessionOutput | Reject]:
+        return rebuild_outputs(
+            self.corpus, policy, self.plan, spill_dir=self.spill_dir, pool=self.pool, count_drift=count_drift
+        )
 
 
 def rebuild_outputs(
