@@ -238,7 +238,8 @@ def _copy_checkout(repo: Path, to: Path) -> None:
 
 
 def _ignored(folder: str, names: list[str]) -> set[str]:
-    skip = {".git", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".hypothesis", ".venv", "build", "node_modules"}
+    skip = {".git", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".hypothesis", ".venv", "build"}
+    skip.add("node_modules")  # what npm ci --prefix tests/npm installed
     return {n for n in names if n in skip or n.endswith(".egg-info")}
 
 

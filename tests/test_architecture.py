@@ -23,6 +23,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("report",),
     ("render",),
     ("golden",),
+    ("serve",),
     ("cli", "pytest_plugin", "__main__"),
 ]
 
@@ -114,3 +115,89 @@ def test_no_module_imports_from_a_layer_above_its_own() -> None:
             if target.split(".")[0] in {n for names in LAYERS for n in names} and _layer(target) > own:
                 upward.append(f"{path.relative_to(REPO)}:{line} imports tito_cli.{target}")
     assert upward == []
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """Module -> the tito_cli modules it imports (a ``from package import name`` naming a module: that module)."""
+    modules = _modules()
+    graph: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        if not module:  # the package's lazy public names point everywhere on purpose
+            continue
+        is_package = path.name == "__init__.py"
+        here = module.split(".")
+        base = here if is_package else here[:-1]
+        edges: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            targets: list[str] = []
+            if isinstance(node, ast.ImportFrom):
+                if node.level:
+                    anchor = base[: len(base) - (node.level - 1)]
+                    target = ".".join([*anchor, *(node.module.split(".") if node.module else [])])
+                elif node.module and (node.module == "tito_cli" or node.module.startswith("tito_cli.")):
+                    target = node.module.removeprefix("tito_cli").lstrip(".")
+                else:
+                    continue
+                for alias in node.names:
+                    named = f"{target}.{alias.name}" if target else alias.name
+                    targets.append(named if named in modules else target)
+            elif isinstance(node, ast.Import):
+                targets = [a.name.removeprefix("tito_cli.") for a in node.names if a.name.startswith("tito_cli.")]
+            edges.update(t for t in targets if t and t in modules and t != module)
+        graph[module] = edges
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm, iteratively)."""
+    order: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for start in sorted(graph):
+        if start in order:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        order[start] = low[start] = len(order)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, targets = work[-1]
+            for target in targets:
+                if target not in graph:
+                    continue
+                if target not in order:
+                    order[target] = low[target] = len(order)
+                    stack.append(target)
+                    on_stack.add(target)
+                    work.append((target, iter(sorted(graph[target]))))
+                    break
+                if target in on_stack:
+                    low[node] = min(low[node], order[target])
+            else:
+                work.pop()
+                if work:
+                    parent = work[-1][0]
+                    low[parent] = min(low[parent], low[node])
+                if low[node] == order[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == node:
+                            break
+                    if len(component) > 1:
+                        found.append(sorted(component))
+    return sorted(found)
+
+
+def test_no_cycle_between_modules_even_inside_one_package() -> None:
+    # Layers rule out cycles between packages; this catches one inside a package (policy <-> router).
+    assert _cycles(_module_graph()) == []
+
+
+def test_the_cycle_check_finds_a_cycle_inside_a_package() -> None:
+    graph = {"a.x": {"a.y"}, "a.y": {"a.z"}, "a.z": {"a.x"}, "a.w": {"a.x"}, "b": {"b"}}
+    assert _cycles(graph) == [["a.x", "a.y", "a.z"]]

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from tito_cli.cli import app
 from tito_cli.errors import EXIT_OK, EXIT_OUTPUT, EXIT_REJECTED
-from tito_cli.read import rows as rows_module
+from tito_cli.read import index_pass
 from tito_cli.read.turnlog import TurnLog
 from tito_cli.render.plain import to_plain
 from tito_cli.render.summary import render_rebuild_summary
@@ -135,7 +135,7 @@ def test_a_huge_row_group_is_read_in_slices_and_compact_cuts_it(
     log = tmp_path / "logs"
     write_log(log, read_jsonl(REPO / "fixtures/conformance/random-threshold-1024/turns.jsonl"), format=1,
               row_group_rows=4000, row_group_bytes=1 << 30)
-    monkeypatch.setattr(rows_module, "SLICE_BYTES", 16 << 10)
+    monkeypatch.setattr(index_pass, "SLICE_BYTES", 16 << 10)
     slices = TurnLog.open([log]).index().row_groups
     assert len({(g.file, g.index) for g in slices}) == 1 and len(slices) > 2 and all(g.slice_rows for g in slices)
     summary = rebuild_module.rebuild([log], tmp_path / "a.parquet", workers=1)

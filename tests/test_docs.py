@@ -137,7 +137,9 @@ def test_the_convention_is_parsed_and_compared_as_documented() -> None:
 def test_ci_runs_the_readme_test_command() -> None:
     ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
     readme = (REPO / "README.md").read_text(encoding="utf-8").splitlines()
-    marker = 'pip install -e ".[test,ray,import,browser,serve,clients]" && npm ci --prefix tests/npm && python -m pytest'
+    marker = (
+        'pip install -e ".[test,ray,import,browser,serve,clients]" && npm ci --prefix tests/npm && python -m pytest'
+    )
     assert f"grep -m1 -F '{marker}' README.md" in ci
     [command] = [line for line in readme if marker in line]
     assert command.startswith("python3 -m venv .venv && . .venv/bin/activate && ")  # works on a managed Python

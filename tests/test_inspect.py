@@ -25,8 +25,9 @@ from tito_cli.render.plain import to_plain
 from tito_cli.render.sample_text import render_samples, seq_ranges
 from tito_cli.render.session_view import DECISION_LEGEND, render_tree, render_turns
 from tito_cli.report.session_facts import samples_data, tree_nodes, turn_rows
-from tito_cli.run.corpus import Corpus, Reject
+from tito_cli.run.corpus import Corpus
 from tito_cli.tokenizer import TokenText, visible
+from tito_cli.turns import Reject
 
 from .helpers import conformance_folders, read_jsonl, write_log
 from .scenario_logs import TOKENIZER, scenario_log

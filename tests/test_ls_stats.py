@@ -15,8 +15,9 @@ from tito_cli.algorithm.policies import SlimeV4
 from tito_cli.cli import app
 from tito_cli.errors import EXIT_OK, EXIT_USAGE
 from tito_cli.report.facts import FilterError, compile_filter, percentiles
-from tito_cli.run.corpus import Corpus, Reject
+from tito_cli.run.corpus import Corpus
 from tito_cli.run.rebuild import rebuild
+from tito_cli.turns import Reject
 
 from .helpers import CONFORMANCE, read_jsonl, write_log
 from .scenario_logs import scenario_log

@@ -25,7 +25,7 @@ import pytest
 from tito_cli.capture.writer import TurnLogWriter
 from tito_cli.cli.native_env import NATIVE_OPTIONS
 from tito_cli.export.groups import GroupCounts
-from tito_cli.read.rows import SessionPlaces
+from tito_cli.read.index import SessionPlaces
 from tito_cli.read.turnlog import TurnLog
 from tito_cli.report.facts import FIELDS, select_rows, sort_rows
 from tito_cli.run.plan import plan_batches

@@ -32,7 +32,8 @@ from tito_cli.algorithm.policies.slime_03 import value_key
 from tito_cli.algorithm.policy import ForkCause
 from tito_cli.algorithm.session import SessionResult, rebuild_session
 from tito_cli.export.base import provenance
-from tito_cli.read.rows import RawTurn, SessionRows
+from tito_cli.read.columns import RawTurn
+from tito_cli.read.rows import SessionRows
 from tito_cli.read.validate import parse_session
 from tito_cli.run.rebuild import rebuild
 from tito_cli.turns import MessageKey, RowRef, SessionInfo, Turn, canonical_json, message_key

@@ -155,7 +155,8 @@ def test_starting_below_an_extended_prompt_routes_like_the_full_walk() -> None:
 def test_a_prompt_after_a_long_sub_agent_extends_its_parent_turn() -> None:
     # A sub-agent's turns come between two of its parent's; the parent's next prompt must still be
     # found as an extension of its previous one (not parsed and routed from the root again).
-    from tito_cli.read.rows import RawTurn, SessionRows
+    from tito_cli.read.columns import RawTurn
+    from tito_cli.read.rows import SessionRows
     from tito_cli.read.validate import parse_session
     from tito_cli.turns import RowRef
 
@@ -189,7 +190,8 @@ def test_a_sessions_repeated_tools_are_parsed_once_and_a_change_is_read() -> Non
     # The reader keeps a session's last tools and metadata and reuses them for a row holding the
     # same text: equal text is shared, different text parsed (and checked) anew.
     from tito_cli.errors import InvalidSessionError
-    from tito_cli.read.rows import RawTurn, SessionRows
+    from tito_cli.read.columns import RawTurn
+    from tito_cli.read.rows import SessionRows
     from tito_cli.read.validate import parse_session
     from tito_cli.turns import RowRef
 

@@ -16,8 +16,8 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from tito_cli.algorithm.router import Node
 from tito_cli.algorithm.session import SessionResult
+from tito_cli.algorithm.tree import Node
 from tito_cli.capture.writer import TurnLogWriter
 from tito_cli.cli import app
 from tito_cli.cli.simulate import ProfileChoice

@@ -74,7 +74,8 @@ def test_row_groups_do_not_depend_on_how_the_tables_were_cut(fmt: str, tmp_path:
 
     from tito_cli.export.base import SinkContext, session_table
     from tito_cli.export.formats import open_sink
-    from tito_cli.run.corpus import Corpus, Reject
+    from tito_cli.run.corpus import Corpus
+    from tito_cli.turns import Reject
 
     tables = [session_table(r) for r in Corpus.open([DEMO]).results() if not isinstance(r, Reject)]
     whole = pa.concat_tables(tables).combine_chunks()  # one chunk: the slices are views into it

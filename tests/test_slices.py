@@ -19,8 +19,10 @@ import pytest
 from typer.testing import CliRunner
 
 from tito_cli.cli import app
+from tito_cli.read import index_pass
 from tito_cli.read import rows as readpath
-from tito_cli.read.rows import LogIndex, ReadBatch, RowGroup, SessionPlace, read_batch
+from tito_cli.read.index import LogIndex, ReadBatch, RowGroup, SessionPlace
+from tito_cli.read.rows import read_batch
 from tito_cli.read.turnlog import TurnLog
 from tito_cli.render.plain import to_plain
 from tito_cli.render.summary import render_rebuild_summary
@@ -37,7 +39,7 @@ DEMO = REPO / "fixtures" / "logs"
 
 def _slice_rows_of(monkeypatch: pytest.MonkeyPatch, rows: int) -> None:
     """Read every row group of more than ``rows`` rows in slices of ``rows`` rows."""
-    monkeypatch.setattr(readpath, "_slice_rows", lambda size, total: min(max(total, 1), rows))
+    monkeypatch.setattr(index_pass, "_slice_rows", lambda size, total: min(max(total, 1), rows))
 
 
 @pytest.fixture(scope="module")

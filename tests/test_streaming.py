@@ -20,12 +20,12 @@ from tito_cli.errors import InvalidSessionError, SchemaError
 from tito_cli.export.base import session_table
 from tito_cli.read import rows as readpath
 from tito_cli.read import turnlog
-from tito_cli.read.rows import ReadBatch, read_batch
+from tito_cli.read.index import ReadBatch, RowGroup
+from tito_cli.read.rows import read_batch
 from tito_cli.read.turnlog import TurnLog
 from tito_cli.read.validate import _MessageParser, parse_session
-from tito_cli.run.corpus import Reject
 from tito_cli.schema import TURNS_SCHEMA, table_metadata
-from tito_cli.turns import message_key
+from tito_cli.turns import Reject, message_key
 
 from .helpers import write_log
 
@@ -74,7 +74,7 @@ def test_only_the_row_groups_holding_a_session_are_read(tmp_path: Path, monkeypa
     loaded: list[str] = []
     real = readpath._load_group
 
-    def counting(files: Any, group: readpath.RowGroup, *args: Any) -> Any:
+    def counting(files: Any, group: RowGroup, *args: Any) -> Any:
         loaded.append(Path(files[group.file].path).name)
         return real(files, group)
 
@@ -119,7 +119,7 @@ def test_row_groups_are_dropped_after_their_last_session(tmp_path: Path, monkeyp
     alive: list[weakref.ref[Any]] = []
     real = readpath._load_group
 
-    def tracking(files: Any, group: readpath.RowGroup, *args: Any) -> Any:
+    def tracking(files: Any, group: RowGroup, *args: Any) -> Any:
         columns = real(files, group)
         alive.append(weakref.ref(columns))
         return columns

@@ -21,7 +21,8 @@ from typer.testing import CliRunner
 from tito_cli.cli import app
 from tito_cli.errors import EXIT_OK
 from tito_cli.report.facts import session_row
-from tito_cli.run.corpus import Corpus, Reject
+from tito_cli.run.corpus import Corpus
+from tito_cli.turns import Reject
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = ROOT / "fixtures" / "logs"

@@ -17,7 +17,8 @@ from typer.testing import CliRunner
 from tito_cli.algorithm.policies import SlimeV4
 from tito_cli.cli import app
 from tito_cli.errors import EXIT_BAD_INPUT, UnreadableLogError
-from tito_cli.read.rows import LogIndex, RowGroup, SessionPlace, build_index
+from tito_cli.read.index import LogIndex, RowGroup, SessionPlace
+from tito_cli.read.index_pass import build_index
 from tito_cli.read.turnlog import TurnLog
 from tito_cli.run import plan as planning
 from tito_cli.run import pool as parallel

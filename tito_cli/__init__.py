@@ -47,11 +47,11 @@ if typing.TYPE_CHECKING:
     )
     from .export.formats import register_output_format
     from .export.openai_exchanges import export_exchanges
-    from .run.corpus import Corpus, Reject
+    from .run.corpus import Corpus
     from .run.export import ExportSummary, export_samples
     from .run.rebuild import RebuildSummary, rebuild
     from .run.rebuild_from import rebuild_from
-    from .turns import SessionInfo, Turn
+    from .turns import Reject, SessionInfo, Turn
 
 __version__ = "0.1.0"
 
@@ -65,7 +65,7 @@ _HOME = {
     "rebuild_from": "run.rebuild_from",
     "SourceError": "errors",
     "Corpus": "run.corpus",
-    "Reject": "run.corpus",
+    "Reject": "turns",
     "SessionReport": "algorithm.session",
     "SessionResult": "algorithm.session",
     "rebuild_session": "algorithm.session",

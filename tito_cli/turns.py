@@ -1,6 +1,6 @@
 """One generation call, as the rebuild algorithm sees it.
 
-The reader (``readpath``, then ``validate``) turns Parquet rows into :class:`Turn` objects after
+The reader (``read.index_pass``, ``read.rows``, then ``validate``) turns Parquet rows into :class:`Turn` objects after
 validating them; the router and linearizer only ever see valid turns.  Token
 ids stay numpy arrays end to end: a long session holds millions of prompt ids.
 """
@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["Message", "MessageKey", "RowRef", "SessionInfo", "Turn", "canonical_json", "message_key"]
+__all__ = ["Message", "MessageKey", "Reject", "RowRef", "SessionInfo", "Turn", "canonical_json", "message_key"]
 
 Message = dict[str, Any]
 IdArray = npt.NDArray[np.int32]
@@ -90,6 +90,19 @@ class RowRef:
 
     def __str__(self) -> str:
         return f"{self.file}, row {self.row}"
+
+
+@dataclass(frozen=True, slots=True)
+class Reject:
+    """A session left out of an output (a rebuild's, an import's, an export's), and why."""
+
+    session_id: str
+    reason: str
+    file: str | None
+    row: int | None
+
+    def to_dict(self) -> dict[str, object]:
+        return {"session_id": self.session_id, "file": self.file, "row": self.row, "reason": self.reason}
 
 
 @dataclass(eq=False, slots=True, init=False)

@@ -24,7 +24,7 @@ import numpy.typing as npt
 from .._arrow import common_prefix
 from ..turns import Turn
 from .policy import ForkCause, Policy
-from .router import Node, SessionTree
+from .tree import Node, SessionTree
 
 __all__ = ["Decision", "ForkCause", "Linearization", "LinearizedSample", "Span", "linearize"]
 

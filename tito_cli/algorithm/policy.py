@@ -36,7 +36,7 @@ from ..plugins import PluginTable
 
 if TYPE_CHECKING:
     from ..turns import Message, MessageKey, Turn
-    from .router import Node
+    from .tree import Node
 
 __all__ = [
     "DEFAULT_FORK_THRESHOLD",

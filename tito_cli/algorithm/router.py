@@ -10,103 +10,13 @@ routing-only and never trained.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Iterable
 
-from ..turns import Message, MessageKey, Turn
+from ..turns import Turn
 from .policy import Policy
+from .tree import MergedRewrite, Node, SessionTree
 
-__all__ = ["MergedRewrite", "Node", "SessionTree", "route"]
-
-
-@dataclass(frozen=True, slots=True)
-class MergedRewrite:
-    """A short assistant rewrite absorbed by the generated node it replaced."""
-
-    abandoned_turn_index: int
-    abandoned_response_tokens: int
-    abandoned_seq: int
-
-
-@dataclass(eq=False, slots=True)
-class Node:
-    role: str | None
-    message: Message | None
-    #: Identity of ``message`` (turns.message_key); ``None`` matches nothing (a generated
-    #: node whose response message is null, and the root).
-    key: MessageKey | None
-    parent: Node | None = None
-    #: Position among the parent's children: "first child" means lowest position.
-    position: int = 0
-    children: list[Node] = field(default_factory=list)
-    turn: Turn | None = None
-    turn_index: int | None = None
-    merged_rewrite: MergedRewrite | None = None
-    #: Tool specs of the turn that mounted a system node (informational only).
-    tools: Any = None
-    #: Children by (role, key), each list in insertion order.
-    _index: dict[tuple[str | None, MessageKey], list[Node]] = field(default_factory=dict, repr=False)
-
-    @property
-    def generated(self) -> bool:
-        return self.turn is not None
-
-    def find_child(self, role: str | None, key: MessageKey) -> Node | None:
-        matches = self._index.get((role, key))
-        return matches[0] if matches else None
-
-    def add_child(self, child: Node) -> Node:
-        child.parent = self
-        child.position = len(self.children)
-        self.children.append(child)
-        if child.key is not None:
-            self._index.setdefault((child.role, child.key), []).append(child)
-        return child
-
-    def _rekey_child(self, child: Node, message: Message, key: MessageKey) -> None:
-        if child.key is not None:
-            self._index[(child.role, child.key)].remove(child)
-        child.message = message
-        child.key = key
-        # A rewrite is absorbed only when no sibling matched the message, so
-        # no sibling holds this key yet and appending keeps insertion order.
-        self._index.setdefault((child.role, child.key), []).append(child)
-
-    def walk(self) -> Iterator[Node]:
-        """This node and its descendants, depth-first, children in insertion order."""
-        stack: list[Node] = [self]
-        while stack:
-            node = stack.pop()
-            yield node
-            stack.extend(reversed(node.children))
-
-    def chain(self) -> list[Node]:
-        """The path from the root's child down to this node."""
-        path: list[Node] = []
-        node: Node | None = self
-        while node is not None and node.parent is not None:
-            path.append(node)
-            node = node.parent
-        path.reverse()
-        return path
-
-
-@dataclass(slots=True)
-class SessionTree:
-    root: Node
-    #: Turns attached, in seq order (absorbed ones included); turn index = position + 1.
-    turns: list[Turn] = field(default_factory=list)
-    #: Seqs of turns skipped because their prompt had no messages.
-    skipped: list[int] = field(default_factory=list)
-    #: Nodes that absorbed a short rewrite, in the order it happened.
-    merges: list[Node] = field(default_factory=list)
-    #: Seqs of turns whose first unmatched assistant message had several
-    #: rewrite candidates (nothing absorbed; worth a warning).
-    ambiguous_rewrites: list[int] = field(default_factory=list)
-
-    def leaves(self) -> list[Node]:
-        return [n for n in self.root.walk() if not n.children and n is not self.root]
+__all__ = ["route"]
 
 
 def route(turns: Iterable[Turn], policy: Policy) -> SessionTree:
@@ -153,7 +63,7 @@ def route(turns: Iterable[Turn], policy: Policy) -> SessionTree:
                     abandoned_seq=old_turn.seq,
                 )
                 absorbed.turn = None
-                node._rekey_child(absorbed, messages[i], keys[i])
+                node.rekey_child(absorbed, messages[i], keys[i])
                 tree.merges.append(absorbed)
                 node = absorbed
                 i += 1

@@ -16,7 +16,8 @@ from itertools import pairwise
 from ..turns import SessionInfo, Turn
 from .linearize import Linearization, LinearizedSample, linearize
 from .policy import ForkCause, Policy
-from .router import SessionTree, route
+from .router import route
+from .tree import SessionTree
 
 __all__ = ["NoSamples", "SessionReport", "SessionResult", "no_samples_cause", "rebuild_session", "seq_gaps"]
 

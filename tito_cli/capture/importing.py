@@ -24,13 +24,13 @@ from typing import Any
 
 from .._atomic import atomic_path
 from ..errors import OutputError, SourceError, TitoError
+from ..turns import Reject
 from .importers import IMPORTERS, importer_for
 from .importers.base import (
     ImportedSession,
     ImportedTurn,
     Importer,
     SessionOutcome,
-    SessionReject,
     SourceRef,
     check_turn,
     read_json_lines,
@@ -73,7 +73,7 @@ class ImportSummary:
     out: Path
     report_file: Path
     sessions: list[ImportedSessionReport] = field(default_factory=list)
-    rejected: list[SessionReject] = field(default_factory=list)
+    rejected: list[Reject] = field(default_factory=list)
     #: Sessions of the rewards file that no imported session matched.
     unused_rewards: list[str] = field(default_factory=list)
     files_written: list[Path] = field(default_factory=list)
@@ -212,18 +212,18 @@ def _import_sessions(
     seen: set[str] = set()
     for item in items:
         if isinstance(item, TitoError):
-            summary.rejected.append(SessionReject(item.session_id or "", item.message, item.file, item.row))
+            summary.rejected.append(Reject(item.session_id or "", item.message, item.file, item.row))
             continue
         if item.session_id in seen:
             ref = item.source
             summary.rejected.append(
-                SessionReject(item.session_id, "session id appears in two sources", ref.file, ref.row)
+                Reject(item.session_id, "session id appears in two sources", ref.file, ref.row)
             )
             continue
         seen.add(item.session_id)
         if not item.turns:
             ref = item.source
-            summary.rejected.append(SessionReject(item.session_id, "no generation call to import", ref.file, ref.row))
+            summary.rejected.append(Reject(item.session_id, "no generation call to import", ref.file, ref.row))
             continue
         if importer.server_responses and align_responses:
             aligned = _align(item)
@@ -236,14 +236,14 @@ def _import_sessions(
         if problem is not None:
             reason, ref = problem
             error = reject(reason, ref, item.session_id)
-            summary.rejected.append(SessionReject(item.session_id, error.message, error.file, error.row))
+            summary.rejected.append(Reject(item.session_id, error.message, error.file, error.row))
             continue
         try:
             summary.sessions.append(_record(writer, item, outcomes))
         except _WriterRefused as refused:
             ref = refused.turn.source
             error = reject(f"the capture writer refused the turn: {refused.reason}", ref, item.session_id)
-            summary.rejected.append(SessionReject(item.session_id, error.message, error.file, error.row))
+            summary.rejected.append(Reject(item.session_id, error.message, error.file, error.row))
 
 
 def _prepare_out(out: Path, overwrite: bool) -> None:

@@ -25,6 +25,7 @@ from . import (  # noqa: F401
     check,
     compact,
     simulate,
+    serve,
 )
 from .app import app
 

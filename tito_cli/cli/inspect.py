@@ -17,8 +17,8 @@ from ..render.session_view import render_header, render_tree, render_turns
 from ..report.drift import divergences
 from ..report.drift_points import drift_points
 from ..report.session_facts import clip_sample, samples_data, session_header, tree_nodes, turn_rows
-from ..run.corpus import Reject
 from ..tokenizer import TokenText
+from ..turns import Reject
 from .app import app, err_console, exit_codes_help, guarded, out_console
 from .options import FORK_THRESHOLD, MAX_SAMPLE_TOKENS, POLICY, REWARD_MODE, TOKENIZER, RewardChoice, policy_from
 from .unfinished import UNFINISHED, UnfinishedChoice

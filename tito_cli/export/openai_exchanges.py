@@ -18,11 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from .._atomic import atomic_path
-from ..capture.importers.base import SessionReject
 from ..errors import InvalidSessionError, OutputError
 from ..read.turnlog import TurnLog
 from ..read.validate import parse_session
-from ..turns import SessionInfo, Turn
+from ..turns import Reject, SessionInfo, Turn
 
 __all__ = ["ExchangesExport", "exchange_record", "export_exchanges"]
 
@@ -35,7 +34,7 @@ class ExchangesExport:
     turns: int = 0
     rewards: int = 0
     #: Sessions left out because their rows are invalid (they would not rebuild either).
-    rejected: list[SessionReject] = field(default_factory=list)
+    rejected: list[Reject] = field(default_factory=list)
 
 
 def exchange_record(session_id: str, turn: Turn) -> dict[str, Any]:
@@ -114,12 +113,12 @@ def export_exchanges(
             sid = rows.session_id
             if sid in table.invalid:
                 reason, ref = table.invalid[sid]
-                result.rejected.append(SessionReject(sid, reason, ref.file, ref.row))
+                result.rejected.append(Reject(sid, reason, ref.file, ref.row))
                 continue
             try:
                 turns = parse_session(rows)
             except InvalidSessionError as exc:
-                result.rejected.append(SessionReject(sid, exc.message, exc.file, exc.row))
+                result.rejected.append(Reject(sid, exc.message, exc.file, exc.row))
                 continue
             result.sessions += 1
             for turn in turns:

@@ -45,15 +45,14 @@ import numpy as np
 from .._paths import safe_filename
 from ..algorithm.linearize import LinearizedSample
 from ..algorithm.policy import Policy
-from ..algorithm.router import Node
 from ..algorithm.session import SessionResult
+from ..algorithm.tree import Node
 from ..errors import TokenizerError
 from ..report.describe import message_preview
 from ..report.drift import divergences
 from ..report.session_facts import Region, rewrites, sample_regions
-from ..run.corpus import Reject
 from ..tokenizer import TokenizerChoice, TokenText, as_choice, visible
-from ..turns import canonical_json
+from ..turns import Reject, canonical_json
 
 __all__ = [
     "DUMP_FORMAT",

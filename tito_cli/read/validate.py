@@ -17,7 +17,8 @@ import numpy as np
 from .._arrow import all_finite, same_values
 from ..errors import InvalidSessionError
 from ..turns import Message, MessageKey, RowRef, Turn, message_key
-from .rows import INT32_MAX, INT64_MAX, RawTurn, SessionRows, Text
+from .columns import INT32_MAX, INT64_MAX, RawTurn, Text
+from .rows import SessionRows
 
 __all__ = ["loads_json", "parse_session"]
 
@@ -199,7 +200,7 @@ def _ids(values: np.ndarray | None, what: str, in_range: bool) -> np.ndarray:
     if values is None:
         raise ValueError(f"{what} is null")
     # int32 values cannot exceed the upper bound: one pass over the ids, not two; and
-    # none when the row group's statistics already bound them (readpath._row_group_facts).
+    # none when the row group's statistics already bound them (index_pass._row_group_facts).
     too_big = values.dtype.itemsize > 4 or values.dtype.kind == "u"
     if not in_range and values.size and (values.min() < 0 or (too_big and values.max() > INT32_MAX)):
         bad = values[(values < 0) | (values > INT32_MAX)][0]

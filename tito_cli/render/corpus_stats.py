@@ -99,6 +99,9 @@ def render_corpus_stats(s: dict[str, Any]) -> RenderableType:
         counts = "  ".join(f"{n}: {_n(c)}" for n, c in histogram.items())
         parts.append(Text(f"samples per session, rebuilt sessions by count — {counts}", style="dim"))
 
+    if "capture_history" in s:
+        parts.extend(_capture_history(s["capture_history"]))
+
     zero = s["zero_sample_sessions"]
     parts.append(_section("sessions with no samples"))
     if not zero:
@@ -112,6 +115,16 @@ def render_corpus_stats(s: dict[str, Any]) -> RenderableType:
     if s["groups"]["groups"]:
         parts.extend(_groups(s["groups"]))
     return Group(*parts)
+
+
+def _capture_history(h: dict[str, Any]) -> list[RenderableType]:
+    """tito serve --history canonical: turns continued, and why the others were rendered whole."""
+    grid = _grid()
+    grid.add_row("continued (canonical)", _n(h["canonical"]), "prompt = the held tokens + only the new text")
+    grid.add_row("rendered whole", _n(h["rendered"]), "")
+    for reason, count in h["rendered_by_reason"].items():
+        grid.add_row(f"  {one_line(reason)}", _n(count), "")
+    return [_section("capture history"), grid]
 
 
 def _groups(g: dict[str, Any]) -> list[RenderableType]:

@@ -39,8 +39,8 @@ from ..report.session_facts import (
     tree_nodes,
     turn_rows,
 )
-from ..run.corpus import Reject
 from ..tokenizer import TokenText
+from ..turns import Reject
 from .sample_text import seq_ranges
 from .session_view import DECISION_LEGEND
 

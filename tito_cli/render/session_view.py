@@ -101,6 +101,9 @@ def _turns_table(rows: list[dict[str, Any]]) -> Table:
     table.add_column("lp")
     table.add_column("decision", overflow="fold")
     table.add_column("trained in", overflow="fold")
+    histories = any("history" in row for row in rows)
+    if histories:  # captured by tito serve --history canonical
+        table.add_column("history", overflow="fold")
     for row in rows:
         d = row["decision"]
         style = None
@@ -124,6 +127,7 @@ def _turns_table(rows: list[dict[str, Any]]) -> Table:
             ("yes" if row["logprobs"] else "no") if row["logprobs"] is not None else "",
             Text(decision_text(row), style=style or ""),
             trained,
+            *([one_line(row.get("history") or "")] if histories else []),
         )
     return table
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..algorithm.router import Node
+from ..algorithm.tree import Node
 
 __all__ = ["message_preview", "node_kind"]
 

@@ -22,10 +22,11 @@ import numpy as np
 from ..algorithm.policy import Policy, default_policy
 from ..algorithm.session import SessionReport, SessionResult
 from ..export.groups import GroupCounts
-from ..run.corpus import UNFINISHED_REASON, Reject
+from ..run.corpus import UNFINISHED_REASON
 from ..tokenizer import TokenText
+from ..turns import Reject
 from .drift import DRIFT_CLASSES, divergences
-from .session_facts import NO_SAMPLES_REASONS
+from .session_facts import NO_SAMPLES_REASONS, capture_history
 
 __all__ = [
     "FIELDS",
@@ -345,6 +346,9 @@ class CorpusStats:
         default_factory=lambda: {"fork": Counter(), "realign": Counter()}
     )
     decoded: bool = False
+    #: Turns by how tito serve built their prompt (``canonical``, ``rendered: <reason>``); empty
+    #: unless the log was captured with ``--history canonical``.
+    capture_history: Counter[str] = field(default_factory=Counter)
 
     def to_dict(self) -> dict[str, Any]:
         t = self.totals
@@ -399,6 +403,17 @@ class CorpusStats:
             "prompt_tokens": percentiles(self.prompt_lengths),
             "output_tokens": percentiles(self.output_lengths),
             "groups": self.groups.to_dict(),
+            **({"capture_history": self._capture_history()} if self.capture_history else {}),
+        }
+
+    def _capture_history(self) -> dict[str, Any]:
+        """Continued turns, and rendered ones by reason (docs/spec.md §11.3)."""
+        counts = self.capture_history
+        rendered = {k.partition(": ")[2] or "unspecified": n for k, n in counts.items() if k != "canonical"}
+        return {
+            "canonical": counts["canonical"],
+            "rendered": sum(rendered.values()),
+            "rendered_by_reason": dict(sorted(rendered.items())),
         }
 
 
@@ -445,4 +460,7 @@ def corpus_stats(
         for turn in item.tree.turns:
             stats.prompt_lengths.append(turn.prompt_length)
             stats.output_lengths.append(len(turn.output_ids))
+            history = capture_history(turn)
+            if history is not None:
+                stats.capture_history[history] += 1
     return stats

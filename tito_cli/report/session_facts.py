@@ -15,8 +15,9 @@ from typing import Any, Protocol
 
 from ..algorithm.linearize import Decision, LinearizedSample
 from ..algorithm.policy import ForkCause
-from ..algorithm.router import Node
 from ..algorithm.session import NoSamples, SessionResult
+from ..algorithm.tree import Node
+from ..turns import Turn
 from .describe import message_preview, node_kind
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "FORK_PHRASES",
     "NO_SAMPLES_REASONS",
     "Region",
+    "capture_history",
     "clip_sample",
     "decision_dict",
     "decision_text",
@@ -155,6 +157,19 @@ def rewrites(result: SessionResult) -> dict[int, tuple[int | None, int]]:
     }
 
 
+def capture_history(turn: Turn) -> str | None:
+    """How ``tito serve --history canonical`` built the turn's prompt (docs/spec.md §11.3), if it says.
+
+    ``canonical`` for a continued turn, ``rendered: <reason>`` for a fallback; ``None`` for a turn
+    captured any other way (the key is absent).
+    """
+    metadata = turn.metadata
+    if not isinstance(metadata, dict) or not isinstance(metadata.get("history"), str):
+        return None
+    reason = metadata.get("history_reason")
+    return str(metadata["history"]) + (f": {reason}" if isinstance(reason, str) else "")
+
+
 def turn_rows(result: SessionResult) -> list[dict[str, Any]]:
     """One row per turn in seq order: lengths, finish reason and the linearizer's decision."""
     tree = result.tree
@@ -198,6 +213,9 @@ def turn_rows(result: SessionResult) -> list[dict[str, Any]]:
                 logprobs=turn.output_logprobs is not None,
                 decision=decision_dict(decisions.get(seq), result),
             )
+            history = capture_history(turn)
+            if history is not None:  # only logs captured with --history canonical carry it
+                row["history"] = history
         if seq in rewritten:
             by, tokens = rewritten[seq]
             row["rewritten_by"] = by

@@ -27,7 +27,7 @@ from ..read.files import LogFile
 from ..read.rows import read_batch
 from ..read.turnlog import TurnLog
 from ..read.validate import parse_session
-from .corpus import Reject
+from ..turns import Reject
 
 __all__ = ["CompactSummary", "compact"]
 

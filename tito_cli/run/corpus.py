@@ -24,15 +24,16 @@ from ..algorithm.policy import Policy, default_policy
 from ..algorithm.session import SessionReport, SessionResult, rebuild_session
 from ..errors import InvalidSessionError, UnknownSessionError
 from ..export.base import session_table
-from ..read.rows import FileMap, SessionRows
-from ..read.turnlog import SessionsTable, TurnLog
+from ..read.index_pass import FileMap
+from ..read.rows import SessionRows
+from ..read.sessions import SessionsTable
+from ..read.turnlog import TurnLog
 from ..read.validate import parse_session
-from ..turns import RowRef, SessionInfo
+from ..turns import Reject, RowRef, SessionInfo
 
 __all__ = [
     "UNFINISHED_REASON",
     "Corpus",
-    "Reject",
     "SessionFacts",
     "SessionOutput",
     "Unfinished",
@@ -52,19 +53,6 @@ UNFINISHED_REASON = "no sessions row: the session was not finished (--unfinished
 #: A function a runner calls on each rebuilt session for counts the summary adds up (drift
 #: classes: ``tito_cli.report.drift.DriftClassCounter``); picklable, as it goes to workers.
 SessionFacts = Callable[[SessionResult], dict[str, int]]
-
-
-@dataclass(frozen=True, slots=True)
-class Reject:
-    """A session left out of the output, and why."""
-
-    session_id: str
-    reason: str
-    file: str | None
-    row: int | None
-
-    def to_dict(self) -> dict[str, object]:
-        return {"session_id": self.session_id, "file": self.file, "row": self.row, "reason": self.reason}
 
 
 @dataclass(slots=True)
@@ -192,22 +180,8 @@ def session_output(
     if count_drift is not None:
         result.report.drift_classes = count_drift(result)
     output = SessionOutput(result.session_id, session_table(result), result.report)
-    _drop(result)
+    result.tree.release()
     return output
-
-
-def _drop(result: SessionResult) -> None:
-    """Break the routing tree's parent/child cycles.
-
-    The tree's nodes hold the turns, whose ids are views into decoded row
-    groups.  Without cycles, reference counting frees them as soon as the
-    session is done, instead of at the next full garbage collection, which
-    may come many sessions (hundreds of megabytes) later.
-    """
-    for node in list(result.tree.root.walk()):
-        node.parent = None
-        node.children = []
-        node._index = {}
 
 
 def find_session_id(session_ids: Sequence[str], query: str) -> str:

@@ -9,7 +9,8 @@ import tempfile
 import pyarrow as pa
 
 from ..schema import SAMPLES_SCHEMA
-from .corpus import Reject, SessionOutput
+from ..turns import Reject
+from .corpus import SessionOutput
 
 __all__ = ["Handoff"]
 

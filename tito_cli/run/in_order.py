@@ -10,7 +10,8 @@ from typing import IO
 
 import pyarrow as pa
 
-from .corpus import Reject, SessionOutput
+from ..turns import Reject
+from .corpus import SessionOutput
 
 __all__ = ["InOrder"]
 

@@ -25,9 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..algorithm.policy import Policy
-from ..read.rows import ReadBatch
-from ..read.turnlog import SessionsTable
-from .corpus import Corpus, Reject, SessionFacts, SessionOutput, Unfinished
+from ..read.index import ReadBatch
+from ..read.sessions import SessionsTable
+from ..turns import Reject
+from .corpus import Corpus, SessionFacts, SessionOutput, Unfinished
 from .in_order import InOrder
 from .plan import BATCHES_PER_WORKER, Plan, default_workers, plan
 from .pool import BatchTask, early_pool, file_map, run_batches

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..read.rows import LogIndex, ReadBatch
+from ..read.index import LogIndex, ReadBatch
 
 __all__ = [
     "BATCHES_PER_WORKER",

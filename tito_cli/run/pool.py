@@ -23,9 +23,11 @@ from typing import Protocol
 
 from ..algorithm.policy import Policy
 from ..read.files import LogFile
-from ..read.rows import FileMap, ReadBatch, read_batch
-from ..turns import RowRef, SessionInfo
-from .corpus import Reject, SessionFacts, SessionOutput, session_output
+from ..read.index import ReadBatch
+from ..read.index_pass import FileMap
+from ..read.rows import read_batch
+from ..turns import Reject, RowRef, SessionInfo
+from .corpus import SessionFacts, SessionOutput, session_output
 from .handoff import Handoff
 from .lifetime import handoff_folder, new_pool
 

@@ -41,10 +41,11 @@ from ..algorithm.session import SessionReport
 from ..errors import MissingDependencyError
 from ..read.files import READ_COLUMNS
 from ..read.rows import rows_from_table
-from ..read.turnlog import SessionsTable, TurnLog
+from ..read.sessions import SessionsTable
+from ..read.turnlog import TurnLog
 from ..schema import SAMPLES_SCHEMA
-from ..turns import RowRef, SessionInfo
-from .corpus import Reject, SessionFacts, SessionOutput, Unfinished, reject_unfinished, session_output
+from ..turns import Reject, RowRef, SessionInfo
+from .corpus import SessionFacts, SessionOutput, Unfinished, reject_unfinished, session_output
 from .export import tables_by_session
 from .rebuild import DriftCounter, RebuildOptions, RebuildSummary, rebuild_with
 from .runner import Runner

@@ -24,8 +24,9 @@ from ..errors import OutputError
 from ..export.base import Sink, SinkContext
 from ..export.rejects import rejects_path
 from ..read.files import discover_files, require_logs
-from ..read.turnlog import SessionsTable
-from .corpus import Reject, SessionFacts, Unfinished
+from ..read.sessions import SessionsTable
+from ..turns import Reject
+from .corpus import SessionFacts, Unfinished
 from .output import RunOutput
 from .runner import RUNNERS, OpenedLog, Runner
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from ..algorithm.policy import Policy
 from ..capture.importing import ImportSummary, import_traces
 from ..errors import OutputError
-from .corpus import Reject
+from ..turns import Reject
 from .rebuild import Progress, RebuildOptions, RebuildSummary, rebuild_with
 
 __all__ = ["rebuild_from"]

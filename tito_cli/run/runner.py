@@ -24,8 +24,9 @@ from typing import Any, ClassVar, Protocol
 
 from ..algorithm.policy import Policy
 from ..plugins import PluginTable
-from ..read.turnlog import SessionsTable
-from .corpus import Reject, SessionFacts, SessionOutput, Unfinished
+from ..read.sessions import SessionsTable
+from ..turns import Reject
+from .corpus import SessionFacts, SessionOutput, Unfinished
 
 __all__ = ["RUNNERS", "OpenedLog", "Runner"]
 

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 from ...turns import MessageKey, Turn
 from ..policy import ForkCause, Policy, RewardMode
-from ..router import Node
+from ..tree import Node
 
 __all__ = ["Slime03", "value_key"]
 

@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 from ...turns import MessageKey, Turn, message_key
 from ..policy import ForkCause, Policy, RewardMode
-from ..router import Node
+from ..tree import Node
 
 __all__ = ["SlimeV4"]
 

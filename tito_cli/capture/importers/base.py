@@ -30,7 +30,6 @@ __all__ = [
     "Importer",
     "NoImportOptions",
     "SessionOutcome",
-    "SessionReject",
     "SourceRef",
     "align_responses",
     "check_turn",
@@ -43,19 +42,6 @@ __all__ = [
 ]
 
 INT32_MAX = 2**31 - 1
-
-
-@dataclass(frozen=True, slots=True)
-class SessionReject:
-    """A session left out of an import (or export), and why: the shape of the rebuild's rejects."""
-
-    session_id: str
-    reason: str
-    file: str | None
-    row: int | None
-
-    def to_dict(self) -> dict[str, object]:
-        return {"session_id": self.session_id, "file": self.file, "row": self.row, "reason": self.reason}
 
 
 @dataclass(frozen=True, slots=True)

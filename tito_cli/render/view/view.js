@@ -311,7 +311,10 @@
 
   function turnsTable(s) {
     const t = el("table", { class: "data turns" });
-    t.append(el("thead", {}, el("tr", {}, ...["seq", "#", "finish", "prompt", "output", "lp", "decision", "trained in"].map((h) => el("th", { text: h })))));
+    // "history": how tito serve --history canonical built the prompt; only such logs carry it.
+    const histories = s.turns.some((r) => r.history !== undefined);
+    const heads = ["seq", "#", "finish", "prompt", "output", "lp", "decision", "trained in", ...(histories ? ["history"] : [])];
+    t.append(el("thead", {}, el("tr", {}, ...heads.map((h) => el("th", { text: h })))));
     const body = el("tbody");
     for (const r of s.turns) {
       const d = r.decision;
@@ -324,7 +327,8 @@
       body.append(el("tr", {},
         el("td", { class: "num", text: String(r.seq) }), el("td", { class: "num", text: r.turn_index === null ? "" : String(r.turn_index) }),
         el("td", { text: r.finish_reason || "" }), el("td", { class: "num", text: fmt(r.prompt_tokens) }), el("td", { class: "num", text: fmt(r.output_tokens) }),
-        el("td", { text: r.logprobs === null ? "" : r.logprobs ? "yes" : "no" }), decision, trained));
+        el("td", { text: r.logprobs === null ? "" : r.logprobs ? "yes" : "no" }), decision, trained,
+        ...(histories ? [el("td", { text: r.history || "" })] : [])));
     }
     t.append(body);
     return t;

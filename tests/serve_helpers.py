@@ -1,0 +1,130 @@
+"""Running a real ``tito serve`` in the gateway tests: a subprocess on a free 127.0.0.1 port.
+
+``Gateway(upstream_url, logs)`` starts ``python -m tito_cli serve`` (this checkout's code, the
+interpreter running the tests), waits until ``GET /healthz`` answers, and on exit sends SIGTERM and
+waits (bounded) for it to finish its in-flight requests and close the log.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .helpers import REPO
+
+__all__ = ["QWEN3_NAME", "Gateway", "free_port", "need_extras"]
+
+#: The tokenizer the gateway tests render with and record (tito's shipped copy of Qwen3's).
+QWEN3_NAME = "fixtures/tokenizers/qwen3"
+
+
+def need_extras(*modules: str) -> None:
+    """Skip naming the extras when ``modules`` are missing; under ``CI`` fail instead."""
+    import importlib.util
+
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if not missing:
+        return
+    message = f"needs the serve and clients extras (pip install -e '.[serve,clients]'): {', '.join(missing)} missing"
+    if os.environ.get("CI"):
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Gateway:
+    """A ``tito serve`` subprocess; ``url`` is its base URL, ``process`` the Popen."""
+
+    def __init__(
+        self,
+        upstream: str,
+        logs: str | os.PathLike[str],
+        *,
+        api: str = "generate",
+        tokenizer: str | None = QWEN3_NAME,
+        extra: list[str] | None = None,
+        startup_timeout: float = 90.0,
+        stop_timeout: float = 60.0,
+    ) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.logs = Path(logs)
+        self.args = [
+            sys.executable,
+            "-m",
+            "tito_cli",
+            "serve",
+            "--logs",
+            str(logs),
+            "--upstream",
+            upstream,
+            "--upstream-api",
+            api,
+            "--port",
+            str(self.port),
+            *(["--tokenizer", tokenizer] if tokenizer else []),
+            *(extra or []),
+        ]
+        self.startup_timeout = startup_timeout
+        self.stop_timeout = stop_timeout
+        self.process: subprocess.Popen[bytes] | None = None
+        self.stderr_path = self.logs.parent / f"gateway-{self.port}.stderr"
+
+    def __enter__(self) -> Gateway:
+        import httpx
+
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+        self._stderr = open(self.stderr_path, "wb")
+        self.process = subprocess.Popen(self.args, cwd=REPO, env=env, stdout=self._stderr, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + self.startup_timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"tito serve exited with {self.process.returncode}:\n{self.output()}")
+            try:
+                if httpx.get(self.url + "/healthz", timeout=1.0).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        self.kill()
+        raise RuntimeError(f"tito serve did not answer /healthz in {self.startup_timeout} s:\n{self.output()}")
+
+    def output(self) -> str:
+        """What the gateway wrote to stdout and stderr so far."""
+        self._stderr.flush()
+        return self.stderr_path.read_text(errors="replace")
+
+    def terminate(self, sig: int = signal.SIGTERM) -> int:
+        """Send ``sig`` and wait (bounded) for the exit status."""
+        assert self.process is not None
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+            try:
+                self.process.wait(timeout=self.stop_timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        return int(self.process.returncode)
+
+    def kill(self) -> None:
+        assert self.process is not None
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=30)
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.process is not None:
+            self.terminate()
+        self._stderr.close()

@@ -1,0 +1,90 @@
+"""``tito serve``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from ..errors import MissingDependencyError
+from .app import app, exit_codes_help, guarded
+
+
+@app.command(
+    help="Run the capture gateway: answer agent CLIs in the Anthropic Messages, OpenAI Responses and Chat "
+    "Completions dialects, call the inference server, and record every generation call as a turn "
+    "(docs/serve.md). Serves until SIGTERM or Ctrl-C, then finishes in-flight requests and closes the log.\n\n"
+    + exit_codes_help()
+)
+@guarded
+def serve(
+    logs: Path = typer.Option(..., "--logs", help="The turn-log folder to write (several gateways may share one)."),
+    upstream: str = typer.Option(..., "--upstream", help="The inference server's base URL."),
+    upstream_api: str = typer.Option(
+        "generate",
+        "--upstream-api",
+        help="generate: SGLang's native /generate (the gateway renders and parses); "
+        "chat: an OpenAI-compatible server returning token ids (vLLM return_token_ids).",
+    ),
+    tokenizer: str = typer.Option(
+        None, "--tokenizer", help="The tokenizer (hub name, folder) to render with and record; default: --model."
+    ),
+    parser: str = typer.Option(
+        None, "--parser", help="The output parser's model family for generate (default: from the tokenizer)."
+    ),
+    history: str = typer.Option(
+        "render",
+        "--history",
+        help="How generate builds prompt ids: render (every conversation rendered and tokenized whole, as the "
+        "reference adapters do) or canonical (a turn that continues the last one extends the token history the "
+        "gateway produced, rendering only what is new: no drift; docs/serve.md).",
+    ),
+    host: str = typer.Option(
+        "127.0.0.1", "--host", help="The address to bind. The gateway trusts its network: see docs/serve.md."
+    ),
+    port: int = typer.Option(8000, "--port", help="The port to listen on."),
+    model: str = typer.Option(None, "--model", help="The model name sent upstream and listed by /v1/models."),
+    max_request_bytes: int = typer.Option(
+        64 << 20, "--max-request-bytes", min=1024, help="Larger request bodies are refused (413)."
+    ),
+    grace_period: float = typer.Option(
+        30.0, "--grace-period", min=0, help="Seconds in-flight requests get to finish on SIGTERM/SIGINT."
+    ),
+    flush_every: float = typer.Option(
+        10.0, "--flush-every", min=0.1, help="Seconds between log flushes at most (what a SIGKILL can lose)."
+    ),
+    upstream_timeout: float = typer.Option(
+        600.0, "--upstream-timeout", min=0.1, help="Seconds to wait for the upstream's answer."
+    ),
+    max_tokens_cap: int = typer.Option(
+        None, "--max-tokens-cap", min=1, help="Lower any request's max_tokens to this many new tokens."
+    ),
+    log_level: str = typer.Option("warning", "--log-level", help="uvicorn's and the gateway's log level."),
+) -> None:
+    try:
+        from ..serve.config import ServeConfig
+        from ..serve.run import serve as run_gateway
+    except ImportError as exc:
+        raise MissingDependencyError(
+            f"tito serve needs the serve extra ({exc.name} is missing)", tip='pip install "tito-cli[serve]"'
+        ) from None
+    config = ServeConfig(
+        logs=logs,
+        upstream=upstream,
+        upstream_api=upstream_api,
+        tokenizer=tokenizer,
+        parser=parser,
+        history=history,
+        model=model,
+        host=host,
+        port=port,
+        max_request_bytes=max_request_bytes,
+        grace_period=grace_period,
+        flush_every=flush_every,
+        upstream_timeout=upstream_timeout,
+        max_tokens_cap=max_tokens_cap,
+    )
+    try:
+        run_gateway(config, log_level=log_level)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None

@@ -1,0 +1,465 @@
+"""The gateway: a Starlette app that answers each dialect, calls the upstream, and records turns.
+
+One request = one generation call = at most one turn.  The turn is recorded only after the whole
+response was handed to the client's connection (a client gone before that, or an upstream error,
+records nothing).  The turns of one session are recorded in the order their responses completed
+(each waits for the session's previous one), so ``seq`` follows the conversation.  CPU work —
+rendering, tokenizing, (de)serialising large bodies, recording — runs in a bounded thread pool; the
+event loop only waits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import math
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from ..capture.writer import TurnLogWriter
+from ..errors import TokenizerError
+from .config import ServeConfig
+from .dialects import DIALECTS, Dialect
+from .dialects.chat import openai_error
+from .exchange import ChatRequest, ClientError, Generation, UpstreamError
+from .sessions import Sessions, check_session_id, session_from_headers
+from .template import ChatTemplate
+from .upstreams import UPSTREAMS, Upstream
+
+__all__ = ["Gateway", "create_app"]
+
+log = logging.getLogger("tito.serve")
+
+#: Bodies up to this size are parsed on the loop; larger ones in a worker thread.
+_INLINE_BYTES = 64 << 10
+
+
+def create_app(config: ServeConfig, template: ChatTemplate | None = None) -> Starlette:
+    """The gateway as an ASGI app (serve it with uvicorn; its lifespan opens and closes the log).
+
+    ``template``: the tokenizer, already loaded (else the lifespan loads ``config.tokenizer_name``).
+    """
+    return Gateway(config, template).app
+
+
+class Gateway:
+    """The gateway's state: the shared upstream client, the worker pool, the writer, the sessions."""
+
+    def __init__(self, config: ServeConfig, template: ChatTemplate | None = None) -> None:
+        self.config = config
+        self.upstream_class = UPSTREAMS.get(config.upstream_api)
+        self.dialects: list[Dialect] = [DIALECTS.get(name)() for name in DIALECTS.names()]
+        self.sessions = Sessions()
+        self._tails: dict[str, asyncio.Task[None]] = {}
+        self._pending: set[asyncio.Task[None]] = set()
+        self._template: ChatTemplate | None = template
+        self._template_error: str | None = None
+        self.pool: ThreadPoolExecutor | None = None
+        self.writer: TurnLogWriter | None = None
+        self.upstream: Upstream | None = None
+        self.app = Starlette(routes=self._routes(), lifespan=self._lifespan)
+        self.app.add_exception_handler(HTTPException, self._http_error)  # type: ignore[arg-type]
+
+    # -- life --------------------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        import httpx
+
+        config = self.config
+        self.pool = ThreadPoolExecutor(max_workers=max(1, config.workers), thread_name_prefix="tito-serve")
+        client = httpx.AsyncClient(
+            timeout=httpx.Timeout(config.upstream_timeout, connect=config.connect_timeout),
+            limits=httpx.Limits(
+                max_connections=config.max_connections, max_keepalive_connections=config.max_connections
+            ),
+        )
+        try:
+            await self._load_template()
+            self.upstream = self.upstream_class(config, client, self.template, self.offload)
+            if self.upstream.renders and hasattr(self.upstream, "profile"):
+                self.upstream.profile()
+            self.writer = TurnLogWriter(config.logs, tokenizer=config.tokenizer_name, max_age=config.flush_every)
+            yield
+        finally:
+            await self.drain()
+            if self.writer is not None:
+                await self.offload(self.writer.close)
+            await client.aclose()
+            self.pool.shutdown(wait=True)
+
+    async def _load_template(self) -> None:
+        if self._template is not None:
+            return
+        name = self.config.tokenizer_name
+        if name is None:
+            if self.upstream_class.renders:
+                raise TokenizerError(f"--upstream-api {self.upstream_class.name} needs --tokenizer (or --model)")
+            self._template_error = "the gateway was started without --tokenizer"
+            return
+        try:
+            self._template = await self.offload(ChatTemplate, name)
+        except TokenizerError as exc:
+            if self.upstream_class.renders:
+                raise
+            self._template_error = str(exc)
+            log.warning("tito serve: no tokenizer for count_tokens: %s", exc)
+
+    def template(self) -> ChatTemplate:
+        if self._template is None:
+            raise ClientError(f"counting tokens needs the tokenizer: {self._template_error}", 501)
+        return self._template
+
+    async def offload(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run ``fn(*args)`` in the worker pool (the event loop only waits)."""
+        assert self.pool is not None
+        return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
+
+    async def drain(self) -> None:
+        """Wait until every turn handed to the writer is recorded."""
+        while self._pending:
+            await asyncio.gather(*list(self._pending), return_exceptions=True)
+
+    # -- routes ------------------------------------------------------------------------------
+
+    def _routes(self) -> list[Route]:
+        routes = [
+            Route("/healthz", self._health, methods=["GET"]),
+            Route("/v1/models", self._models, methods=["GET"]),
+            Route("/sessions/{sid}/v1/models", self._models, methods=["GET"]),
+            Route("/sessions/{sid}/finish", self._finish, methods=["POST"]),
+            Route("/sessions/{sid}", self._report, methods=["GET"]),
+        ]
+        for dialect in self.dialects:
+            for prefix in ("", "/sessions/{sid}"):
+                routes.append(Route(prefix + dialect.path, self._generation_endpoint(dialect), methods=["POST"]))
+                if dialect.count_path:
+                    routes.append(Route(prefix + dialect.count_path, self._count_endpoint(dialect), methods=["POST"]))
+        return routes
+
+    async def _health(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def _models(self, request: Request) -> Response:
+        name = self.config.model_name
+        if "anthropic-version" in request.headers:
+            model = {"type": "model", "id": name, "display_name": name, "created_at": "1970-01-01T00:00:00Z"}
+            return JSONResponse({"data": [model], "has_more": False, "first_id": name, "last_id": name})
+        return JSONResponse(
+            {"object": "list", "data": [{"id": name, "object": "model", "created": 0, "owned_by": "tito"}]}
+        )
+
+    async def _http_error(self, request: Request, exc: HTTPException) -> Response:
+        message = f"{request.method} {request.url.path}: {exc.detail}"
+        dialect = self._dialect_named("anthropic") if "anthropic-version" in request.headers else None
+        body = dialect.error(exc.status_code, message) if dialect else openai_error(exc.status_code, message)
+        return JSONResponse(body, status_code=exc.status_code)
+
+    def _dialect_named(self, name: str) -> Dialect | None:
+        return next((d for d in self.dialects if d.name == name), None)
+
+    def _generation_endpoint(self, dialect: Dialect) -> Callable[[Request], Awaitable[Response]]:
+        async def endpoint(request: Request) -> Response:
+            try:
+                session_id = self._session_of(request)
+                body = await self._json_body(request)
+                parsed = await self._offload_if(len(body[1]) > _INLINE_BYTES, dialect.parse, body[0])
+                state = self.sessions.get(session_id)
+                if state is not None and state.finished:
+                    raise ClientError(f"session {session_id!r} is finished: start a new session id", 409)
+            except ClientError as exc:
+                return JSONResponse(dialect.error(exc.status, exc.message), status_code=exc.status)
+            return _Exchange(self, dialect, session_id, parsed, request.headers.get("user-agent"))
+
+        return endpoint
+
+    def _count_endpoint(self, dialect: Dialect) -> Callable[[Request], Awaitable[Response]]:
+        async def endpoint(request: Request) -> Response:
+            try:
+                self._session_of(request)
+                body = await self._json_body(request)
+                parsed = await self._offload_if(len(body[1]) > _INLINE_BYTES, dialect.parse, body[0])
+                assert self.upstream is not None
+                tokens = await self.upstream.count_tokens(parsed)
+            except ClientError as exc:
+                return JSONResponse(dialect.error(exc.status, exc.message), status_code=exc.status)
+            return JSONResponse(dialect.count_response(tokens))
+
+        return endpoint
+
+    async def _offload_if(self, heavy: bool, fn: Callable[..., Any], *args: Any) -> Any:
+        return await self.offload(fn, *args) if heavy else fn(*args)
+
+    def _session_of(self, request: Request) -> str:
+        sid = request.path_params.get("sid")
+        if sid is not None:
+            return check_session_id(sid, "the /sessions/{id} path")
+        return session_from_headers(request.headers)
+
+    async def _json_body(self, request: Request) -> tuple[Any, bytes]:
+        """The parsed JSON body and its bytes; 413 beyond the limit, 400 for what is not JSON."""
+        limit = self.config.max_request_bytes
+        declared = request.headers.get("content-length")
+        too_big = declared is not None and declared.isdigit() and int(declared) > limit
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                too_big = True
+            if not too_big:
+                chunks.append(chunk)
+            elif size > 4 * limit + len(chunk):
+                break  # read (and dropped) enough to answer; the connection is closed after the 413
+        if too_big:
+            raise ClientError(f"the request body is larger than {limit} bytes (--max-request-bytes)", 413)
+        data = b"".join(chunks)
+        try:
+            parsed = await self._offload_if(len(data) > _INLINE_BYTES, json.loads, data)
+        except (ValueError, RecursionError) as exc:
+            raise ClientError(f"the request body is not JSON ({exc})") from None
+        return parsed, data
+
+    # -- sessions ------------------------------------------------------------------------------
+
+    async def _finish(self, request: Request) -> Response:
+        try:
+            session_id = check_session_id(request.path_params["sid"], "the /sessions/{id} path")
+            body, _ = await self._json_body(request)
+            if not isinstance(body, dict):
+                raise ClientError("the finish body must be a JSON object with reward (and metadata, index, ...)")
+            unknown = sorted(set(body) - {"reward", "metadata", "index", "group_index", "label", "rollout_id"})
+            if unknown:
+                raise ClientError(f"unknown field(s) in the finish body: {', '.join(unknown)}")
+            reward = body.get("reward")
+            if reward is not None and (
+                isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward)
+            ):
+                raise ClientError("reward must be a finite number or null")
+            state = self.sessions.touch(session_id)
+            if state.finished:
+                raise ClientError(f"session {session_id!r} is already finished", 409)
+            state.finished = True
+            await self._settled(session_id)
+            assert self.writer is not None
+            try:
+                await self.offload(
+                    _finish_session,
+                    self.writer,
+                    session_id,
+                    None if reward is None else float(reward),
+                    body,
+                )
+            except ValueError as exc:
+                state.finished = False
+                raise ClientError(f"cannot finish session {session_id!r}: {exc}") from None
+            state.reward = reward
+            if self.upstream is not None:
+                self.upstream.session_finished(session_id)
+        except ClientError as exc:
+            return JSONResponse(openai_error(exc.status, exc.message), status_code=exc.status)
+        return JSONResponse({"session_id": session_id, "finished": True, "reward": reward, "turns": len(state.turns)})
+
+    async def _report(self, request: Request) -> Response:
+        try:
+            session_id = check_session_id(request.path_params["sid"], "the /sessions/{id} path")
+        except ClientError as exc:
+            return JSONResponse(openai_error(exc.status, exc.message), status_code=exc.status)
+        await self._settled(session_id)
+        state = self.sessions.get(session_id)
+        if state is None:
+            message = f"no session {session_id!r} here (no turn recorded by this gateway since it started)"
+            return JSONResponse(openai_error(404, message), status_code=404)
+        return JSONResponse(
+            {"session_id": session_id, "finished": state.finished, "reward": state.reward, "turns": state.turns}
+        )
+
+    async def _settled(self, session_id: str) -> None:
+        tail = self._tails.get(session_id)
+        if tail is not None:
+            await asyncio.wait({tail})
+
+    # -- recording -------------------------------------------------------------------------------
+
+    def commit(
+        self, session_id: str, dialect: Dialect, request: ChatRequest, generation: Generation, agent: str | None
+    ) -> None:
+        """Record the turn of a completed response, after the session's earlier ones (called on the loop)."""
+        metadata: dict[str, Any] = {
+            "wire": dialect.name,
+            "user_agent": agent,
+            "upstream": self.upstream_class.name,
+            "model": request.model,
+            **request.notes,
+            **generation.notes,
+        }
+        if generation.upstream_id is not None:
+            metadata["upstream_id"] = generation.upstream_id
+        previous = self._tails.get(session_id)
+        task = asyncio.get_running_loop().create_task(self._record(previous, session_id, generation, metadata))
+        self._tails[session_id] = task
+        self._pending.add(task)
+
+        def done(finished: asyncio.Task[None]) -> None:
+            self._pending.discard(finished)
+            if self._tails.get(session_id) is finished:
+                del self._tails[session_id]
+
+        task.add_done_callback(done)
+
+    async def _record(
+        self, previous: asyncio.Task[None] | None, session_id: str, generation: Generation, metadata: dict[str, Any]
+    ) -> None:
+        if previous is not None:
+            await asyncio.wait({previous})
+        assert self.writer is not None
+        try:
+            seq = await self.offload(_record_turn, self.writer, session_id, generation, metadata)
+        except Exception:  # the client has its answer; say why its turn is missing, keep serving
+            log.exception("tito serve: could not record a turn of session %r", session_id)
+            return
+        self.sessions.touch(session_id).turns.append(
+            {
+                "seq": seq,
+                "wire": metadata["wire"],
+                "finish_reason": generation.finish_reason,
+                "prompt_tokens": len(generation.prompt_ids),
+                "output_tokens": len(generation.output_ids),
+                "tool_calls": len(generation.tool_calls),
+                "ill_formed": generation.ill_formed,
+            }
+        )
+
+
+def _record_turn(writer: TurnLogWriter, session_id: str, generation: Generation, metadata: dict[str, Any]) -> int:
+    return writer.record_turn(
+        session_id,
+        generation.prompt_ids,
+        generation.output_ids,
+        generation.logprobs,
+        generation.finish_reason,
+        generation.prompt_messages,
+        generation.response_message,
+        generation.tools,
+        metadata,
+        ill_formed=generation.ill_formed,
+    )
+
+
+def _finish_session(writer: TurnLogWriter, session_id: str, reward: float | None, body: dict[str, Any]) -> None:
+    writer.finish_session(
+        session_id,
+        reward,
+        body.get("index"),
+        body.get("group_index"),
+        body.get("label"),
+        body.get("metadata"),
+        rollout_id=body.get("rollout_id"),
+    )
+
+
+class _Exchange(Response):
+    """The response of one generation request: calls the upstream, answers, then records the turn.
+
+    While the upstream works, a listener waits for the client's disconnect: a client gone before
+    the response is complete cancels the upstream call and records nothing.
+    """
+
+    def __init__(
+        self, gateway: Gateway, dialect: Dialect, session_id: str, request: ChatRequest, agent: str | None
+    ) -> None:
+        self.gateway = gateway
+        self.dialect = dialect
+        self.session_id = session_id
+        self.request = request
+        self.agent = agent
+        self.background = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        gone = asyncio.Event()
+
+        async def listen() -> None:
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    gone.set()
+                    return
+
+        listener = asyncio.get_running_loop().create_task(listen())
+        try:
+            await self._answer(send, gone)
+        finally:
+            listener.cancel()
+
+    async def _answer(self, send: Send, gone: asyncio.Event) -> None:
+        gateway, dialect = self.gateway, self.dialect
+        assert gateway.upstream is not None
+        started = time.perf_counter()
+        call = asyncio.get_running_loop().create_task(
+            gateway.upstream.generate(self.request, self.session_id, dialect.call_id)
+        )
+        waiter = asyncio.get_running_loop().create_task(gone.wait())
+        await asyncio.wait({call, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        if not call.done():
+            call.cancel()
+            with contextlib.suppress(BaseException):
+                await call
+            log.info("tito serve: session %r: the client left before its answer; no turn", self.session_id)
+            return
+        waiter.cancel()
+        try:
+            generation = call.result()
+        except (UpstreamError, ClientError) as exc:
+            await _send_json(send, exc.status, dialect.error(exc.status, exc.message))
+            return
+        except Exception as exc:
+            log.exception("tito serve: session %r: the request failed", self.session_id)
+            await _send_json(send, 500, dialect.error(500, f"the gateway failed: {type(exc).__name__}: {exc}"))
+            return
+        model = gateway.config.model_name
+        if self.request.stream:
+            events = dialect.events(self.request, generation, model)
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 200,
+                    "headers": [
+                        (b"content-type", b"text/event-stream; charset=utf-8"),
+                        (b"cache-control", b"no-cache"),
+                    ],
+                }
+            )
+            for event in events:
+                await send({"type": "http.response.body", "body": event, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        else:
+            await _send_json(send, 200, dialect.response(self.request, generation, model))
+        # Checked before yielding to the loop: after the last send the listener would see the end.
+        if gone.is_set():
+            log.info("tito serve: session %r: the client left during its answer; no turn", self.session_id)
+            return
+        gateway.commit(self.session_id, dialect, self.request, generation, self.agent)
+        log.debug("tito serve: session %r answered in %.3f s", self.session_id, time.perf_counter() - started)
+
+
+async def _send_json(send: Send, status: int, body: Any) -> None:
+    data = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())],
+        }
+    )
+    await send({"type": "http.response.body", "body": data, "more_body": False})

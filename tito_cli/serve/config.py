@@ -1,0 +1,60 @@
+"""ServeConfig: everything ``tito serve`` is told, as one frozen dataclass ``create_app`` takes."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["ServeConfig"]
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """The gateway's settings (``tito serve``'s options; defaults are the command's)."""
+
+    #: The turn-log folder the gateway writes (several gateways may share one: file names never collide).
+    logs: Path
+    #: The inference server's base URL (``http://127.0.0.1:30000``).
+    upstream: str
+    #: ``generate`` (SGLang's native /generate, token in/out) or ``chat`` (an OpenAI-compatible server
+    #: returning token ids, vLLM's ``return_token_ids``).
+    upstream_api: str = "generate"
+    #: The tokenizer (hub name, shipped name or folder) the log records and ``generate`` renders with;
+    #: default: ``model``.
+    tokenizer: str | None = None
+    #: The output parser's family for ``generate`` (``--parser``); default: recognised from the tokenizer.
+    parser: str | None = None
+    #: How ``generate`` builds prompt ids: ``render`` every conversation whole, or continue the
+    #: ``canonical`` token history the gateway produced (docs/spec.md §11).
+    history: str = "render"
+    #: The model name sent upstream and listed by ``GET /v1/models``; default: the tokenizer's name.
+    model: str | None = None
+    host: str = "127.0.0.1"
+    port: int = 8000
+    #: Seconds to wait for the upstream's answer (a generation can be long) and to connect to it.
+    upstream_timeout: float = 600.0
+    connect_timeout: float = 10.0
+    #: The shared upstream client's connection pool.
+    max_connections: int = 512
+    #: Request bodies larger than this are refused with 413 before they are parsed.
+    max_request_bytes: int = 64 << 20
+    #: Threads that render chat templates, tokenize, (de)serialise large bodies and record turns.
+    workers: int = min(8, (os.cpu_count() or 2) + 2)
+    #: ``max_new_tokens`` sent to a ``generate`` upstream when the client gives no limit.
+    default_max_tokens: int = 8192
+    #: The most new tokens any request may ask for (a client's larger ``max_tokens`` is lowered to it):
+    #: Claude Code asks for 64000, more than many models' context holds beside the prompt.
+    max_tokens_cap: int | None = None
+    #: On SIGTERM/SIGINT: seconds in-flight requests get to finish before they are cut.
+    grace_period: float = 30.0
+    #: The writer's buffer is flushed at least this often (what a SIGKILL can lose), in seconds.
+    flush_every: float = 10.0
+
+    @property
+    def tokenizer_name(self) -> str | None:
+        return self.tokenizer or self.model
+
+    @property
+    def model_name(self) -> str:
+        return self.model or self.tokenizer or "tito"

@@ -1,0 +1,88 @@
+"""An OpenAI-compatible ``/v1/chat/completions`` that returns token ids (vLLM's ``return_token_ids``).
+
+The server renders and parses; the gateway sends the messages (tool-call arguments as canonical JSON
+text), asks for ids and logprobs, and records ``prompt_token_ids``, ``choices[0].token_ids`` and
+``choices[0].logprobs.content[].logprob``.  An answer whose id counts disagree with each other or
+with ``usage.completion_tokens`` (vLLM's known defects) is an upstream error, never a turn.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ..exchange import ChatRequest, Generation, OutputCall, UpstreamError, assistant_message
+from .base import Upstream, check_lengths, tool_arguments_text, with_arguments
+
+__all__ = ["ChatUpstream"]
+
+
+class ChatUpstream(Upstream):
+    name = "chat"
+    summary = "an OpenAI-compatible server returning token ids (vLLM return_token_ids): it renders and parses"
+
+    def prepare(self, request: ChatRequest) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
+        return with_arguments(request.messages, tool_arguments_text), request.tools
+
+    async def generate(self, request: ChatRequest, session_id: str, call_id: Callable[[], str]) -> Generation:
+        messages, tools = self.prepare(request)
+        body: dict[str, Any] = {
+            "model": self.config.model_name,
+            "messages": messages,
+            "stream": False,
+            "logprobs": True,
+            "return_token_ids": True,
+        }
+        if tools:
+            body["tools"] = tools
+        limit = self.max_tokens(request)
+        if limit is not None:
+            body["max_tokens"] = limit
+        for key in ("temperature", "top_p", "top_k"):
+            value = getattr(request, key)
+            if value is not None:
+                body[key] = value
+        if request.stop:
+            body["stop"] = request.stop
+        answer = await self.post_json("/v1/chat/completions", body)
+        try:
+            choice = answer["choices"][0]
+            message = choice["message"]
+            prompt_ids = answer["prompt_token_ids"]
+            output_ids = choice["token_ids"]
+            logprobs = [entry["logprob"] for entry in choice["logprobs"]["content"]]
+        except (KeyError, IndexError, TypeError):
+            raise UpstreamError(
+                "the upstream's chat answer lacks prompt_token_ids, choices[0].token_ids or logprobs "
+                "(a vLLM that supports return_token_ids is needed)"
+            ) from None
+        check_lengths(prompt_ids, output_ids, logprobs, "/v1/chat/completions")
+        completion = (answer.get("usage") or {}).get("completion_tokens")
+        if completion is not None and completion != len(output_ids):
+            raise UpstreamError(f"the upstream returned {len(output_ids)} token ids for {completion} completion tokens")
+        calls = []
+        for call in message.get("tool_calls") or []:
+            function = call.get("function") or {}
+            calls.append(
+                OutputCall(
+                    call_id(),  # the dialect's form: the id the client will echo
+                    str(function.get("name", "")),
+                    tool_arguments_text(function.get("arguments", "{}")),
+                )
+            )
+        reasoning = message.get("reasoning_content", message.get("reasoning"))
+        content = message.get("content") or ""
+        return Generation(
+            prompt_ids=list(prompt_ids),
+            output_ids=list(output_ids),
+            logprobs=logprobs,
+            finish_reason=str(choice.get("finish_reason") or "stop"),
+            content=content,
+            reasoning=reasoning or None,
+            tool_calls=calls,
+            ill_formed=False,
+            prompt_messages=messages,
+            tools=tools,
+            response_message=assistant_message(content, reasoning or None, calls, tool_arguments_text),
+            upstream_id=str(answer.get("id")) if answer.get("id") else None,
+        )

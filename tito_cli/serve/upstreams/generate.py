@@ -1,0 +1,124 @@
+"""SGLang's native ``/generate``: the gateway renders the chat template, sends ids, parses the output ids.
+
+As the reference's adapters do: the messages are rendered with the tokenizer's chat template
+(``add_generation_prompt``, the tools), the ids sent with ``return_logprob``; the output ids and
+logprobs are read from ``meta_info.output_token_logprobs`` (``[logprob, id, text]`` each) and the
+finish reason from ``meta_info.finish_reason`` (a dict; its ``type`` is recorded).  The output text
+is split into reasoning, content and tool calls by the model family's parser (``--parser``, else the
+family the tokenizer belongs to).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ...families import FamilyProfile, family_for, family_named
+from ..exchange import ChatRequest, Generation, OutputCall, UpstreamError, assistant_message
+from ..history import CanonicalHistory, RenderedHistory
+from .base import Upstream, check_lengths, tool_arguments_object, with_arguments
+
+__all__ = ["GenerateUpstream"]
+
+
+class GenerateUpstream(Upstream):
+    name = "generate"
+    summary = "SGLang's native /generate: the gateway renders the chat template and parses the output"
+    renders = True
+
+    _profile: FamilyProfile | None = None
+    _history: RenderedHistory | CanonicalHistory | None = None
+
+    def profile(self) -> FamilyProfile:
+        if self._profile is None:
+            template = self.template()
+            profile = (
+                family_named(self.config.parser)
+                if self.config.parser
+                else family_for(template.name, template.tokenizer)
+            )
+            if profile is None:
+                raise ValueError(f"no output parser recognises the tokenizer {template.name!r}: name one with --parser")
+            self._profile = profile
+        return self._profile
+
+    def history(self) -> RenderedHistory | CanonicalHistory:
+        """How prompt ids are built (``--history``): rendered whole, or continued from the held tokens."""
+        if self._history is None:
+            if self.config.history == CanonicalHistory.name:
+                self._history = CanonicalHistory(self.template(), self.profile().end_of_turn)
+            else:
+                self._history = RenderedHistory(self.template())
+        return self._history
+
+    def session_finished(self, session_id: str) -> None:
+        self.history().forget(session_id)
+
+    def prepare(self, request: ChatRequest) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
+        return with_arguments(request.messages, tool_arguments_object), request.tools
+
+    async def generate(self, request: ChatRequest, session_id: str, call_id: Callable[[], str]) -> Generation:
+        template = self.template()
+        profile = self.profile()
+        messages, tools = self.prepare(request)
+        history = self.history()
+        prompt = await self.offload(history.prompt, session_id, messages, tools)
+        prompt_ids = prompt.ids
+        sampling: dict[str, Any] = {
+            "max_new_tokens": self.max_tokens(request) or self.config.default_max_tokens,
+            "skip_special_tokens": False,
+            "spaces_between_special_tokens": False,
+            "no_stop_trim": True,
+        }
+        for key in ("temperature", "top_p", "top_k"):
+            value = getattr(request, key)
+            if value is not None:
+                sampling[key] = value
+        if request.stop:
+            sampling["stop"] = request.stop
+        body = {
+            "input_ids": prompt_ids,
+            "sampling_params": sampling,
+            "return_logprob": True,
+            "logprob_start_len": -1,
+            "stream": False,
+        }
+        answer = await self.post_json("/generate", body, {"X-SMG-Routing-Key": session_id})
+        meta = answer.get("meta_info") if isinstance(answer, dict) else None
+        if not isinstance(meta, dict):
+            raise UpstreamError("the upstream's /generate answer has no meta_info")
+        pairs = meta.get("output_token_logprobs")
+        if not isinstance(pairs, list) or not all(isinstance(p, list) and len(p) >= 2 for p in pairs):
+            raise UpstreamError("the upstream's /generate answer has no meta_info.output_token_logprobs")
+        output_ids = [p[1] for p in pairs]
+        logprobs = [p[0] for p in pairs]
+        check_lengths(prompt_ids, output_ids, logprobs, "/generate")
+        finish = meta.get("finish_reason")
+        if isinstance(finish, dict) and finish.get("type") == "abort":
+            raise UpstreamError(f"the upstream aborted the generation: {finish.get('message', '')}")
+        finish_type = str(finish.get("type", "stop")) if isinstance(finish, dict) else str(finish or "stop")
+        text = answer.get("text")
+        if not isinstance(text, str):
+            text = await self.offload(template.decode, output_ids)
+        parsed = profile.parse_output(text)
+        calls = [OutputCall(call_id(), call.name, call.arguments) for call in parsed.tool_calls]
+        reasoning = parsed.reasoning
+        response = assistant_message(parsed.content, reasoning, calls, tool_arguments_object)
+        # Held before the client has the answer: its next request must find this turn.
+        history.remember(session_id, prompt, messages, tools, output_ids, response)
+        return Generation(
+            prompt_ids=prompt_ids,
+            output_ids=output_ids,
+            logprobs=logprobs,
+            finish_reason=finish_type,
+            content=parsed.content,
+            reasoning=reasoning,
+            tool_calls=calls,
+            ill_formed=parsed.ill_formed,
+            prompt_messages=prompt.messages,
+            tools=tools,
+            response_message=response,
+            upstream_id=str(meta["id"]) if "id" in meta else None,
+            cached_tokens=int(meta.get("cached_tokens") or 0),
+            notes=prompt.metadata() if isinstance(history, CanonicalHistory) else {},
+        )
