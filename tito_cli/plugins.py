@@ -9,8 +9,11 @@ upstreams, model-family profiles) is one :class:`PluginTable`.  A plug-in is a c
   document them per plug-in instead of in one union class.
 
 Built-in plug-ins are named by import path and imported only when asked for, so a command pays only
-for the plug-ins it uses.  Tests and third parties add one with ``register`` (each kind re-exports its
-table's method as ``register_<kind>``): one module and one line, nothing else to edit.
+for the plug-ins it uses.  :meth:`PluginTable.options` turns what a caller gives (nothing, an
+``Options`` instance, a mapping of its fields) into the plug-in's options, refusing an option that
+belongs to another plug-in of the kind (:meth:`PluginTable.option_owners` names them).  Tests and
+third parties add one with ``register`` (each kind re-exports its table's method as
+``register_<kind>``): one module and one line, nothing else to edit.
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
+from typing import NoReturn
 
 import typer
 
@@ -169,7 +170,7 @@ def _rebuild_from(
     tokenizer: str | None,
     session_header: str | None,
     verbatim_responses: bool,
-) -> None:
+) -> NoReturn:
     check_import_options(from_format, session_header)
     from ..render.import_summary import render_import_summary
     from ..run.rebuild_from import rebuild_from
@@ -200,7 +201,7 @@ def _drift_counter(logs: list[Path]) -> DriftCounter:
     return functools.partial(drift_class_counter, log_dirs=log_dirs)
 
 
-def _finish(summary: RebuildSummary) -> None:
+def _finish(summary: RebuildSummary) -> NoReturn:
     # soft_wrap: long paths and reasons stay on one line (greppable) when stderr is a file.
     err_console.print(render_rebuild_summary(summary), soft_wrap=True)
     raise typer.Exit(EXIT_REJECTED if summary.rejected else EXIT_OK)
