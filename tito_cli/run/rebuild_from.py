@@ -14,8 +14,9 @@ from pathlib import Path
 
 from ..algorithm.policy import Policy
 from ..capture.importing import ImportSummary, import_traces
-from ..errors import OutputError
+from ..export.rejects import rejects_path
 from ..turns import Reject
+from .output import check_outputs
 from .rebuild import Progress, RebuildOptions, RebuildSummary, rebuild_with
 
 __all__ = ["rebuild_from"]
@@ -42,10 +43,8 @@ def rebuild_from(
     """
     run = run or RebuildOptions()
     out = Path(out)
-    if out.exists() and not run.overwrite:
-        raise OutputError("output exists", file=out, tip="pass --overwrite to replace it")
-    if not out.parent.is_dir():
-        raise OutputError("the output's folder does not exist", file=out)
+    # Before importing anything (rebuild() checks again, as for every run: the same check).
+    check_outputs(out, overwrite=run.overwrite, rejects_file=rejects_path(out))
     with tempfile.TemporaryDirectory(prefix=f".{out.name}.import-", dir=out.parent) as scratch:
         log = Path(scratch) / "log"
         imported = import_traces(
