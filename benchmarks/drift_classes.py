@@ -24,9 +24,10 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from tito_cli.report.drift import DriftClassCounter, divergences, drift_class_counter  # noqa: E402
-from tito_cli.run.corpus import Corpus, Reject  # noqa: E402
+from tito_cli.run.corpus import Corpus  # noqa: E402
 from tito_cli.run.rebuild import rebuild  # noqa: E402
 from tito_cli.tokenizer import TokenText, load_decoder, resolve  # noqa: E402
+from tito_cli.turns import Reject  # noqa: E402
 
 
 def main() -> None:

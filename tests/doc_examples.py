@@ -22,7 +22,8 @@ Not run, in ``sh`` blocks only (a ``console`` block must run in full):
 
 Every command runs in ``bash`` with the root of a scratch copy of the repository as its working
 folder (the files git lists, so no ``samples.parquet`` or ``logs/`` of the user's; one copy per
-document, so a document's commands see each other's files), ``tito`` and ``python`` on ``PATH``
+document, so a document's commands see each other's files; ``tests/npm/node_modules`` linked in when
+the set-up installed it), ``tito`` and ``python`` on ``PATH``
 meaning this checkout's code, no ``COLUMNS``/``NO_COLOR``/``TITO_*`` from the caller, and offline
 Hugging Face libraries.
 """
@@ -41,6 +42,9 @@ from pathlib import Path
 
 ELLIPSIS = "..."
 COMMAND_TIMEOUT_S = 300
+#: The npm packages the README's set-up installs (the model families' tokenizers among them): git ignores
+#: them, so the scratch copy links them in.
+NPM_PACKAGES = Path("tests") / "npm" / "node_modules"
 
 #: A step of a shown command that the documentation test does not run (see the module docstring).
 _NOT_RUN = re.compile(
@@ -184,6 +188,10 @@ class Sandbox:
         shared = repo.parent / "shared"
         if shared.is_dir():  # ``../shared`` beside the checkout, as the documents refer to it
             (scratch / "shared").symlink_to(shared)
+        installed = repo / NPM_PACKAGES
+        if installed.is_dir():  # what the README's set-up (npm ci --prefix tests/npm) installed
+            (self.root / NPM_PACKAGES).parent.mkdir(parents=True, exist_ok=True)
+            (self.root / NPM_PACKAGES).symlink_to(installed)
         bin_dir = scratch / "bin"
         bin_dir.mkdir()
         _script(bin_dir / "tito", f'#!/bin/sh\nexec "{sys.executable}" -m tito_cli "$@"\n')

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tito_cli.capture.records import stored_row
 from tito_cli.capture.writer import TurnLogWriter
 
 REPO = Path(__file__).resolve().parent.parent
@@ -30,16 +31,33 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
         return [json.loads(line) for line in f if line.strip()]
 
 
+class ForeignWriter(TurnLogWriter):
+    """The capture writer without the rebuild's rules: it records what another writer may leave in a log.
+
+    Conformance corpora and bad-input cases hold turns a rebuild rejects (a logprob count that
+    differs from the output's); they are written as the writer would write them, so that the
+    reader sees them where it would see another writer's rows.
+    """
+
+    _turn_row = staticmethod(stored_row)
+
+
 def write_log(
     out_dir: Path,
     turns: Iterable[dict[str, Any]],
     sessions: Iterable[dict[str, Any]] = (),
     **writer_options: Any,
 ) -> list[Path]:
-    """Record turn and session records (conformance JSONL shape) through the capture writer."""
+    """Record turn and session records (conformance JSONL shape) through the capture writer.
+
+    The records may break the rebuild's rules (corpora hold bad-input cases): they are recorded as
+    another writer might leave them (:class:`ForeignWriter`); ``contract=True`` holds them to the
+    writer's own contract.
+    """
     options: dict[str, Any] = {"max_age": None, "name": "test"}
+    contract = writer_options.pop("contract", False)
     options.update(writer_options)
-    with TurnLogWriter(out_dir, **options) as writer:
+    with (TurnLogWriter if contract else ForeignWriter)(out_dir, **options) as writer:
         for t in turns:
             writer.record_turn(
                 t["session_id"],

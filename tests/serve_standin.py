@@ -77,14 +77,21 @@ class StandIn:
     """The stand-in server (a context manager); ``url`` is its base URL once entered."""
 
     def __init__(
-        self, script: Script, tokenizer: str | Path = QWEN3, *, model: str = "qwen3-standin", port: int = 0
+        self,
+        script: Script,
+        tokenizer: str | Path = QWEN3,
+        *,
+        model: str = "qwen3-standin",
+        port: int = 0,
+        family: str = "qwen3",
     ) -> None:
         self.script = script
         self.model = model
         self.tokenizer = load(Path(tokenizer))
         self._backend = self.tokenizer.backend_tokenizer
-        self.end = self._backend.token_to_id("<|im_end|>")
-        self.profile = family_named("qwen3")
+        #: The model family whose outputs the script writes: its end marker ends an output that has none.
+        self.profile = family_named(family)
+        self.end = self._backend.token_to_id(self.profile.end_of_turn[0])
         self.ledger: list[dict[str, Any]] = []
         #: Seconds every generation request waits before it is answered.
         self.delay = 0.0
@@ -138,7 +145,8 @@ class StandIn:
         return str(self._backend.decode(ids, skip_special_tokens=skip_special_tokens))
 
     def _output(self, text: str, limit: int | None) -> tuple[list[int], bool]:
-        ids = [*self.encode(text), self.end]
+        ended = text.endswith(self.profile.end_of_turn)  # (harmony's call ends <|call|>, not <|return|>)
+        ids = [*self.encode(text), *([] if ended else [self.end])]
         if limit is not None and len(ids) > limit:
             return ids[:limit], True
         return ids, False
@@ -293,6 +301,9 @@ class StandIn:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # Headers and body go out in separate writes: without this, Nagle's algorithm and the
+            # client's delayed ACK hold every answer ~40 ms.
+            disable_nagle_algorithm = True
 
             def log_message(self, format: str, *args: Any) -> None:  # quiet
                 pass

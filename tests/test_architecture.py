@@ -201,3 +201,16 @@ def test_no_cycle_between_modules_even_inside_one_package() -> None:
 def test_the_cycle_check_finds_a_cycle_inside_a_package() -> None:
     graph = {"a.x": {"a.y"}, "a.y": {"a.z"}, "a.z": {"a.x"}, "a.w": {"a.x"}, "b": {"b"}}
     assert _cycles(graph) == [["a.x", "a.y", "a.z"]]
+
+
+#: A module does one job: past this many lines it holds several (docs/architecture.md).
+MAX_MODULE_LINES = 500
+
+
+def test_no_module_is_over_the_line_bound() -> None:
+    long = {
+        str(path.relative_to(REPO)): lines
+        for path in PACKAGE.rglob("*.py")
+        if (lines := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
+    }
+    assert long == {}, f"split these modules by job (at most {MAX_MODULE_LINES} lines each)"

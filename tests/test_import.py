@@ -494,7 +494,7 @@ def test_a_sessions_row_the_writer_refuses_rejects_its_session_whole(tmp_path: P
         session_header="X-Session-Id",
     )
     assert [r.session_id for r in summary.rejected] == [refused]
-    assert "reserved" in summary.rejected[0].reason
+    assert "which tito reserves for each sample's provenance" in summary.rejected[0].reason
     imported = {s.session_id for s in summary.sessions}
     assert refused not in imported and imported == {r["session_id"] for r in rewards} - {refused}
     assert refused not in {row["session_id"] for row in turns_of(tmp_path / "log")}

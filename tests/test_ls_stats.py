@@ -14,7 +14,8 @@ from typer.testing import CliRunner
 from tito_cli.algorithm.policies import SlimeV4
 from tito_cli.cli import app
 from tito_cli.errors import EXIT_OK, EXIT_USAGE
-from tito_cli.report.facts import FilterError, compile_filter, percentiles
+from tito_cli.report.facts import FIELDS, percentiles
+from tito_cli.report.filter import FilterError, compile_filter
 from tito_cli.run.corpus import Corpus
 from tito_cli.run.rebuild import rebuild
 from tito_cli.turns import Reject
@@ -184,13 +185,13 @@ def test_ls_logs_from_environment(agent_logs: Path) -> None:
 def test_filter_null_semantics() -> None:
     rejected = {"session": "a", "samples": None, "rejected": "bad"}
     fine = {"session": "b", "samples": 0, "rejected": None}
-    assert not compile_filter("samples < 1")(rejected)
-    assert compile_filter("samples < 1")(fine)
-    assert compile_filter("samples == null")(rejected) and not compile_filter("samples == null")(fine)
-    assert compile_filter("samples != null")(fine) and not compile_filter("samples != null")(rejected)
-    assert compile_filter("rejected")(rejected) and not compile_filter("rejected")(fine)
+    assert not compile_filter("samples < 1", FIELDS)(rejected)
+    assert compile_filter("samples < 1", FIELDS)(fine)
+    assert compile_filter("samples == null", FIELDS)(rejected) and not compile_filter("samples == null", FIELDS)(fine)
+    assert compile_filter("samples != null", FIELDS)(fine) and not compile_filter("samples != null", FIELDS)(rejected)
+    assert compile_filter("rejected", FIELDS)(rejected) and not compile_filter("rejected", FIELDS)(fine)
     with pytest.raises(FilterError, match="cannot compare session"):
-        compile_filter("session > 3")(fine)
+        compile_filter("session > 3", FIELDS)(fine)
 
 
 # -- stats -----------------------------------------------------------------------------------

@@ -31,7 +31,7 @@ from tito_cli.algorithm.policies import Slime03, SlimeV4
 from tito_cli.algorithm.policies.slime_03 import value_key
 from tito_cli.algorithm.policy import ForkCause
 from tito_cli.algorithm.session import SessionResult, rebuild_session
-from tito_cli.export.base import provenance
+from tito_cli.export.samples import provenance
 from tito_cli.read.columns import RawTurn
 from tito_cli.read.rows import SessionRows
 from tito_cli.read.validate import parse_session

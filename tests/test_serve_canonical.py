@@ -136,9 +136,11 @@ def test_canonical_history_removes_drift_forks_and_trains_exactly_the_generated_
     session = f"{wire}-{history}"
     first = len(standin.ledger)
     if wire == "chat":
-        calls = chat_session(openai.OpenAI(base_url=gateway.url + "/v1", api_key=session, max_retries=0))
+        with openai.OpenAI(base_url=gateway.url + "/v1", api_key=session, max_retries=0) as client:
+            calls = chat_session(client)
     else:
-        calls = anthropic_session(anthropic.Anthropic(base_url=gateway.url, auth_token=session, max_retries=0))
+        with anthropic.Anthropic(base_url=gateway.url, auth_token=session, max_retries=0) as aclient:
+            calls = anthropic_session(aclient)
     entries = standin.ledger[first:]
     turns = session_turns(gateway.logs, session, calls)
     check_against_ledger(turns, entries, "generate")

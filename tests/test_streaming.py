@@ -17,7 +17,7 @@ from tito_cli._arrow import all_finite
 from tito_cli.algorithm.policies import SlimeV4
 from tito_cli.algorithm.session import rebuild_session
 from tito_cli.errors import InvalidSessionError, SchemaError
-from tito_cli.export.base import session_table
+from tito_cli.export.samples import session_table
 from tito_cli.read import rows as readpath
 from tito_cli.read import turnlog
 from tito_cli.read.index import ReadBatch, RowGroup

@@ -218,6 +218,10 @@ class _FastDecoder:
     def __len__(self) -> int:
         return int(self._backend.get_vocab_size(with_added_tokens=True))
 
+    def get_vocab(self) -> dict[str, int]:
+        """Token -> id, added tokens included (a model family is recognised from it)."""
+        return dict(self._backend.get_vocab(with_added_tokens=True))
+
 
 def load_decoder(folder: Path) -> Any:
     """A decode-only tokenizer for ``folder``: ``tokenizer.json`` read directly when present, else :func:`load`."""

@@ -32,14 +32,14 @@ from .importers.base import (
     Importer,
     SessionOutcome,
     SourceRef,
-    check_turn,
     read_json_lines,
     reject,
 )
 from .importers.base import (
     align_responses as _align,
 )
-from .writer import TurnLogWriter, sessions_row
+from .records import sessions_row, turn_row
+from .writer import TurnLogWriter
 
 __all__ = ["ImportSummary", "ImportedSessionReport", "import_traces", "read_rewards"]
 
@@ -265,9 +265,23 @@ def _check_session(session: ImportedSession) -> tuple[str, SourceRef] | None:
     """The first reason the session breaks the turn-log contract, with the record it is about."""
     seqs: set[int] = set()
     for turn in session.turns:
-        problem = check_turn(turn)
-        if problem is not None:
-            return problem, turn.source
+        try:
+            # What the writer will be asked to record: it must not refuse a turn after the first.
+            turn_row(
+                session.session_id,
+                turn.prompt_ids,
+                turn.output_ids,
+                turn.output_logprobs or None,
+                turn.finish_reason,
+                turn.prompt_messages,
+                turn.response_message,
+                turn.tools,
+                turn.metadata,
+                seq=turn.seq,
+                timestamp=turn.timestamp,
+            )
+        except ValueError as exc:
+            return str(exc), turn.source
         if turn.seq is not None:
             if turn.seq < 0:
                 return f"seq {turn.seq} is negative", turn.source
@@ -288,7 +302,7 @@ def _record(
 ) -> ImportedSessionReport:
     """Record a checked session.  The writer validates each turn too: should it refuse the first
     turn, nothing of the session is buffered and it is rejected; refusing a later one would leave
-    part of the session in the log, which :func:`check_turn` (the same contract) rules out."""
+    part of the session in the log, which :func:`_check_session` (the same contract) rules out."""
     outcome = session.outcome
     reward_from: str | None = "source"
     if outcome is None:

@@ -19,10 +19,11 @@ Turns are written in format 2 by default (docs/spec.md §9): each turn stored
 against the recent turn of its session it shares the most with
 (:mod:`tito_cli.capture.delta`); ``format=1`` stores every prompt whole.
 
-Every record is checked when it is recorded (ids are 1-D sequences of
-integers in 0..2**31-1, exactly; texts are strings; JSON is strict JSON), so
-that a bad record raises in the caller and never reaches the buffer: a flush
-cannot fail on one bad row and take every other session's rows with it.  A
+Every record is checked when it is recorded, against the write contract
+(:mod:`tito_cli.capture.records`: what a rebuild would reject a session for,
+the writer refuses), so that a bad record raises in the caller and never
+reaches the buffer: a flush cannot fail on one bad row and take every other
+session's rows with it.  Files are written by :mod:`.log_files`.  A
 flush that fails anyway (a full disk) keeps its rows buffered for the next
 one.  Files never replace each other: a name already taken (a restarted
 harness with the same ``name=``, a writer shared across ``fork()``) moves on
@@ -32,10 +33,7 @@ its own (its parent still holds the rows buffered before the fork).
 
 from __future__ import annotations
 
-import contextlib
-import json
-import math
-import numbers
+import itertools
 import os
 import threading
 import time
@@ -49,99 +47,12 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from .._arrow import list_array
-from .._atomic import fsync_directory
-from ..schema import PROVENANCE_KEY, SESSIONS_SCHEMA, TURNS_SCHEMA, TURNS_SCHEMA_V2, table_metadata
 from .delta import DeltaEncoder
-from .row_groups import ROW_GROUP_BYTES, ROW_GROUP_ROWS, write_row_groups
+from .log_files import sessions_table, turns_table, write_new_file
+from .records import JsonLike, sessions_row, turn_row
+from .row_groups import ROW_GROUP_BYTES, ROW_GROUP_ROWS
 
-__all__ = ["TurnLogWriter", "sessions_row"]
-
-JsonLike = str | dict[str, Any] | list[Any] | None
-
-
-_INT32_MAX = 2**31 - 1
-_INT64_MAX = 2**63 - 1
-
-
-def _json_text(value: JsonLike, what: str) -> str | None:
-    """Store strings as given (already JSON); serialise anything else as strict JSON."""
-    if value is None or isinstance(value, str):
-        return value
-    try:
-        # allow_nan=False: NaN and Infinity are not JSON, and no reader of the log would accept them.
-        return json.dumps(value, ensure_ascii=False, allow_nan=False)
-    except (TypeError, ValueError, RecursionError) as exc:
-        raise ValueError(f"{what} cannot be stored as JSON ({exc})") from None
-
-
-def _one_dimensional(value: Sequence[float] | np.ndarray, what: str, items: str) -> np.ndarray:
-    """``value`` as a numpy array of one dimension (any dtype yet), or ``ValueError`` naming ``what``."""
-    try:
-        array = np.asarray(value)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{what} is not a sequence of {items} ({exc})") from None
-    if array.ndim != 1:
-        raise ValueError(f"{what} must be 1-D, got {array.ndim} dimensions")
-    return array
-
-
-def _token_ids(value: Sequence[int] | np.ndarray, what: str) -> np.ndarray:
-    """``value`` as int32 ids, exactly: a 1-D sequence of integers in 0..2**31-1, or ``ValueError``.
-
-    ``np.asarray(value, dtype=np.int32)`` would wrap 2**32 + 5 to 5, truncate
-    1.7 to 1 and take a row of a 2-D array: ids that were never generated.
-    """
-    array = _one_dimensional(value, what, "integers")
-    if array.size == 0:
-        return np.zeros(0, dtype=np.int32)
-    if array.dtype.kind == "O" and all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in array):
-        # Python ints beyond int64: out of range, said below with the value itself.
-        bad = next((int(v) for v in array if not 0 <= int(v) <= _INT32_MAX), None)
-        if bad is not None:
-            raise ValueError(f"{what} holds {bad}, outside 0..{_INT32_MAX}")
-        return array.astype(np.int32)
-    if array.dtype.kind not in "iu":
-        raise ValueError(f"{what} must hold integers, got {array.dtype}")
-    if int(array.min()) < 0 or int(array.max()) > _INT32_MAX:
-        bad = array[(array < 0) | (array > _INT32_MAX)][0]
-        raise ValueError(f"{what} holds {int(bad)}, outside 0..{_INT32_MAX}")
-    return array.astype(np.int32, copy=False)
-
-
-def _logprobs(value: Sequence[float] | np.ndarray | None) -> np.ndarray | None:
-    if value is None:
-        return None
-    array = _one_dimensional(value, "output_logprobs", "numbers")
-    if array.size == 0:
-        return np.zeros(0, dtype=np.float32)
-    if array.dtype.kind not in "iuf":
-        raise ValueError(f"output_logprobs must hold numbers, got {array.dtype}")
-    result = array.astype(np.float32)
-    if not np.isfinite(result).all():
-        raise ValueError("output_logprobs holds NaN or infinity (or a value beyond float32)")
-    return result
-
-
-def _check_text(value: object, what: str, *, required: bool) -> None:
-    if value is None and not required:
-        return
-    if not isinstance(value, str):
-        raise ValueError(f"{what} must be a str, got {type(value).__name__}")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise ValueError(f"{what} is not encodable as UTF-8 ({exc.reason} at {exc.start})") from None
-
-
-def _check_int(value: object, what: str) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise ValueError(f"{what} must be an int, got {type(value).__name__}")
-    if not -_INT64_MAX - 1 <= int(value) <= _INT64_MAX:
-        raise ValueError(f"{what} {int(value)} is beyond int64")
-
+__all__ = ["TurnLogWriter"]
 
 #: Live writers, so that a forked child can give each a fresh buffer (see _after_fork_in_child).
 _WRITERS: weakref.WeakSet[TurnLogWriter] = weakref.WeakSet()
@@ -169,6 +80,9 @@ class TurnLogWriter:
     least recently recorded session forgotten first (its next turn is then
     stored whole).  :meth:`finish_session` forgets a session.
     """
+
+    #: The write contract every record is checked against (tests write foreign rows with ``stored_row``).
+    _turn_row = staticmethod(turn_row)
 
     def __init__(
         self,
@@ -281,51 +195,35 @@ class TurnLogWriter:
     ) -> int:
         """Buffer one generation call; returns the ``seq`` it was recorded with.
 
-        Raises ``ValueError`` (recording nothing) for a record the log cannot
-        hold exactly: ids that are not a 1-D sequence of integers in
-        0..2**31-1, non-finite logprobs, a ``session_id`` or ``finish_reason``
-        that is not a str, a ``seq`` that is not a non-negative int, or JSON
-        values that are not strict JSON.
+        Raises ``ValueError`` (recording nothing) for a record that breaks the
+        write contract (:func:`~tito_cli.capture.records.turn_row`): ids that
+        are not a 1-D sequence of integers in 0..2**31-1, non-finite logprobs
+        or not one per output id, a ``session_id`` or ``finish_reason`` that
+        is not a str, a ``seq`` that is not a non-negative int64, JSON values
+        that are not strict JSON (text included), a prompt that is not an
+        array of messages with a string role.
 
         ``ill_formed``: the harness could not parse the output into a message
         (``response_message`` is then its best effort or null); slime-0.3 flags
         the samples of every leaf through the turn (docs/spec.md §8.6).
         """
-        _check_text(session_id, "session_id", required=True)
-        prompt = _token_ids(prompt_ids, "prompt_ids")
-        output = _token_ids(output_ids, "output_ids")
-        logprobs = _logprobs(output_logprobs)
-        _check_text(finish_reason, "finish_reason", required=True)
-        _check_int(seq, "seq")
-        if seq is not None and seq < 0:
-            raise ValueError(f"seq must not be negative, got {seq}")
-        if timestamp is not None and not isinstance(timestamp, datetime):
-            raise ValueError(f"timestamp must be a datetime, got {type(timestamp).__name__}")
-        if not isinstance(ill_formed, bool):
-            raise ValueError(f"ill_formed must be a bool, got {type(ill_formed).__name__}")
-        messages = _json_text(prompt_messages, "prompt_messages")
-        if messages is None:
-            raise ValueError("prompt_messages is required (an empty list is allowed)")
-        texts = {
-            "prompt_messages": messages,
-            "response_message": _json_text(response_message, "response_message"),
-            "tools": _json_text(tools, "tools"),
-            "metadata": _json_text(metadata, "metadata"),
-        }
-        for name, text in texts.items():
-            _check_text(text, name, required=False)
-        size = 4 * (prompt.size + output.size) + (0 if logprobs is None else 4 * logprobs.size)
-        size += sum(len(text or "") for text in texts.values())
-        row: dict[str, Any] = {
-            "session_id": session_id,
-            "prompt_ids": prompt,
-            "output_ids": output,
-            "output_logprobs": logprobs,
-            "finish_reason": finish_reason,
-            **texts,
-            "timestamp": timestamp or (datetime.now(timezone.utc) if stamp_now else None),
-            "ill_formed": bool(ill_formed),
-        }
+        checked = self._turn_row(
+            session_id,
+            prompt_ids,
+            output_ids,
+            output_logprobs,
+            finish_reason,
+            prompt_messages,
+            response_message,
+            tools,
+            metadata,
+            seq=seq,
+            timestamp=timestamp,
+            ill_formed=ill_formed,
+        )
+        row, size = checked.row, checked.size
+        if timestamp is None and stamp_now:
+            row["timestamp"] = datetime.now(timezone.utc)
         with self._lock:
             self._check_open()
             if seq is None:
@@ -333,7 +231,7 @@ class TurnLogWriter:
             self._next_seq[session_id] = max(self._next_seq.get(session_id, 0), seq + 1)
             row["seq"] = seq
             if self._deltas is not None:
-                size += self._store_delta(row, prompt_messages, response_message)
+                size += self._store_delta(row, checked.messages, checked.response)
             self._turns.append(row)
             full = self._grow(size)
         if full:
@@ -389,10 +287,10 @@ class TurnLogWriter:
             written = []
             try:
                 if turns:
-                    written.append(self._write("turns", _turns_table(turns, self.tokenizer, self.format)))
+                    written.append(self._write("turns", turns_table(turns, self.tokenizer, self.format)))
                     turns = []
                 if sessions:
-                    written.append(self._write("sessions", _sessions_table(sessions)))
+                    written.append(self._write("sessions", sessions_table(sessions)))
                     sessions = []
             except BaseException:
                 with self._lock:
@@ -423,7 +321,7 @@ class TurnLogWriter:
 
     # -- internals -------------------------------------------------------
 
-    def _store_delta(self, row: dict[str, Any], messages: JsonLike, response: JsonLike) -> int:
+    def _store_delta(self, row: dict[str, Any], messages: Any, response: Any) -> int:
         """Store ``row`` against its base (format 2; lock held); returns the change in its buffered size."""
         assert self._deltas is not None
         delta = self._deltas.encode(
@@ -472,115 +370,18 @@ class TurnLogWriter:
                     self.last_flush_error = None
 
     def _write(self, kind: str, table: pa.Table) -> Path:
-        """Write ``table`` as a new file of the folder, never over an existing one.
-
-        The file is written under a hidden temporary name, fsynced, then
-        linked to its final name: a link fails where a rename would replace,
-        so a taken name (another process, an earlier run with the same
-        ``name=``) moves on to the next counter.
-        """
-        tmp = self.directory / f".{kind}-{self._run_id}-{uuid.uuid4().hex[:12]}.tmp"
-        try:
-            write_row_groups(
-                table,
-                tmp,
-                self.compression,
-                self.row_group_rows,
-                self.row_group_bytes,
-                split_numbers=kind == "turns" and self.format == 2,
-            )
-            fd = os.open(tmp, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            while True:
-                self._file_counter += 1
-                target = self.directory / f"{kind}-{self._run_id}-{self._file_counter:06d}.parquet"
-                try:
-                    os.link(tmp, target)
-                except FileExistsError:
-                    continue
-                except OSError:
-                    # A filesystem without hard links: rename, after looking (a race only there).
-                    if target.exists():
-                        continue
-                    os.rename(tmp, target)
-                break
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                tmp.unlink()
-        fsync_directory(self.directory)
+        counter = itertools.count(self._file_counter + 1)
+        target = write_new_file(
+            self.directory,
+            kind,
+            self._run_id,
+            counter,
+            table,
+            self.compression,
+            self.row_group_rows,
+            self.row_group_bytes,
+            split_numbers=kind == "turns" and self.format == 2,
+        )
+        self._file_counter = next(counter) - 1
         self.files_written.append(target)
         return target
-
-
-
-def sessions_row(
-    session_id: str,
-    reward: float | None,
-    index: int | None = None,
-    group_index: int | None = None,
-    label: str | None = None,
-    metadata: JsonLike = None,
-    *,
-    rollout_id: int | None = None,
-) -> dict[str, Any]:
-    """The sessions row :meth:`TurnLogWriter.finish_session` buffers, checked (``ValueError`` for a bad one).
-
-    Callers that must refuse a whole session before any of its turns is buffered (the importers) check its
-    row with this first.
-    """
-    _check_text(session_id, "session_id", required=True)
-    if reward is not None and (
-        isinstance(reward, bool) or not isinstance(reward, numbers.Real) or not math.isfinite(reward)
-    ):
-        raise ValueError(f"reward must be a finite number or None, got {reward!r}")
-    _check_int(index, "index")
-    _check_int(group_index, "group_index")
-    _check_int(rollout_id, "rollout_id")
-    _check_text(label, "label", required=False)
-    if metadata is not None and not isinstance(metadata, (str, dict)):
-        raise ValueError(f"metadata must be a JSON object, got {type(metadata).__name__}")
-    if isinstance(metadata, dict) and PROVENANCE_KEY in metadata:
-        raise ValueError(f"metadata key {PROVENANCE_KEY!r} is reserved for the samples' provenance")
-    meta_text = _json_text(metadata, "metadata")
-    _check_text(meta_text, "metadata", required=False)
-    row: dict[str, Any] = {
-        "session_id": session_id,
-        "reward": reward,
-        "index": index,
-        "group_index": group_index,
-        "label": label,
-        "metadata": meta_text,
-        "rollout_id": rollout_id,
-    }
-    return row
-
-
-def _turns_table(rows: list[dict[str, Any]], tokenizer: str | None, format: int = 1) -> pa.Table:
-    # Keep each session's rows together (better compression, cheaper reads).
-    rows.sort(key=lambda r: (r["session_id"], r["seq"]))
-    columns = {
-        "session_id": pa.array([r["session_id"] for r in rows], pa.string()),
-        "seq": pa.array([r["seq"] for r in rows], pa.int64()),
-        "prompt_ids": list_array([r["prompt_ids"] for r in rows], pa.int32()),
-        "output_ids": list_array([r["output_ids"] for r in rows], pa.int32()),
-        "output_logprobs": list_array([r["output_logprobs"] for r in rows], pa.float32()),
-    }
-    for name in ("finish_reason", "prompt_messages", "response_message", "tools", "metadata"):
-        columns[name] = pa.array([r[name] for r in rows], pa.string())
-    columns["timestamp"] = pa.array([r["timestamp"] for r in rows], pa.timestamp("us", tz="UTC"))
-    columns["ill_formed"] = pa.array([r["ill_formed"] for r in rows], pa.bool_())
-    schema = TURNS_SCHEMA
-    if format == 2:
-        for name in ("base_seq", "shared_prompt_ids", "shared_messages"):
-            columns[name] = pa.array([r[name] for r in rows], pa.int64())
-        schema = TURNS_SCHEMA_V2
-    schema = schema.with_metadata(table_metadata("turns", tokenizer, format=str(format)))
-    return pa.Table.from_pydict(columns, schema=schema)
-
-
-def _sessions_table(rows: list[dict[str, Any]]) -> pa.Table:
-    columns = {name: [r[name] for r in rows] for name in SESSIONS_SCHEMA.names}
-    return pa.Table.from_pydict(columns, schema=SESSIONS_SCHEMA.with_metadata(table_metadata("sessions")))

@@ -9,12 +9,13 @@ import typer
 from rich.console import Group, RenderableType
 from rich.text import Text
 
+from ..algorithm.session import SessionResult
 from ..errors import EXIT_BAD_INPUT, EXIT_REJECTED, InvalidSessionError
 from ..render.drift import render_drift_summary, render_drift_windows
 from ..render.jsonout import dumps
 from ..render.sample_text import render_samples
 from ..render.session_view import render_header, render_tree, render_turns
-from ..report.drift import divergences
+from ..report.drift import Divergence, divergences
 from ..report.drift_points import drift_points
 from ..report.session_facts import clip_sample, samples_data, session_header, tree_nodes, turn_rows
 from ..tokenizer import TokenText
@@ -109,19 +110,49 @@ def inspect(
     max_sample_tokens: int | None = MAX_SAMPLE_TOKENS,
     unfinished: UnfinishedChoice = UNFINISHED,
 ) -> None:
-    if logs_arg is not None and logs is not None and logs_arg != logs:
-        raise typer.BadParameter(f"two log folders: {logs_arg} and --logs {logs}", param_hint="LOGS")
-    folder = logs_arg or logs or Path("logs")
-    if view is not None:
-        views = parse_views(view)
-    elif sample is not None or around is not None:
-        views = ["samples"]
-    else:
-        views = list(VIEWS)
+    folder = _log_folder(logs_arg, logs)
+    views = _views(view, sample, around)
     seqs = parse_turns(turns)
     chosen = policy_from(policy, fork_threshold, reward_mode, max_sample_tokens)
     corpus = open_logs(folder, unfinished)
-    result = corpus.session(session, chosen)
+    result = _session(corpus.session(session, chosen), sample)
+
+    text, note = TokenText(), None
+    if ("samples" in views or "drift" in views or drift) and not ids:
+        text, note = choose_tokenizer(tokenizer, corpus.tokenizer, folder)
+    if note:
+        err_console.print(Text(note, style="dim"))
+    found = divergences(result, text if text.decodes else None) if (drift or "drift" in views) else []
+    if drift:
+        _show_drift_only(result, found, text, as_json=as_json, no_pager=no_pager)
+        return
+    samples = _samples(result, text, sample, seqs, around) if "samples" in views else []
+    rows = turn_rows(result) if "turns" in views else []
+    if seqs is not None:
+        rows = [r for r in rows if r["seq"] in seqs]
+    if as_json:
+        typer.echo(dumps(_views_data(result, views, text, rows, found, samples)))
+        return
+    page(_views_rendered(result, views, text, rows, found, samples, full=full or around is not None), no_pager)
+
+
+def _log_folder(logs_arg: Path | None, logs: Path | None) -> Path:
+    if logs_arg is not None and logs is not None and logs_arg != logs:
+        raise typer.BadParameter(f"two log folders: {logs_arg} and --logs {logs}", param_hint="LOGS")
+    return logs_arg or logs or Path("logs")
+
+
+def _views(view: str | None, sample: int | None, around: int | None) -> list[str]:
+    """The views asked for; without --view, all four, or only the samples with --sample or --around."""
+    if view is not None:
+        return parse_views(view)
+    if sample is not None or around is not None:
+        return ["samples"]
+    return list(VIEWS)
+
+
+def _session(result: SessionResult | Reject, sample: int | None) -> SessionResult:
+    """The rebuilt session, or the error saying why it cannot be shown (rejected, no sample K)."""
     if isinstance(result, Reject):
         raise InvalidSessionError(
             f"rejected, it yields no samples: {result.reason}",
@@ -136,51 +167,69 @@ def inspect(
             else f"session {result.session_id} has no samples",
             param_hint="--sample",
         )
+    return result
 
-    text, note = TokenText(), None
-    if ("samples" in views or "drift" in views or drift) and not ids:
-        text, note = choose_tokenizer(tokenizer, corpus.tokenizer, folder)
-    if note:
-        err_console.print(Text(note, style="dim"))
-    found = divergences(result, text if text.decodes else None) if (drift or "drift" in views) else []
-    if drift:
-        points = drift_points(result, found)
-        if as_json:
-            drift_data = [p.as_dict() for p in points]
-            typer.echo(dumps({"session": session_header(result), "tokenizer": text.name, "drift": drift_data}))
-            return
-        page(
-            [render_header(session_header(result)), Text(""), render_drift_windows(points, text, plain=is_plain())],
-            no_pager,
-        )
-        return
-    samples: list[dict[str, Any]] = []
-    if "samples" in views:
-        samples = samples_data(result, text, None if sample is None else [sample])
-        if seqs is not None:
-            samples = [s for s in samples if any(seq in seqs for seq in s["turns"])]
-        if seqs is not None or around is not None:
-            window = None if around is None else range(max(0, around - AROUND), around + AROUND + 1)
-            samples = [clip_sample(s, text, seqs=seqs, tokens=window, focus=around) for s in samples]
-    rows = turn_rows(result) if "turns" in views else []
-    if seqs is not None:
-        rows = [r for r in rows if r["seq"] in seqs]
 
+def _show_drift_only(
+    result: SessionResult, found: list[Divergence], text: TokenText, *, as_json: bool, no_pager: bool
+) -> None:
+    """--drift: each fork and realign, the held and the prompt tokens decoded around the first difference."""
+    points = drift_points(result, found)
     if as_json:
-        data: dict[str, Any] = {"session": session_header(result)}
-        if "samples" in views or "drift" in views:
-            data["tokenizer"] = text.name
-        if "turns" in views:
-            data["turns"] = rows
-        if "tree" in views:
-            data["tree"] = tree_nodes(result)
-        if "drift" in views:
-            data["drift"] = [d.as_dict() for d in found]
-        if "samples" in views:
-            data["samples"] = samples
-        typer.echo(dumps(data))
+        drift_data = [p.as_dict() for p in points]
+        typer.echo(dumps({"session": session_header(result), "tokenizer": text.name, "drift": drift_data}))
         return
+    page(
+        [render_header(session_header(result)), Text(""), render_drift_windows(points, text, plain=is_plain())],
+        no_pager,
+    )
 
+
+def _samples(
+    result: SessionResult, text: TokenText, sample: int | None, seqs: range | None, around: int | None
+) -> list[dict[str, Any]]:
+    """The samples shown: sample K or all, those through --turns, clipped to --turns and --around."""
+    samples = samples_data(result, text, None if sample is None else [sample])
+    if seqs is not None:
+        samples = [s for s in samples if any(seq in seqs for seq in s["turns"])]
+    if seqs is not None or around is not None:
+        window = None if around is None else range(max(0, around - AROUND), around + AROUND + 1)
+        samples = [clip_sample(s, text, seqs=seqs, tokens=window, focus=around) for s in samples]
+    return samples
+
+
+def _views_data(
+    result: SessionResult,
+    views: list[str],
+    text: TokenText,
+    rows: list[dict[str, Any]],
+    found: list[Divergence],
+    samples: list[dict[str, Any]],
+) -> dict[str, Any]:
+    data: dict[str, Any] = {"session": session_header(result)}
+    if "samples" in views or "drift" in views:
+        data["tokenizer"] = text.name
+    if "turns" in views:
+        data["turns"] = rows
+    if "tree" in views:
+        data["tree"] = tree_nodes(result)
+    if "drift" in views:
+        data["drift"] = [d.as_dict() for d in found]
+    if "samples" in views:
+        data["samples"] = samples
+    return data
+
+
+def _views_rendered(
+    result: SessionResult,
+    views: list[str],
+    text: TokenText,
+    rows: list[dict[str, Any]],
+    found: list[Divergence],
+    samples: list[dict[str, Any]],
+    *,
+    full: bool,
+) -> list[RenderableType]:
     parts: list[RenderableType] = [render_header(session_header(result))]
     if "turns" in views:
         parts += [Text("\nturns", style="bold underline"), render_turns(rows, result.policy.realign_effect)]
@@ -193,9 +242,9 @@ def inspect(
         parts += [Text("\ndrift", style="bold underline"), render_drift_summary(found)]
     if "samples" in views:
         # Colour marks trained tokens on a terminal; plain text (a pipe, NO_COLOR) uses [brackets].
-        shown = render_samples(samples, text, full=full or around is not None, brackets=is_plain())
+        shown = render_samples(samples, text, full=full, brackets=is_plain())
         parts += [Text("\nsamples", style="bold underline"), shown]
-    page(parts, no_pager)
+    return parts
 
 
 def page(parts: list[RenderableType], no_pager: bool) -> None:

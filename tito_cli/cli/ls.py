@@ -12,7 +12,8 @@ from ..errors import EXIT_BAD_INPUT
 from ..render.jsonout import dumps
 from ..render.listing import render_listing
 from ..render.plain import to_plain
-from ..report.facts import FIELDS, FilterError, compile_filter, select_rows, session_row
+from ..report.facts import FIELDS, select_rows, session_row
+from ..report.filter import FilterError, compile_filter
 from .app import app, err_console, exit_codes_help, guarded, out_console
 from .options import FORK_THRESHOLD, MAX_SAMPLE_TOKENS, POLICY, REWARD_MODE, RewardChoice, policy_from
 from .unfinished import UNFINISHED, UnfinishedChoice
@@ -53,7 +54,7 @@ def ls(
     unfinished: UnfinishedChoice = UNFINISHED,
 ) -> None:
     try:
-        predicate = compile_filter(where)
+        predicate = compile_filter(where, FIELDS)
         if sort not in FIELDS:
             raise FilterError(f"cannot sort by {sort!r}; fields: {', '.join(FIELDS)}")
     except FilterError as exc:

@@ -15,7 +15,7 @@ own settings.  A value already in the environment wins.
 * ``OPENBLAS_NUM_THREADS=1``: numpy's BLAS threads would spin on the
   workers' cores; tito never multiplies matrices.
 
-The figures behind both: docs/performance.md, "Decisions".
+The figures behind both: docs/notes/performance.md, "Decisions".
 """
 
 from __future__ import annotations

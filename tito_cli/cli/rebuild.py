@@ -17,6 +17,7 @@ from ..report.drift import drift_class_counter
 from ..run.plan import BATCHES_PER_WORKER
 from ..run.rebuild import DriftCounter, RebuildOptions, RebuildSummary, rebuild_with
 from ..run.runner import RUNNERS
+from ..tokenizer import parse_tokenizer_options
 from .app import app, err_console, exit_codes_help, guarded, progress_bar, state
 from .export import (
     FORKED,
@@ -97,7 +98,14 @@ def rebuild(
         "into a temporary turn log.",
     ),
     rewards: Path = typer.Option(None, "--rewards", help="With --from: " + REWARDS_HELP),
-    tokenizer: str = typer.Option(None, "--tokenizer", help="With --from: " + TOKENIZER_HELP),
+    tokenizer: str = typer.Option(
+        None,
+        "--tokenizer",
+        help="With --from: "
+        + TOKENIZER_HELP
+        + " Without --from, with --drift-classes: where to find the log's tokenizer (PATH, or NAME=PATH for a "
+        "log that records NAME).",
+    ),
     session_header: str = typer.Option(None, "--session-header", help="With --from: " + SESSION_HEADER_HELP),
     verbatim_responses: bool = typer.Option(False, "--verbatim-responses", help="With --from: " + VERBATIM_HELP),
     engine: str = typer.Option(
@@ -115,8 +123,9 @@ def rebuild(
         False,
         "--drift-classes",
         help="Also count forks and realigns by drift class in the summary (reasoning dropped, re-tokenized, "
-        "tool-call args re-rendered, other): each worker loads the tokenizer the log records (found offline, "
-        "as every command finds it) and decodes around each fork and realign. Skipped when it is not found.",
+        "tool-call args re-rendered, whitespace trimmed, other; with the markers of the tokenizer's model "
+        "family): each worker loads the tokenizer the log records (found offline, as every command finds it, "
+        "or as --tokenizer says) and decodes around each fork and realign. Skipped when it is not found.",
     ),
 ) -> None:
     check_format(format, format_names(), "--format")
@@ -128,7 +137,7 @@ def rebuild(
         output_format=format,
         options=export_options(format, format_option_values(split_by, forked, logprobs, labels)),
         unfinished=unfinished.value,
-        drift_counter=_drift_counter(logs) if drift_classes else None,
+        drift_counter=_drift_counter(logs, tokenizer if from_format is None else None) if drift_classes else None,
         engine=engine,
         engine_options=engine_options(engine, workers, None if batch_mb is None else batch_mb * (1 << 20)),
     )
@@ -194,11 +203,16 @@ def _rebuild_from(
     _finish(summary)
 
 
-def _drift_counter(logs: list[Path]) -> DriftCounter:
-    # Opt-in: loading a tokenizer in every worker and decoding around each divergence costs more
-    # than the rebuild's speed target allows (docs/performance.md).
+def _drift_counter(logs: list[Path], tokenizer: str | None) -> DriftCounter:
+    """``--drift-classes``: each worker finds the log's tokenizer (``tokenizer``: where, as
+    ``--tokenizer`` says without ``--from``; then a tokenizer not found is an error, not a skip).
+
+    Opt-in: loading a tokenizer in every worker and decoding around each divergence costs more
+    than the rebuild's speed target allows (docs/performance.md).
+    """
     log_dirs = [p if p.is_dir() else p.parent for p in logs]
-    return functools.partial(drift_class_counter, log_dirs=log_dirs)
+    choice = parse_tokenizer_options([tokenizer]) if tokenizer is not None else None
+    return functools.partial(drift_class_counter, log_dirs=log_dirs, choice=choice, strict=tokenizer is not None)
 
 
 def _finish(summary: RebuildSummary) -> NoReturn:

@@ -17,6 +17,9 @@ class ProfileChoice(Enum):
     demo = "demo"
     swe = "swe"
     qwen3 = "qwen3"
+    deepseek_v3 = "deepseek-v3"
+    gpt_oss = "gpt-oss"
+    llama3 = "llama3"
 
 
 @app.command(
@@ -36,7 +39,9 @@ def simulate(
         help="'demo': small sessions of a few thousand tokens; "
         "'swe': long ones (30-60 turns, prompts past 64k tokens) for benchmarks; "
         "'qwen3': small sessions through the real Qwen3 tokenizer and chat template (reasoning, follow-up "
-        "questions, tool-call JSON re-rendered by the server).",
+        "questions, tool-call JSON re-rendered by the server); 'deepseek-v3', 'gpt-oss', 'llama3': the same "
+        "sessions through DeepSeek-V3.1's, gpt-oss's and Llama-3-Instruct's real templates (tito ships the "
+        "first two templates; give the tokenizer with --tokenizer NAME=PATH, see docs/families.md).",
     ),
     tokenizer: str | None = typer.Option(
         None,

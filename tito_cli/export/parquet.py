@@ -13,7 +13,8 @@ import pyarrow.parquet as pq
 from .._atomic import StagedFile
 from ..errors import OutputError
 from ..schema import SAMPLES_SCHEMA, table_metadata
-from .base import Sink, SinkContext, token_count
+from .base import Sink, SinkContext
+from .samples import token_count
 
 __all__ = ["SamplesWriter", "StreamedParquetFile"]
 
@@ -56,7 +57,7 @@ class StreamedParquetFile(Sink):
         raise NotImplementedError
 
     def add(self, table: pa.Table) -> None:
-        """Buffer one session's rows (as made by :func:`~tito_cli.export.base.session_table`)."""
+        """Buffer one session's rows (as made by :func:`~tito_cli.export.samples.session_table`)."""
         if table.num_rows == 0:
             return
         self._tables.append(table)
@@ -76,7 +77,7 @@ class StreamedParquetFile(Sink):
         del table
         # Encoding a row group is a run's largest passing allocation, freed all at once; kept (the
         # command line's allocator option), its pages seldom fit what comes next and RSS ratchets up
-        # over a long run.  Hand them back here, a few times a run (docs/performance.md, Decisions).
+        # over a long run.  Hand them back here, a few times a run (docs/notes/performance.md, Decisions).
         pa.default_memory_pool().release_unused()
 
     def close(self) -> list[StagedFile]:

@@ -11,6 +11,9 @@ from .base import FamilyProfile, Markers, ParsedOutput, ToolCall
 __all__ = ["Qwen3"]
 
 _THINK_OPEN, _THINK_CLOSE = "<think>\n", "\n</think>\n\n"
+_TOOL_OPEN, _TOOL_CLOSE = "<tool_call>", "</tool_call>"
+#: Tool-call arguments as the template writes them (``tojson``), and without spaces, as models sometimes do.
+_JSON, _LOOSE_JSON = (", ", ": "), (",", ":")
 _TOOL_CALL = re.compile(r"<tool_call>\n(.*?)\n</tool_call>", re.DOTALL)
 
 
@@ -21,6 +24,7 @@ class Qwen3(FamilyProfile):
     reasoning = Markers("<think>", "</think>")
     tool_call = Markers("<tool_call>", "</tool_call>")
     end_of_turn = ("<|im_end|>",)
+    message_starts = ("<|im_start|>",)
 
     _tokenizer_marks: ClassVar[tuple[str, ...]] = ("<|im_start|>", "<think>", "<tool_call>")
 
@@ -28,6 +32,39 @@ class Qwen3(FamilyProfile):
     def recognises_tokenizer(cls, tokenizer: Any) -> bool:
         vocab = tokenizer.get_vocab()
         return all(mark in vocab for mark in cls._tokenizer_marks)
+
+    def reasoning_block(self, reasoning: str) -> str:
+        return f"{_THINK_OPEN}{reasoning}{_THINK_CLOSE.rstrip()}"
+
+    def read_tool_call(self, text: str, start: int) -> Any:
+        """The JSON object of the ``<tool_call>`` block at ``start``."""
+        body, closed, _ = text[start + len(_TOOL_OPEN) :].partition(_TOOL_CLOSE)
+        if not closed:
+            return None
+        try:
+            return json.loads(body)
+        except ValueError:
+            return None
+
+    def write_output(
+        self,
+        reasoning: str | None,
+        content: str,
+        calls: list[tuple[str, dict[str, Any]]],
+        loose: frozenset[int],
+        prompt: str,
+    ) -> str:
+        parts = []
+        if reasoning:
+            parts.append(f"{_THINK_OPEN}{reasoning}{_THINK_CLOSE}")
+        parts.append(content)
+        for i, (name, arguments) in enumerate(calls):
+            if content or i:
+                parts.append("\n")
+            written = json.dumps(arguments, ensure_ascii=False, separators=_LOOSE_JSON if i in loose else _JSON)
+            parts.append(f'<tool_call>\n{{"name": "{name}", "arguments": {written}}}\n</tool_call>')
+        parts.append("<|im_end|>")
+        return "".join(parts)
 
     def parse_output(self, text: str) -> ParsedOutput:
         """Reasoning between the think markers; each ``<tool_call>`` block whose JSON reads becomes a call.

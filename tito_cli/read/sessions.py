@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import bisect
 import itertools
-import json
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -15,12 +14,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .._arrow import NotUtf8, strings
+from ..capture.records import check_sessions_metadata, loads_json
 from ..errors import SchemaError, UnreadableLogError
-from ..schema import PROVENANCE_KEY
 from ..turns import RowRef, SessionInfo, canonical_json
 from .columns import INT64_MAX
 from .files import LogFile
-from .validate import loads_json
 
 __all__ = ["SessionInfos", "SessionsTable", "read_sessions_table"]
 
@@ -232,22 +230,7 @@ def _session_info(cols: dict[str, list[Any]], row: int, ref: RowRef) -> SessionI
     parsed_meta = None
     if metadata is not None:
         parsed_meta = loads_json(metadata, "sessions metadata")
-        if not isinstance(parsed_meta, dict):
-            raise ValueError("sessions metadata is not a JSON object")
-        if PROVENANCE_KEY in parsed_meta:
-            raise ValueError(
-                f"sessions metadata has a key {PROVENANCE_KEY!r}, which tito reserves for each sample's "
-                "provenance (rename it in the harness)"
-            )
-        # It is copied into every sample's metadata: it must come out as strict JSON, UTF-8.
-        try:
-            json.dumps(parsed_meta, ensure_ascii=False, allow_nan=False).encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise ValueError(f"sessions metadata holds a lone surrogate ({exc.object[exc.start:exc.end]!a})") from None
-        except ValueError:
-            raise ValueError("sessions metadata holds a number beyond float64 (1e400 reads as infinity)") from None
-        except RecursionError:
-            raise ValueError("sessions metadata is nested too deeply") from None
+        check_sessions_metadata(parsed_meta)
     return SessionInfo(
         reward=reward,
         index=get("index"),

@@ -7,7 +7,6 @@ reason; only that session is lost.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -15,12 +14,13 @@ from typing import Any
 import numpy as np
 
 from .._arrow import all_finite, same_values
+from ..capture.records import JSON_WHITESPACE, check_json_type, check_logprob_count, check_prompt_messages, loads_json
 from ..errors import InvalidSessionError
 from ..turns import Message, MessageKey, RowRef, Turn, message_key
 from .columns import INT32_MAX, INT64_MAX, RawTurn, Text
 from .rows import SessionRows
 
-__all__ = ["loads_json", "parse_session"]
+__all__ = ["parse_session"]
 
 
 @dataclass(slots=True)
@@ -33,7 +33,7 @@ class _ParsedPrompt:
     shared: int
 
 
-_JSON_SPACE = frozenset(b" \t\r\n")
+_JSON_SPACE = frozenset(JSON_WHITESPACE.encode())
 _CLOSE = ord("]")
 
 
@@ -53,32 +53,6 @@ def _text(cell: Text | None, what: str) -> str | None:
         return cell.tobytes().decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ValueError(f"{what} is not valid UTF-8 (byte {exc.start})") from None
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-# One decoder, built once: json.loads with an option builds a new one per call.
-_STRICT_JSON = json.JSONDecoder(parse_constant=_refuse_constant)
-
-
-def loads_json(text: str, what: str) -> Any:
-    """``json.loads`` of strict JSON; ``ValueError`` naming ``what`` for anything else.
-
-    Python's parser accepts ``NaN``, ``Infinity`` and ``-Infinity``, which are
-    not JSON (a reader in any other language refuses them), and raises
-    ``RecursionError`` for nesting deeper than the interpreter's recursion
-    limit (about 1,000 levels by default): both are invalid input here.
-    """
-    try:
-        return _STRICT_JSON.decode(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{what} is not valid JSON ({exc})") from None
-    except RecursionError:
-        raise ValueError(f"{what} is nested too deeply to parse") from None
-    except ValueError as exc:
-        raise ValueError(f"{what} is not valid JSON ({exc})") from None
 
 
 def _decode(utf8: np.ndarray) -> str:
@@ -124,7 +98,7 @@ class _MessageParser:
                 continue
             try:
                 # The head ends on a character boundary of its own text, so of this one too.
-                rest = _decode(raw[len(head) :]).lstrip()
+                rest = _decode(raw[len(head) :]).lstrip(JSON_WHITESPACE)  # (str.lstrip() would skip more)
             except ValueError:
                 continue  # the full parse below reports the error at its true position
             if rest == "]":
@@ -163,8 +137,8 @@ def _parse_json(cell: Text | None, what: str, expected: type | None) -> Any:
         return None
     value = loads_json(raw, what)
     # JSON null means the same as a null cell: these columns are all nullable.
-    if expected is not None and value is not None and not isinstance(value, expected):
-        raise ValueError(f"{what} is not a JSON {'object' if expected is dict else 'array'}")
+    if expected is not None:
+        check_json_type(value, what, expected)
     return value
 
 
@@ -316,12 +290,7 @@ def _turn(
         messages, keys, checked = _rebuilt_messages(raw, base, key)
         extends = (base, checked) if checked else None
     # Messages shared with an earlier prompt were checked when it was parsed.
-    for index in range(checked, len(messages)):
-        message = messages[index]
-        if not isinstance(message, dict):
-            raise ValueError(f"prompt message {index} is not a JSON object")
-        if not isinstance(message.get("role"), str):
-            raise ValueError(f"prompt message {index} has no string 'role'")
+    check_prompt_messages(messages, checked)
     response = _parse_json(raw.response_message, "response_message", dict)
     tools = repeated.parse(raw.tools, "tools", list)
     metadata = repeated.parse(raw.metadata, "metadata", dict)
@@ -329,11 +298,7 @@ def _turn(
     if logprobs is not None and logprobs.size == 0:
         logprobs = None
     if logprobs is not None:
-        if messages and logprobs.size != output_ids.size:
-            raise ValueError(
-                "output_logprobs length differs from output_ids length "
-                f"({logprobs.size} logprobs, {output_ids.size} output ids)"
-            )
+        check_logprob_count(logprobs.size, output_ids.size, len(messages))
         if not raw.logprobs_finite and not all_finite(logprobs):
             raise ValueError("output_logprobs holds NaN or infinity")
         logprobs = logprobs.astype(np.float32, copy=False)

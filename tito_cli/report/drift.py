@@ -9,20 +9,27 @@ both decoded with whitespace made visible, plus a class:
 * ``re-tokenized``: the same text, different ids (a non-canonical output
   spelled canonically in the replay, a cut reply re-encoded), judged over
   at most the next 1,024 held tokens;
-* ``reasoning dropped``: the held side has a ``<think>…</think>`` block
-  that the prompt lacks (a template that strips earlier reasoning);
-* ``tool-call args re-rendered``: the divergence lies inside a
-  ``<tool_call>`` whose JSON parses to the same value on both sides;
+* ``reasoning dropped``: the held side has a reasoning block (Qwen3's and
+  DeepSeek's ``<think>…</think>``, harmony's ``analysis`` message) that the
+  prompt lacks (a template that strips earlier reasoning);
+* ``tool-call args re-rendered``: the divergence lies inside a tool call
+  that reads as the same call on both sides (JSON spacing or key order,
+  harmony's call header written another way);
+* ``whitespace trimmed``: one side has whitespace where the texts part and
+  both go on alike without it (a client or template that trims content);
 * ``other``: anything else (a changed system prompt, an edited message).
 
-Without a tokenizer the class cannot be told: it is ``unclassified`` and
-the texts are ``None``.  A turn shared by several leaves is reported once,
-for the first leaf that packs it, as the session's counts are.
+The markers are the model family's (:mod:`tito_cli.families`), recognised
+from the tokenizer itself or its hub name; a tokenizer of no known family is
+read with Qwen3's.  Without a tokenizer the class cannot be told: it is
+``unclassified`` and the texts are ``None``.  A turn shared by several
+leaves is reported once, for the first leaf that packs it, as the session's
+counts are.
 """
 
 from __future__ import annotations
 
-import json
+import weakref
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
@@ -35,6 +42,15 @@ import numpy.typing as npt
 from ..algorithm.linearize import Decision
 from ..algorithm.session import SessionResult
 from ..errors import TokenizerError
+from ..families import (
+    REASONING_DROPPED,
+    RETOKENIZED,
+    TOOL_ARGS_RERENDERED,
+    WHITESPACE_TRIMMED,
+    FamilyProfile,
+    family_for,
+    family_named,
+)
 from ..tokenizer import TokenizerChoice, TokenText, load_decoder, resolve, visible
 
 __all__ = [
@@ -44,30 +60,27 @@ __all__ = [
     "RETOKENIZED",
     "TOOL_ARGS_RERENDERED",
     "UNCLASSIFIED",
+    "WHITESPACE_TRIMMED",
     "Divergence",
     "DriftClassCounter",
     "class_counts",
     "classify",
     "divergences",
     "drift_class_counter",
+    "family_of",
 ]
 
-REASONING_DROPPED = "reasoning dropped"
-RETOKENIZED = "re-tokenized"
-TOOL_ARGS_RERENDERED = "tool-call args re-rendered"
 OTHER = "other"
 #: No tokenizer: the texts, and so the class, are unknown.
 UNCLASSIFIED = "unclassified"
 #: The classes, in the order summaries list them.
-DRIFT_CLASSES = (REASONING_DROPPED, RETOKENIZED, TOOL_ARGS_RERENDERED, OTHER, UNCLASSIFIED)
+DRIFT_CLASSES = (REASONING_DROPPED, RETOKENIZED, TOOL_ARGS_RERENDERED, WHITESPACE_TRIMMED, OTHER, UNCLASSIFIED)
 
 #: Tokens decoded before a divergence to classify it, and at most after it on the held side
 #: (a fork in the prompt region can drop a whole long prompt; the default threshold's worth
 #: of text tells the classes apart).
 _BEFORE = 512
 _AFTER = 1024
-_THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
-_TOOL_OPEN, _TOOL_CLOSE = "<tool_call>", "</tool_call>"
 
 Ids = npt.NDArray[np.int32]
 
@@ -119,9 +132,24 @@ class Divergence:
         }
 
 
+_FAMILIES: weakref.WeakKeyDictionary[TokenText, FamilyProfile] = weakref.WeakKeyDictionary()
+
+
+def family_of(text: TokenText) -> FamilyProfile:
+    """The model family whose markers classify drift in ``text``'s tokens (Qwen3's when none is recognised).
+
+    Recognised from the tokenizer's vocabulary, else from the name the log records; once per decoder.
+    """
+    family = _FAMILIES.get(text)
+    if family is None:
+        family = _FAMILIES[text] = family_for(text.name, text.tokenizer) or family_named("qwen3")
+    return family
+
+
 def divergences(result: SessionResult, text: TokenText | None = None, window: int = 16) -> list[Divergence]:
     """Every fork and realign of ``result``, in the order the linearizer decided them."""
     decoder = text if text is not None and text.decodes else None
+    family = family_of(decoder) if decoder is not None else None
     chains = [[n.turn for n in leaf.chain() if n.turn is not None] for leaf in result.tree.leaves()]
     seen: set[int] = set()
     found: list[Divergence] = []
@@ -133,7 +161,7 @@ def divergences(result: SessionResult, text: TokenText | None = None, window: in
         position = next(i for i, t in enumerate(chain) if t.seq == decision.seq)
         before = chain[position - 1]  # a fork or realign always follows a held turn
         held = np.concatenate((before.prompt_ids, before.output_ids))
-        found.append(_divergence(decision, held, chain[position].prompt_ids, decoder, window))
+        found.append(_divergence(decision, held, chain[position].prompt_ids, decoder, window, family))
     return found
 
 
@@ -155,15 +183,18 @@ class DriftClassCounter:
 
     _decoders: ClassVar[dict[str, TokenText]] = {}
 
-    def __init__(self, folder: str | Path) -> None:
+    def __init__(self, folder: str | Path, name: str | None = None) -> None:
         self.folder = str(folder)
+        #: The name the log records (a hub id names the family when the vocabulary does not).
+        self.name = name
 
     def __call__(self, result: SessionResult) -> dict[str, int]:
         if not (result.report.fork_total or result.report.realigns):
             return {}
-        text = self._decoders.get(self.folder)
+        key = f"{self.name}\0{self.folder}"
+        text = self._decoders.get(key)
         if text is None:
-            text = self._decoders[self.folder] = TokenText(load_decoder(Path(self.folder)))
+            text = self._decoders[key] = TokenText(load_decoder(Path(self.folder)), self.name)
         counts = Counter(f"{d.kind}: {d.drift_class}" for d in divergences(result, text))
         return dict(sorted(counts.items()))
 
@@ -180,14 +211,16 @@ def drift_class_counter(
     if name is None:
         return None
     try:
-        return DriftClassCounter(resolve(name, log_dirs, choice))
+        return DriftClassCounter(resolve(name, log_dirs, choice), name)
     except TokenizerError:
         if strict:
             raise
         return None
 
 
-def _divergence(decision: Decision, held: Ids, prompt: Ids, decoder: TokenText | None, window: int) -> Divergence:
+def _divergence(
+    decision: Decision, held: Ids, prompt: Ids, decoder: TokenText | None, window: int, family: FamilyProfile | None
+) -> Divergence:
     index = decision.lcp
     start = max(0, index - window)
     end = index + window
@@ -207,35 +240,38 @@ def _divergence(decision: Decision, held: Ids, prompt: Ids, decoder: TokenText |
         return item
     return replace(
         item,
-        drift_class=classify(held, prompt, index, decoder),
+        drift_class=classify(held, prompt, index, decoder, family),
         shared_text=visible(decoder.decode(held[start:index].tolist())),
         held_text=visible(decoder.decode(held[index:end].tolist())),
         prompt_text=visible(decoder.decode(prompt[index:end].tolist())),
     )
 
 
-def classify(held: Ids, prompt: Ids, index: int, decoder: TokenText) -> str:
+def classify(held: Ids, prompt: Ids, index: int, decoder: TokenText, family: FamilyProfile | None = None) -> str:
     """The class of a divergence at ``index`` (the common prefix of ``held`` and ``prompt``).
 
     Compared as text from a little before ``index``: a special marker such as
     ``<think>`` may be several tokens in one vocabulary and one in another, so
     the point where the texts part can lie before the first differing token.
+    ``family`` gives the markers (default: the decoder's, :func:`family_of`).
     """
+    family = family or family_of(decoder)
     start = max(0, index - _BEFORE)
     end = min(len(held), index + _AFTER)
-    # A cut inside a multi-byte character decodes to U+FFFD: compare the whole characters only.
-    held_text = decoder.decode(held[start:end].tolist()).rstrip("\ufffd")
-    # The prompt's version of the held tail: about as many tokens (canonical splits are fewer;
-    # a re-rendering adds a few), so twice as many, and some, cover it.
-    prompt_text = decoder.decode(prompt[start : index + 2 * (end - index) + 64].tolist())
-    if prompt_text.startswith(held_text):
-        return RETOKENIZED
-    parted = _common_prefix(held_text, prompt_text)
-    if _reasoning_dropped(held_text, prompt_text, parted):
-        return REASONING_DROPPED
-    if _same_tool_call(held_text, prompt_text, parted):
-        return TOOL_ARGS_RERENDERED
-    return OTHER
+    while True:
+        # A cut inside a multi-byte character decodes to U+FFFD: compare the whole characters only.
+        held_text = decoder.decode(held[start:end].tolist()).rstrip("\ufffd")
+        # The prompt's version of the held tail: about as many tokens (canonical splits are fewer;
+        # a re-rendering adds a few), so twice as many, and some, cover it.
+        prompt_text = decoder.decode(prompt[start : index + 2 * (end - index) + 64].tolist())
+        if prompt_text.startswith(held_text):
+            return RETOKENIZED
+        parted = _common_prefix(held_text, prompt_text)
+        change = family.drift_change(held_text, prompt_text, parted)
+        if change is not None or end == len(held) or family.tool_call_start(held_text, parted) is None:
+            return change or OTHER
+        # The texts part inside a tool call longer than the window (a whole file written): read all of it.
+        end = len(held)
 
 
 def _common_prefix(a: str, b: str) -> int:
@@ -248,35 +284,3 @@ def _common_prefix(a: str, b: str) -> int:
         else:
             hi = mid - 1
     return lo
-
-
-def _reasoning_dropped(held: str, prompt: str, parted: int) -> bool:
-    """The texts part at, or inside, a ``<think>`` block of the held side that the prompt does not repeat."""
-    opened = held.rfind(_THINK_OPEN, 0, parted + len(_THINK_OPEN))
-    if opened < 0 or held.rfind(_THINK_CLOSE, 0, parted) > opened:
-        return False
-    closed = held.find(_THINK_CLOSE, opened)
-    if closed < 0:
-        return False
-    block = held[opened : closed + len(_THINK_CLOSE)]
-    return prompt[opened : opened + len(block)] != block
-
-
-def _same_tool_call(held: str, prompt: str, parted: int) -> bool:
-    """The texts part inside a ``<tool_call>`` whose JSON is the same value on both sides."""
-    opened = held.rfind(_TOOL_OPEN, 0, parted)
-    if opened < 0 or held.rfind(_TOOL_CLOSE, 0, parted) > opened:
-        return False
-    body = opened + len(_TOOL_OPEN)
-    held_call = _parse(held[body:])
-    return held_call is not None and held_call == _parse(prompt[body:])
-
-
-def _parse(text: str) -> Any:
-    body, closed, _ = text.partition(_TOOL_CLOSE)
-    if not closed:
-        return None
-    try:
-        return json.loads(body)
-    except ValueError:
-        return None

@@ -13,7 +13,7 @@ import math
 import re
 from array import array
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,14 +25,13 @@ from ..export.groups import GroupCounts
 from ..run.corpus import UNFINISHED_REASON
 from ..tokenizer import TokenText
 from ..turns import Reject
-from .drift import DRIFT_CLASSES, divergences
+from .drift import DRIFT_CLASSES, divergences, family_of
+from .filter import FilterError
 from .session_facts import NO_SAMPLES_REASONS, capture_history
 
 __all__ = [
     "FIELDS",
     "CorpusStats",
-    "FilterError",
-    "compile_filter",
     "corpus_stats",
     "percentiles",
     "select_rows",
@@ -142,153 +141,6 @@ def select_rows(
     return chosen, count
 
 
-# -- the filter language ----------------------------------------------------
-#
-#   forks > 0 and samples == 0
-#   rejected or not (realigns < 3)
-#   session ~ fix          (~ : contains)
-#
-# A bare field is true when it is non-null and non-zero.  Comparisons with a
-# null field are false.
-
-
-class FilterError(ValueError):
-    """A filter expression or sort key that cannot be used; the message says why."""
-
-
-_TOKEN = re.compile(r"\s*(?:(\(|\))|(==|!=|<=|>=|=|<|>|~)|\"([^\"]*)\"|'([^']*)'|([^\s()=!<>~\"']+))")
-_OPS: dict[str, Callable[[Any, Any], bool]] = {
-    "==": lambda a, b: a == b,
-    "=": lambda a, b: a == b,
-    "!=": lambda a, b: a != b,
-    "<": lambda a, b: a < b,
-    "<=": lambda a, b: a <= b,
-    ">": lambda a, b: a > b,
-    ">=": lambda a, b: a >= b,
-    "~": lambda a, b: str(b) in str(a),
-}
-Predicate = Callable[[dict[str, Any]], bool]
-
-
-def _tokenize(text: str) -> list[tuple[str, str]]:
-    tokens: list[tuple[str, str]] = []
-    position = 0
-    text = text.rstrip()
-    while position < len(text):
-        m = _TOKEN.match(text, position)
-        if m is None:
-            raise FilterError(f"cannot read the filter at {text[position:]!r}")
-        paren, op, dq, sq, word = m.groups()
-        if paren:
-            tokens.append(("paren", paren))
-        elif op:
-            tokens.append(("op", op))
-        elif dq is not None or sq is not None:
-            tokens.append(("string", dq if dq is not None else sq or ""))
-        else:
-            tokens.append(("word", word))
-        position = m.end()
-    return tokens
-
-
-def _value(kind: str, text: str) -> Any:
-    if kind == "string":
-        return text
-    if text in ("null", "none", "None"):
-        return None
-    try:
-        return int(text)
-    except ValueError:
-        pass
-    try:
-        return float(text)
-    except ValueError:
-        return text
-
-
-class _Parser:
-    def __init__(self, text: str) -> None:
-        self.tokens = _tokenize(text)
-        self.i = 0
-
-    def peek(self) -> tuple[str, str] | None:
-        return self.tokens[self.i] if self.i < len(self.tokens) else None
-
-    def take(self) -> tuple[str, str]:
-        token = self.peek()
-        if token is None:
-            raise FilterError("the filter ends too early")
-        self.i += 1
-        return token
-
-    def parse(self) -> Predicate:
-        predicate = self.or_expr()
-        if self.peek() is not None:
-            raise FilterError(f"unexpected {self.peek()[1]!r} in the filter")  # type: ignore[index]
-        return predicate
-
-    def or_expr(self) -> Predicate:
-        parts = [self.and_expr()]
-        while self.peek() == ("word", "or"):
-            self.i += 1
-            parts.append(self.and_expr())
-        return parts[0] if len(parts) == 1 else (lambda row: any(p(row) for p in parts))
-
-    def and_expr(self) -> Predicate:
-        parts = [self.not_expr()]
-        while self.peek() == ("word", "and"):
-            self.i += 1
-            parts.append(self.not_expr())
-        return parts[0] if len(parts) == 1 else (lambda row: all(p(row) for p in parts))
-
-    def not_expr(self) -> Predicate:
-        if self.peek() == ("word", "not"):
-            self.i += 1
-            inner = self.not_expr()
-            return lambda row: not inner(row)
-        return self.atom()
-
-    def atom(self) -> Predicate:
-        kind, text = self.take()
-        if (kind, text) == ("paren", "("):
-            inner = self.or_expr()
-            if self.peek() != ("paren", ")"):
-                raise FilterError("missing ')' in the filter")
-            self.i += 1
-            return inner
-        if kind != "word" or text not in FIELDS:
-            raise FilterError(f"unknown field {text!r}; fields: {', '.join(FIELDS)}")
-        name = text
-        if self.peek() is None or self.peek()[0] != "op":  # type: ignore[index]
-            return lambda row: bool(row[name])
-        op = _OPS[self.take()[1]]
-        value_kind, value_text = self.take()
-        if value_kind not in ("word", "string"):
-            raise FilterError(f"expected a value after the comparison on {name!r}")
-        value = _value(value_kind, value_text)
-
-        def compare(row: dict[str, Any]) -> bool:
-            actual = row[name]
-            if actual is None or value is None:
-                # null only equals null; it is neither smaller nor larger than anything.
-                if op in (_OPS["=="], _OPS["="]):
-                    return actual is None and value is None
-                return op is _OPS["!="] and (actual is None) != (value is None)
-            try:
-                return op(actual, value)
-            except TypeError:
-                raise FilterError(f"cannot compare {name} ({actual!r}) with {value!r}") from None
-
-        return compare
-
-
-def compile_filter(expression: str) -> Predicate:
-    """A predicate over session rows from ``expression`` (see the grammar above)."""
-    if not expression.strip():
-        return lambda row: True
-    return _Parser(expression).parse()
-
-
 # -- corpus statistics --------------------------------------------------------
 
 
@@ -346,6 +198,8 @@ class CorpusStats:
         default_factory=lambda: {"fork": Counter(), "realign": Counter()}
     )
     decoded: bool = False
+    #: The model family whose markers classified the drift (``None`` without a tokenizer).
+    family: str | None = None
     #: Turns by how tito serve built their prompt (``canonical``, ``rendered: <reason>``); empty
     #: unless the log was captured with ``--history canonical``.
     capture_history: Counter[str] = field(default_factory=Counter)
@@ -385,6 +239,7 @@ class CorpusStats:
             },
             "drift_classes": {
                 "decoded": self.decoded,
+                "family": self.family,
                 **{
                     f"{kind}s": {c: counter[c] for c in DRIFT_CLASSES}
                     for kind, counter in self.drift_classes.items()
@@ -435,6 +290,8 @@ def corpus_stats(
     policy = policy or default_policy()
     decoded = text is not None and text.decodes
     stats = CorpusStats(policy=policy, totals=SessionReport.for_policy(policy), decoded=decoded)
+    if text is not None and decoded:
+        stats.family = family_of(text).name
     for item in items:
         stats.sessions += 1
         if isinstance(item, Reject):

@@ -23,7 +23,7 @@ import pyarrow as pa
 from ..algorithm.policy import Policy, default_policy
 from ..algorithm.session import SessionReport, SessionResult, rebuild_session
 from ..errors import InvalidSessionError, UnknownSessionError
-from ..export.base import session_table
+from ..export.samples import session_table
 from ..read.index_pass import FileMap
 from ..read.rows import SessionRows
 from ..read.sessions import SessionsTable
@@ -60,7 +60,7 @@ class SessionOutput:
     """What a sink and the run's summary need from one rebuilt session."""
 
     session_id: str
-    #: The session's sample rows (:func:`~tito_cli.export.base.session_table`); ``None`` while
+    #: The session's sample rows (:func:`~tito_cli.export.samples.session_table`); ``None`` while
     #: parked in a spill file or on its way from a worker (``handoff``).
     table: pa.Table | None
     report: SessionReport

@@ -29,20 +29,20 @@ from starlette.types import Receive, Scope, Send
 
 from ..capture.writer import TurnLogWriter
 from ..errors import TokenizerError
+from . import debug_metrics
 from .config import ServeConfig
+from .debug_metrics import LoopLagMonitor
 from .dialects import DIALECTS, Dialect
 from .dialects.chat import openai_error
 from .exchange import ChatRequest, ClientError, Generation, UpstreamError
 from .sessions import Sessions, check_session_id, session_from_headers
 from .template import ChatTemplate
 from .upstreams import UPSTREAMS, Upstream
+from .upstreams.base import INLINE_BYTES
 
 __all__ = ["Gateway", "create_app"]
 
 log = logging.getLogger("tito.serve")
-
-#: Bodies up to this size are parsed on the loop; larger ones in a worker thread.
-_INLINE_BYTES = 64 << 10
 
 
 def create_app(config: ServeConfig, template: ChatTemplate | None = None) -> Starlette:
@@ -68,6 +68,8 @@ class Gateway:
         self.pool: ThreadPoolExecutor | None = None
         self.writer: TurnLogWriter | None = None
         self.upstream: Upstream | None = None
+        #: Opt-in measurements (TITO_SERVE_DEBUG_METRICS=1): the loop's lag, CPU, RSS at GET /debug/metrics.
+        self.metrics = LoopLagMonitor() if debug_metrics.enabled() else None
         self.app = Starlette(routes=self._routes(), lifespan=self._lifespan)
         self.app.add_exception_handler(HTTPException, self._http_error)  # type: ignore[arg-type]
 
@@ -91,8 +93,12 @@ class Gateway:
             if self.upstream.renders and hasattr(self.upstream, "profile"):
                 self.upstream.profile()
             self.writer = TurnLogWriter(config.logs, tokenizer=config.tokenizer_name, max_age=config.flush_every)
+            if self.metrics is not None:
+                self.metrics.start()
             yield
         finally:
+            if self.metrics is not None:
+                await self.metrics.stop()
             await self.drain()
             if self.writer is not None:
                 await self.offload(self.writer.close)
@@ -141,12 +147,21 @@ class Gateway:
             Route("/sessions/{sid}/finish", self._finish, methods=["POST"]),
             Route("/sessions/{sid}", self._report, methods=["GET"]),
         ]
+        if self.metrics is not None:
+            routes.append(Route("/debug/metrics", self._debug_metrics, methods=["GET"]))
         for dialect in self.dialects:
             for prefix in ("", "/sessions/{sid}"):
                 routes.append(Route(prefix + dialect.path, self._generation_endpoint(dialect), methods=["POST"]))
                 if dialect.count_path:
                     routes.append(Route(prefix + dialect.count_path, self._count_endpoint(dialect), methods=["POST"]))
         return routes
+
+    async def _debug_metrics(self, request: Request) -> Response:
+        assert self.metrics is not None
+        snapshot = self.metrics.snapshot()
+        if request.query_params.get("reset") == "1":
+            self.metrics.reset()
+        return JSONResponse(snapshot)
 
     async def _health(self, request: Request) -> Response:
         return JSONResponse({"status": "ok"})
@@ -174,7 +189,8 @@ class Gateway:
             try:
                 session_id = self._session_of(request)
                 body = await self._json_body(request)
-                parsed = await self._offload_if(len(body[1]) > _INLINE_BYTES, dialect.parse, body[0])
+                parsed = await self._offload_if(len(body[1]) > INLINE_BYTES, dialect.parse, body[0])
+                parsed.size = len(body[1])
                 state = self.sessions.get(session_id)
                 if state is not None and state.finished:
                     raise ClientError(f"session {session_id!r} is finished: start a new session id", 409)
@@ -189,7 +205,7 @@ class Gateway:
             try:
                 self._session_of(request)
                 body = await self._json_body(request)
-                parsed = await self._offload_if(len(body[1]) > _INLINE_BYTES, dialect.parse, body[0])
+                parsed = await self._offload_if(len(body[1]) > INLINE_BYTES, dialect.parse, body[0])
                 assert self.upstream is not None
                 tokens = await self.upstream.count_tokens(parsed)
             except ClientError as exc:
@@ -226,7 +242,7 @@ class Gateway:
             raise ClientError(f"the request body is larger than {limit} bytes (--max-request-bytes)", 413)
         data = b"".join(chunks)
         try:
-            parsed = await self._offload_if(len(data) > _INLINE_BYTES, json.loads, data)
+            parsed = await self._offload_if(len(data) > INLINE_BYTES, json.loads, data)
         except (ValueError, RecursionError) as exc:
             raise ClientError(f"the request body is not JSON ({exc})") from None
         return parsed, data
@@ -384,6 +400,10 @@ class _Exchange(Response):
         self.session_id = session_id
         self.request = request
         self.agent = agent
+        # What a Response carries, for anything that inspects one; this one writes its own messages.
+        self.status_code = 200
+        self.body = b""
+        self.raw_headers = []
         self.background = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -73,6 +73,8 @@ class ChatRequest:
     stop: list[str] = field(default_factory=list)
     stream: bool = False
     model: str | None = None
+    #: The client's body in bytes (how heavy the request is to serialise again).
+    size: int = 0
     notes: dict[str, Any] = field(default_factory=dict)
     #: What only the dialect reads back when it answers (``stream_options``, the request's tools).
     options: dict[str, Any] = field(default_factory=dict)

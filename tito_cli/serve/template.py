@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, cast
 
 from ..errors import TokenizerError
+from ..families import FamilyProfile, family_for, family_named, shipped_template
 from ..tokenizer import load, resolve
 from .exchange import ClientError
 
@@ -18,21 +19,31 @@ class ChatTemplate:
     straight to the Rust tokenizer (the transformers wrapper would toggle truncation state per call).
     """
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, family: str | None = None) -> None:
         self.name = name
         self.folder = resolve(name, label=f"tokenizer {name!r} (--tokenizer)")
         self.tokenizer = load(self.folder)
+        #: The model family (named, else recognised): how its servers hand messages to the template.
+        self.family: FamilyProfile | None = family_named(family) if family else family_for(name, self.tokenizer)
+        # A folder without a template (lenML's gpt-oss copy lacks chat_template.jinja) renders with the
+        # one tito ships for its family; a folder's own template always wins.
+        self.template: str | None = None
         if not getattr(self.tokenizer, "chat_template", None):
-            raise TokenizerError("the tokenizer has no chat template", file=self.folder)
+            self.template = shipped_template(self.family) if self.family is not None else None
+            if self.template is None:
+                raise TokenizerError("the tokenizer has no chat template", file=self.folder)
         self._backend = self.tokenizer.backend_tokenizer
 
     def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> str:
         """The prompt text, ending with the assistant generation prompt."""
         import jinja2
 
+        if self.family is not None:
+            messages = self.family.server_messages(messages)
+        extra: dict[str, Any] = {} if self.template is None else {"chat_template": self.template}
         try:
             text = self.tokenizer.apply_chat_template(
-                messages, tools=cast(Any, tools), tokenize=False, add_generation_prompt=True
+                messages, tools=cast(Any, tools), tokenize=False, add_generation_prompt=True, **extra
             )
         except (jinja2.TemplateError, TypeError, ValueError, KeyError) as exc:
             raise ClientError(f"the chat template cannot render these messages ({exc})") from None

@@ -31,6 +31,7 @@ from .._atomic import fsync_directory
 from .._paths import FIXTURE_TOKENIZER
 from ..capture.writer import TurnLogWriter
 from ..errors import OutputError
+from ..families import family_named
 from ..tokenizer import resolve
 from .chat import Chat
 from .environment import Workspace
@@ -123,7 +124,7 @@ def simulate(
 
     tokenizer = tokenizer or spec.tokenizer
     folder = Path(tokenizer_dir) if tokenizer_dir is not None else resolve(tokenizer)
-    chat = Chat(folder)
+    chat = Chat(folder, family_named(spec.family))
     out.parent.mkdir(parents=True, exist_ok=True)
     # The new log is written aside (a hidden folder beside the target, so on the same file
     # system) and moved in only once it is complete: a failed run leaves the old log as it was.

@@ -6,11 +6,17 @@ server's reasoning and tool-call parsers).  ``transformers`` is imported here
 only, when a :class:`Chat` is made, so commands other than ``simulate`` never
 pay for it.
 
+The model family's profile (:mod:`tito_cli.families`) says how its outputs
+read and how its server hands messages to the template; a family whose
+tokenizer folders carry another template (or none) renders with the one tito
+ships for it.
+
 Prompts are tokenized incrementally.  The rendered text is cut in front of
-every ``<|im_start|>``; because special tokens split the text before
-pre-tokenization, the ids of the whole text are exactly the ids of the
-pieces, concatenated.  Each piece (one message block) is tokenized once and
-cached, so a growing conversation costs only its new blocks.
+every message-start token of the family (``<|im_start|>`` for ChatML);
+because special tokens split the text before pre-tokenization, the ids of the
+whole text are exactly the ids of the pieces, concatenated.  Each piece (one
+message block) is tokenized once and cached, so a growing conversation costs
+only its new blocks.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import json
 import os
 import re
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any, cast
 
@@ -26,14 +33,13 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import TokenizerError
+from ..families import FamilyProfile, family_named, shipped_template
 from ..tokenizer import load
 
 __all__ = ["IM_END", "IM_START", "Chat"]
 
 IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"
-_THINK_OPEN, _THINK_CLOSE = "<think>\n", "\n</think>\n\n"
-_TOOL_CALL = re.compile(r"<tool_call>\n(.*?)\n</tool_call>", re.DOTALL)
 
 Ids = npt.NDArray[np.int32]
 Message = dict[str, Any]
@@ -42,29 +48,55 @@ Message = dict[str, Any]
 class Chat:
     """One tokenizer with its chat template, plus a cache of tokenized message blocks."""
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], family: FamilyProfile | None = None) -> None:
         self.path = Path(path)
+        self.family = family or family_named("qwen3")
         # transformers is imported here, only when simulating; never the folder's own Python (auto_map).
         self.tokenizer = load(self.path)
         self._backend = self.tokenizer.backend_tokenizer
-        self.im_start = self._backend.token_to_id(IM_START)
-        self.im_end = self._backend.token_to_id(IM_END)
-        if self.im_start is None or self.im_end is None or not self.tokenizer.chat_template:
+        self.template = shipped_template(self.family)
+        missing = [t for t in (*self.family.message_starts, *self.family.end_of_turn) if self._id(t) is None]
+        if missing or not (self.template or self.tokenizer.chat_template):
             raise TokenizerError(
-                f"the simulator needs a ChatML chat template with {IM_START} / {IM_END} tokens", file=str(path)
+                f"the simulator needs a {self.family.name} chat template with "
+                f"{' / '.join((*self.family.message_starts, *self.family.end_of_turn))} tokens",
+                file=str(path),
             )
+        self._starts = re.compile("(?=" + "|".join(re.escape(t) for t in self.family.message_starts) + ")")
         self._blocks: dict[str, Ids] = {}
         self._splits = self._merge_parents()
 
+    def _id(self, token: str) -> int | None:
+        found = self._backend.token_to_id(token)
+        return None if found is None else int(found)
+
     # -- prompts -------------------------------------------------------------
 
-    def render(self, messages: list[Message], tools: list[dict[Any, Any]] | None) -> str:
-        """The prompt text for ``messages``, ending with the assistant generation prompt."""
+    def render(
+        self,
+        messages: list[Message],
+        tools: list[dict[Any, Any]] | None,
+        *,
+        thinking: bool = False,
+        now: datetime | None = None,
+    ) -> str:
+        """The prompt text for ``messages``, ending with the assistant generation prompt.
+
+        ``thinking`` and ``now`` (the session's clock) go to templates that read them (the family's
+        :meth:`~tito_cli.families.FamilyProfile.template_kwargs`).
+        """
         import jinja2  # (its exceptions only: templates run in transformers' sandboxed environment)
 
+        extra = self.family.template_kwargs(thinking=thinking)
+        if self.template is not None:
+            extra["chat_template"] = self.template if now is None else self.family.template_at(self.template, now)
         try:
             text = self.tokenizer.apply_chat_template(
-                messages, tools=cast(Any, tools), tokenize=False, add_generation_prompt=True
+                self.family.server_messages(messages),
+                tools=cast(Any, tools),
+                tokenize=False,
+                add_generation_prompt=True,
+                **extra,
             )
         except jinja2.TemplateError as exc:
             raise TokenizerError(f"the chat template failed ({exc})", file=self.path) from None
@@ -73,12 +105,7 @@ class Chat:
 
     def encode_prompt(self, text: str) -> Ids:
         """Token ids of a rendered prompt, tokenizing only blocks not seen before."""
-        pieces = text.split(IM_START)
-        ids: list[Ids] = []
-        if pieces[0]:
-            ids.append(self._block(pieces[0]))
-        for piece in pieces[1:]:
-            ids.append(self._block(IM_START + piece))
+        ids = [self._block(piece) for piece in self._starts.split(text) if piece]
         return np.concatenate(ids) if ids else np.zeros(0, dtype=np.int32)
 
     def _block(self, text: str) -> Ids:
@@ -118,48 +145,11 @@ class Chat:
 
     # -- the server's parsers -------------------------------------------------
 
-    @staticmethod
-    def parse(text: str, call_id: Callable[[], str]) -> Message:
-        """The assistant message a server would return for the output ``text``.
+    def parse(self, text: str, call_id: Callable[[], str]) -> Message:
+        """The assistant message a server would return for the output ``text`` (the family's parser).
 
-        Reasoning between think markers becomes ``reasoning_content``; each
-        complete ``<tool_call>`` block whose JSON parses becomes a tool call
-        (arguments as a JSON string, as OpenAI-style APIs return them); the
-        text before the first call is the content.  Anything malformed (a
-        truncated block) stays in the content, as servers do.
+        Reasoning becomes ``reasoning_content``; each tool call that reads becomes a call (arguments as
+        a JSON string, as OpenAI-style APIs return them); anything malformed (a truncated block) stays
+        in the content, as servers do.
         """
-        if text.endswith(IM_END):
-            text = text[: -len(IM_END)]
-        reasoning = None
-        if text.startswith(_THINK_OPEN):
-            body, closed, rest = text[len(_THINK_OPEN) :].partition(_THINK_CLOSE)
-            reasoning, text = (body, rest) if closed else (body, "")
-        calls: list[Message] = []
-        first_call = None
-        for match in _TOOL_CALL.finditer(text):
-            try:
-                call = json.loads(match.group(1))
-                name, arguments = call["name"], call["arguments"]
-            except (ValueError, KeyError, TypeError):
-                calls = []
-                break
-            if first_call is None:
-                first_call = match.start()
-            calls.append(
-                {
-                    "id": call_id(),
-                    "type": "function",
-                    "function": {"name": name, "arguments": json.dumps(arguments, ensure_ascii=False)},
-                }
-            )
-        content = text
-        if calls:
-            assert first_call is not None
-            content = text[:first_call]
-            content = content[:-1] if content.endswith("\n") else content
-        message: Message = {"role": "assistant", "content": content}
-        if reasoning is not None:
-            message["reasoning_content"] = reasoning
-        if calls:
-            message["tool_calls"] = calls
-        return message
+        return self.family.parse_output(text).message(call_id)

@@ -1,15 +1,15 @@
 """The simulated model: what the agent decided to say, as output token ids with logprobs.
 
 The agent (``agent.py``) decides an :class:`Action`: reasoning, prose and
-tool calls.  :meth:`Model.generate` writes it out in the chat template's own
-format, so that a clean output re-renders to the same ids, then applies what
+tool calls.  :meth:`Model.generate` writes it out in the model family's own
+format (its profile's ``write_output``), so that a clean output re-renders to
+the same ids wherever the family's template allows, then applies what
 real generation does to it: a non-canonical tokenization of one piece of
 text, a cut at ``max_tokens`` (``length``), an abort, or nothing at all.
 """
 
 from __future__ import annotations
 
-import json
 import random
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,7 +18,8 @@ import numpy as np
 import numpy.typing as npt
 
 from ..algorithm.policy import DEFAULT_FORK_THRESHOLD
-from .chat import IM_END, Chat
+from ..families import FamilyProfile, family_named
+from .chat import Chat
 
 __all__ = ["LONG_OUTPUT", "Action", "Generation", "Model", "output_text"]
 
@@ -37,30 +38,17 @@ class Action:
     reasoning: str | None = None
 
 
-#: How a model may write tool-call arguments: as the template would (``json.dumps``), or without spaces.
-_TEMPLATE_JSON = (", ", ": ")
-_LOOSE_JSON = (",", ":")
-
-
-def output_text(action: Action, loose: frozenset[int] = frozenset()) -> str:
-    """The raw text the model emits for ``action`` (the template's format, with the end marker).
+def output_text(
+    action: Action, loose: frozenset[int] = frozenset(), family: FamilyProfile | None = None, prompt: str = ""
+) -> str:
+    """The raw text the model emits for ``action`` after ``prompt`` (the family's format, default Qwen3's).
 
     The arguments of the calls numbered in ``loose`` are written without
     spaces after ``,`` and ``:``, as models sometimes do; a server parses them
     and the template renders them back with spaces.
     """
-    parts = []
-    if action.reasoning:
-        parts.append(f"<think>\n{action.reasoning}\n</think>\n\n")
-    parts.append(action.content)
-    for i, (name, arguments) in enumerate(action.calls):
-        separators = _LOOSE_JSON if i in loose else _TEMPLATE_JSON
-        if action.content or i:
-            parts.append("\n")
-        written = json.dumps(arguments, ensure_ascii=False, separators=separators)
-        parts.append(f'<tool_call>\n{{"name": "{name}", "arguments": {written}}}\n</tool_call>')
-    parts.append(IM_END)
-    return "".join(parts)
+    family = family or family_named("qwen3")
+    return family.write_output(action.reasoning, action.content, action.calls, loose, prompt)
 
 
 @dataclass(slots=True)
@@ -92,6 +80,7 @@ class Model:
         abort: bool = False,
         empty: bool = False,
         loose_json: float = 0.0,
+        prompt: str = "",
     ) -> Generation:
         """Write ``action`` out as ids.
 
@@ -101,12 +90,13 @@ class Model:
         random prefix and reports ``abort``; ``empty`` returns no ids at all;
         an output longer than ``max_tokens`` is cut there and reports
         ``length``.  Each call's arguments are written without spaces with
-        chance ``loose_json``.
+        chance ``loose_json``.  ``prompt`` is the rendered prompt (a family may
+        open a block there that the output goes on with).
         """
         if empty:
             return Generation(np.zeros(0, np.int32), np.zeros(0, np.float32), "stop", "")
         loose = frozenset(i for i in range(len(action.calls)) if loose_json > 0 and self.rng.random() < loose_json)
-        ids = self.chat.encode(output_text(action, loose))
+        ids = self.chat.encode(output_text(action, loose, self.chat.family, prompt))
         finish = "tool_calls" if action.calls else "stop"
         unlikely: list[int] = []
         if noncanonical > 0:

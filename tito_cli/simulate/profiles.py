@@ -39,6 +39,10 @@ class Profile:
     rates: dict[str, float]
     #: The tokenizer (with its chat template) sessions are rendered with, as the logs record it.
     tokenizer: str = FIXTURE_TOKENIZER
+    #: The model family (``tito_cli.families``): how outputs are written and parsed, how the template is fed.
+    family: str = "qwen3"
+    #: Chance of batching independent tool calls into one reply (0 for a template that renders one call).
+    parallel: float = 0.5
 
 
 #: Feature names, in the order they are assigned (the order fixes the random draws).
@@ -76,6 +80,27 @@ _RATES = {
 #: Qwen3 sessions: more reasoning (its template keeps it through a tool loop and drops it at the next user
 #: query), follow-up questions, and tool-call JSON that the server's parser re-renders.
 _QWEN3_RATES = {**_RATES, "reasoning": 0.6, "followup": 0.4, "loose_json": 0.35}
+
+
+def _family_profile(name: str, tokenizer: str, *, parallel: float = 0.5, reasoning: bool = True) -> Profile:
+    """Another family's sessions: the qwen3 profile's mix; the family's template decides what it does to the tokens."""
+    return Profile(
+        name=name,
+        modules=(3, 4),
+        functions=(2, 3),
+        body_lines=(3, 6),
+        bugs=(1, 2),
+        extra_reads=(0, 1),
+        max_tokens=4096,
+        truncating_max_tokens=(400, 700),
+        compact_at=2500,
+        group_size=4,
+        rates=_QWEN3_RATES if reasoning else {**_QWEN3_RATES, "reasoning": 0.0},
+        tokenizer=tokenizer,
+        family=name,
+        parallel=parallel,
+    )
+
 
 PROFILES = {
     "demo": Profile(
@@ -118,6 +143,13 @@ PROFILES = {
         rates=_QWEN3_RATES,
         tokenizer=QWEN3_TOKENIZER,
     ),
+    # Hub names: the logs name the tokenizer as the model's users do; find it with --tokenizer NAME=PATH
+    # (tito ships neither tokenizer; tests/npm installs both) or in the local Hugging Face cache.
+    "deepseek-v3": _family_profile("deepseek-v3", "deepseek-ai/DeepSeek-V3.1"),
+    # gpt-oss's template renders only the first call of a message: its model makes one call a reply.
+    "gpt-oss": _family_profile("gpt-oss", "openai/gpt-oss-20b", parallel=0.0),
+    # Llama-3-Instruct's own template (in its tokenizer folder: never shipped, Meta's licence); it reasons not.
+    "llama3": _family_profile("llama3", "meta-llama/Meta-Llama-3-8B-Instruct", reasoning=False),
 }
 
 

@@ -7,6 +7,15 @@ way the client does (possibly re-rendered) and runs the tool calls.  It also
 does what harnesses do to conversations: resend a prompt after an abort or
 an empty reply, rewind to an earlier prompt, compact a long conversation
 into a summary, and ask the model to continue after a reply was cut off.
+
+It also records why a later prompt of a conversation no longer extends the
+tokens an earlier turn held, where it knows (:meth:`SessionStats.causes`): an
+output was re-tokenized (a non-canonical split, a cut reply), the client or
+server re-rendered a reply (whitespace stripped, tool-call arguments
+re-serialized), the template dropped reasoning it had rendered or writes
+tool calls its own way.  The names are the drift classes'
+(:data:`tito_cli.families.DRIFT_CHANGES`), so a test can hold the classifier
+to them.
 """
 
 from __future__ import annotations
@@ -20,13 +29,14 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ..capture.writer import TurnLogWriter
+from ..families import REASONING_DROPPED, RETOKENIZED, TOOL_ARGS_RERENDERED, WHITESPACE_TRIMMED
 from .agent import MainAgent, Plan, Style, SubAgent
 from .chat import Chat, Message
 from .environment import MAIN_TOOLS, SUB_TOOLS, Workspace, tool_specs
 from .model import LONG_OUTPUT, Action, Generation, Model
 from .profiles import Features, Profile
 
-__all__ = ["SessionStats", "play_session"]
+__all__ = ["SessionStats", "TurnChanges", "play_session"]
 
 MAIN_SYSTEM = (
     "You are a coding agent working in a Python repository. Use the tools to inspect files, run commands "
@@ -64,6 +74,43 @@ class SessionStats:
     max_prompt_tokens: int = 0
     reward: float | None = None
     events: Counter[str] = field(default_factory=Counter)
+    #: Turn ``seq`` -> what the simulator knows of it, to say why a later prompt differs (:meth:`causes`).
+    changes: dict[int, TurnChanges] = field(default_factory=dict)
+
+    def causes(self, held: int, seq: int) -> frozenset[str] | None:
+        """Why turn ``seq``'s prompt no longer extends what turn ``held`` held (prompt and output), if known.
+
+        Drift class names: what replaying the conversation's outputs from ``held`` on changed in them,
+        reasoning the template rendered in ``held``'s tokens but not in ``seq``'s prompt, tool calls the
+        template writes its own way.  ``None`` when the two turns are not one conversation the simulator
+        followed (another agent, across a rewind or a compaction, a compaction request).
+        """
+        a, b = self.changes.get(held), self.changes.get(seq)
+        if a is None or b is None or (a.thread, a.epoch) != (b.thread, b.epoch) or held >= seq:
+            return None
+        between = [c for k, c in self.changes.items() if held <= k < seq and (c.thread, c.epoch) == (a.thread, a.epoch)]
+        found: set[str] = set().union(*(c.output for c in between))
+        if a.in_held - b.in_prompt:
+            found.add(REASONING_DROPPED)
+        if any(c.calls_rerendered for c in between):
+            found.add(TOOL_ARGS_RERENDERED)
+        return frozenset(found)
+
+
+@dataclass(slots=True)
+class TurnChanges:
+    """One recorded turn, as :meth:`SessionStats.causes` needs it."""
+
+    thread: str
+    #: Starts at 0; a rewind or a compaction starts a new one (prompts across it are not compared).
+    epoch: int
+    #: What replaying this turn's output changes in it (empty for an output that never entered the conversation).
+    output: set[str] = field(default_factory=set)
+    #: Which of the conversation's reasoning texts the prompt holds, and the prompt and output together.
+    in_prompt: frozenset[int] = frozenset()
+    in_held: frozenset[int] = frozenset()
+    #: The output's tool calls are written back by the template in another form (harmony).
+    calls_rerendered: bool = False
 
 
 @dataclass(eq=False, slots=True)
@@ -82,6 +129,11 @@ class _Thread:
     #: Every prompt sent, for rewinds.
     prompts: list[list[Message]] = field(default_factory=list)
     turns: int = 0
+    #: The reasoning blocks this conversation's replies wrote; the epoch (a rewind or compaction adds one).
+    reasoning: list[str] = field(default_factory=list)
+    epoch: int = 0
+    #: The record of the last turn answered.
+    last: TurnChanges | None = None
 
 
 class _Session:
@@ -113,7 +165,7 @@ class _Session:
         self.style = Style(
             reasoning=0.5 if "reasoning" in features else 0.0,
             trailing_newline=0.5 if features.rewrite == "strip" else 0.0,
-            parallel=0.5,
+            parallel=profile.parallel,
             long_write="long_write" in features,
             wrong_fix="wrong_fix" in features,
             give_up="give_up" in features,
@@ -190,6 +242,7 @@ class _Session:
         generation, response = self._generate(thread, action)
         thread.turns += 1
         stored = self._store(response, generation)
+        self._note_rewrite(thread, response, stored)
         thread.messages.append(stored)
         if generation.finish_reason == "length":
             self.stats.events["truncation"] += 1
@@ -209,6 +262,7 @@ class _Session:
         if retry == "rewind" and len(thread.prompts) >= 2 and thread.prompts[-2][:2] == thread.messages[:2]:
             # The user rewinds one step: the previous prompt is sent again.
             thread.messages = copy.deepcopy(thread.prompts[-2])
+            thread.epoch += 1
             self.stats.events["rewind"] += 1
 
     # -- model calls -------------------------------------------------------------
@@ -227,11 +281,20 @@ class _Session:
         """Render, generate, parse and record one turn."""
         prompt_messages = thread.messages if messages is None else messages
         prompt_tools = thread.tools if tools is True else (tools or None)
-        prompt_ids = self.chat.encode_prompt(self.chat.render(prompt_messages, prompt_tools))
+        prompt_text = self.chat.render(
+            prompt_messages, prompt_tools, thinking="reasoning" in self.features, now=self.clock
+        )
+        prompt_ids = self.chat.encode_prompt(prompt_text)
         rate = NONCANONICAL_RATE if "noncanonical" in self.features else 0.0
         loose = LOOSE_JSON_RATE if "loose_json" in self.features else 0.0
         generation = self.model.generate(
-            action, max_tokens=self.max_tokens, noncanonical=rate, abort=abort, empty=empty, loose_json=loose
+            action,
+            max_tokens=self.max_tokens,
+            noncanonical=rate,
+            abort=abort,
+            empty=empty,
+            loose_json=loose,
+            prompt=prompt_text,
         )
         response: Message | None = None
         if generation.finish_reason != "abort":
@@ -248,7 +311,7 @@ class _Session:
         if event:
             metadata["event"] = event
         self.clock += timedelta(seconds=0.3 + 0.015 * len(generation.ids) + 0.00002 * len(prompt_ids))
-        self.writer.record_turn(
+        seq = self.writer.record_turn(
             self.sid,
             prompt_ids,
             generation.ids,
@@ -262,11 +325,52 @@ class _Session:
         )
         if messages is None:
             thread.prompts.append(copy.deepcopy(prompt_messages))
+            self._note_turn(thread, seq, prompt_text, generation, action, response)
         self.stats.turns += 1
         self.stats.prompt_tokens += len(prompt_ids)
         self.stats.output_tokens += len(generation.ids)
         self.stats.max_prompt_tokens = max(self.stats.max_prompt_tokens, len(prompt_ids))
         return generation, response
+
+    # -- why the history changed (SessionStats.causes) ---------------------------------------------
+
+    def _note_turn(
+        self, thread: _Thread, seq: int, prompt: str, generation: Generation, action: Action, response: Message | None
+    ) -> None:
+        """What turn ``seq`` of ``thread`` holds, and what replaying its output will change in it."""
+        in_prompt = frozenset(i for i, r in enumerate(thread.reasoning) if r in prompt)
+        record = TurnChanges(thread.name, thread.epoch, in_prompt=in_prompt, in_held=in_prompt)
+        self.stats.changes[seq] = record
+        if generation.finish_reason == "abort" or not generation.ids.size:
+            return  # resent: this output never enters the conversation
+        if generation.noncanonical_at is not None or generation.finish_reason == "length":
+            record.output.add(RETOKENIZED)
+        if generation.loose_calls:
+            record.output.add(TOOL_ARGS_RERENDERED)
+        reasoning = response.get("reasoning_content") if response is not None else None
+        if isinstance(reasoning, str):
+            # The block as the model wrote it (a family whose prompt opens it: across prompt and output).
+            block = self.chat.family.reasoning_block(reasoning)
+            if block in prompt + generation.text:
+                thread.reasoning.append(block)
+                record.in_held = in_prompt | {len(thread.reasoning) - 1}
+        if self.chat.family.trims_content and response is not None:
+            shown = self.chat.family.server_messages([response])[0].get("content")
+            if isinstance(shown, str) and shown != shown.strip():
+                record.output.add(WHITESPACE_TRIMMED)
+        complete = generation.finish_reason != "length"
+        record.calls_rerendered = bool(action.calls) and complete and self.chat.family.rerenders_tool_calls
+        thread.last = record
+
+    def _note_rewrite(self, thread: _Thread, response: Message | None, stored: Message) -> None:
+        """The client's re-rendering of the reply it keeps (``rewrite``)."""
+        record = thread.last
+        if record is None or response is None or stored == response:
+            return
+        if stored.get("content") != response.get("content"):
+            record.output.add(WHITESPACE_TRIMMED)
+        if stored.get("tool_calls") != response.get("tool_calls"):
+            record.output.add(TOOL_ARGS_RERENDERED)
 
     def _call_id(self) -> str:
         return f"call_{self.rng.getrandbits(48):012x}"
@@ -299,7 +403,9 @@ class _Session:
     def _maybe_compact(self, thread: _Thread) -> None:
         if self.compacted or "compaction" not in self.features:
             return
-        size = len(self.chat.encode_prompt(self.chat.render(thread.messages, thread.tools)))
+        thinking = "reasoning" in self.features
+        rendered = self.chat.render(thread.messages, thread.tools, thinking=thinking, now=self.clock)
+        size = len(self.chat.encode_prompt(rendered))
         if size <= self.profile.compact_at or thread.messages[-1]["role"] != "tool":
             return
         assert isinstance(thread.agent, MainAgent)
@@ -313,6 +419,7 @@ class _Session:
             thread.messages[0],
             {"role": "user", "content": CONTINUATION.format(summary=text)},
         ]
+        thread.epoch += 1
         self.compacted = True
         self.stats.events["compaction"] += 1
 

@@ -5,8 +5,8 @@ an :class:`ImportedSession` (its turns in order, the reward the source holds,
 and what the source lacked and how it was filled) or an
 :class:`~tito_cli.errors.InvalidSessionError` naming the file, line or row and
 the reason the session cannot be mapped.  It never writes: the driver
-(:mod:`tito_cli.capture.importing`) checks every turn against the turn-log
-contract and records the sessions through
+(:mod:`tito_cli.capture.importing`) checks every turn against the write
+contract (:mod:`tito_cli.capture.records`, the writer's own) and records the sessions through
 :class:`~tito_cli.capture.writer.TurnLogWriter`.
 """
 
@@ -32,7 +32,6 @@ __all__ = [
     "SessionOutcome",
     "SourceRef",
     "align_responses",
-    "check_turn",
     "epoch_timestamp",
     "int_list",
     "iso_timestamp",
@@ -40,9 +39,6 @@ __all__ = [
     "read_json_lines",
     "reject",
 ]
-
-INT32_MAX = 2**31 - 1
-
 
 @dataclass(frozen=True, slots=True)
 class SourceRef:
@@ -179,38 +175,6 @@ def read_json_file(path: Path) -> Any:
         raise SourceError(f"not a JSON document ({exc})", file=path) from None
 
 
-def check_turn(turn: ImportedTurn) -> str | None:
-    """Why ``turn`` breaks the turn-log contract (SPEC §2, §7), or ``None`` when it is valid."""
-    for name in ("prompt_ids", "output_ids"):
-        ids = getattr(turn, name)
-        if not isinstance(ids, (list, tuple)):
-            return f"{name}: expected a list of token ids, got {type(ids).__name__}"
-        for i, token in enumerate(ids):
-            if type(token) is not int:
-                return f"{name}[{i}]: token id {token!r} is not an integer"
-            if not 0 <= token <= INT32_MAX:
-                return f"{name}[{i}]: token id {token} is outside 0..2^31-1"
-    logprobs = turn.output_logprobs
-    if logprobs is not None:
-        if not isinstance(logprobs, (list, tuple)):
-            return f"output_logprobs: expected a list of numbers, got {type(logprobs).__name__}"
-        if logprobs and len(logprobs) != len(turn.output_ids):
-            return f"length mismatch: {len(logprobs)} logprobs for {len(turn.output_ids)} output token ids"
-        for i, value in enumerate(logprobs):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                return f"output_logprobs[{i}]: {value!r} is not a finite number"
-    if not isinstance(turn.finish_reason, str) or not turn.finish_reason:
-        return f"finish_reason: expected a non-empty string, got {turn.finish_reason!r}"
-    if not isinstance(turn.prompt_messages, list):
-        return f"prompt messages: expected a list, got {type(turn.prompt_messages).__name__}"
-    for i, message in enumerate(turn.prompt_messages):
-        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
-            return f"prompt message {i} has no role"
-    if turn.response_message is not None and not isinstance(turn.response_message, dict):
-        return f"response message: expected an object, got {type(turn.response_message).__name__}"
-    return None
-
-
 def _without_nulls(value: Any) -> Any:
     """``value`` without null-valued keys and empty ``tool_calls`` lists, at any depth."""
     if isinstance(value, dict):
@@ -276,5 +240,5 @@ def iso_timestamp(value: Any) -> datetime | None:
 
 
 def int_list(value: Any) -> list[int] | None:
-    """``value`` when it is a list (checked later by :func:`check_turn`), else ``None``."""
+    """``value`` when it is a list (checked later against the write contract, :mod:`..records`), else ``None``."""
     return value if isinstance(value, list) else None

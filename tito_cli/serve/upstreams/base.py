@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from ..template import ChatTemplate
 
 __all__ = [
+    "INLINE_BYTES",
     "Offload",
     "Upstream",
     "check_lengths",
@@ -25,6 +26,9 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+#: Bodies up to this size are (de)serialised on the event loop; larger ones in a worker thread.
+INLINE_BYTES = 64 << 10
 
 #: Runs a blocking function in the gateway's worker threads: ``await offload(fn, *args)``.
 Offload = Callable[..., Awaitable[Any]]
@@ -75,11 +79,17 @@ class Upstream(ABC):
         """The messages and tools as this upstream renders or sends them (arguments normalised)."""
         return request.messages, request.tools
 
-    async def post_json(self, path: str, body: dict[str, Any], headers: dict[str, str] | None = None) -> Any:
-        """POST ``body`` to the upstream and return its JSON answer; every failure as an UpstreamError."""
+    async def post_json(
+        self, path: str, body: dict[str, Any], headers: dict[str, str] | None = None, *, heavy: bool = True
+    ) -> Any:
+        """POST ``body`` to the upstream and return its JSON answer; every failure as an UpstreamError.
+
+        ``heavy``: the body is large enough that serialising it belongs in a worker thread (a small one
+        costs less than the hand-over).
+        """
         import httpx
 
-        payload = await self.offload(_dumps, body)
+        payload = await self.offload(_dumps, body) if heavy else _dumps(body)
         url = self.config.upstream.rstrip("/") + path
         try:
             response = await self.client.post(
@@ -95,7 +105,9 @@ class Upstream(ABC):
                 f"the upstream answered {response.status_code}: {_error_text(response.content)}", response.status_code
             )
         try:
-            return await self.offload(json.loads, response.content)
+            if len(response.content) > INLINE_BYTES:
+                return await self.offload(json.loads, response.content)
+            return json.loads(response.content)
         except ValueError:
             raise UpstreamError(f"the upstream {url} answered with something that is not JSON") from None
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..exchange import ChatRequest, Generation, OutputCall, UpstreamError, assistant_message
-from .base import Upstream, check_lengths, tool_arguments_text, with_arguments
+from .base import INLINE_BYTES, Upstream, check_lengths, tool_arguments_text, with_arguments
 
 __all__ = ["ChatUpstream"]
 
@@ -44,7 +44,7 @@ class ChatUpstream(Upstream):
                 body[key] = value
         if request.stop:
             body["stop"] = request.stop
-        answer = await self.post_json("/v1/chat/completions", body)
+        answer = await self.post_json("/v1/chat/completions", body, heavy=request.size > INLINE_BYTES)
         try:
             choice = answer["choices"][0]
             message = choice["message"]

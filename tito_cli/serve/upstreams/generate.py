@@ -16,7 +16,7 @@ from typing import Any
 from ...families import FamilyProfile, family_for, family_named
 from ..exchange import ChatRequest, Generation, OutputCall, UpstreamError, assistant_message
 from ..history import CanonicalHistory, RenderedHistory
-from .base import Upstream, check_lengths, tool_arguments_object, with_arguments
+from .base import INLINE_BYTES, Upstream, check_lengths, tool_arguments_object, with_arguments
 
 __all__ = ["GenerateUpstream"]
 
@@ -83,7 +83,9 @@ class GenerateUpstream(Upstream):
             "logprob_start_len": -1,
             "stream": False,
         }
-        answer = await self.post_json("/generate", body, {"X-SMG-Routing-Key": session_id})
+        answer = await self.post_json(
+            "/generate", body, {"X-SMG-Routing-Key": session_id}, heavy=len(prompt_ids) > INLINE_BYTES // 8
+        )
         meta = answer.get("meta_info") if isinstance(answer, dict) else None
         if not isinstance(meta, dict):
             raise UpstreamError("the upstream's /generate answer has no meta_info")

@@ -1,0 +1,45 @@
+"""``benchmarks/serve.py --quick`` runs end to end against a real ``tito serve`` and prints its table.
+
+No timing is asserted (the machine is shared): the run must finish, measure both paths for every
+concurrency and upstream kind, and get the event-loop lag from inside the gateway.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from .helpers import REPO
+
+pytest.importorskip("uvicorn", reason="the serve extra: pip install -e '.[serve]'")
+
+COLUMNS = ["sessions", "direct p50", "p99", "gateway p50", "p99", "added p50", "p99", "ratio p50", "loop lag p99",
+           "idle lag p99", "cpu/turn", "rss MB"]
+
+
+def test_quick_mode_measures_both_paths_and_the_gateway() -> None:
+    done = subprocess.run(
+        [sys.executable, "benchmarks/serve.py", "--quick"],
+        cwd=REPO, capture_output=True, text=True, timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    blocks = [block.splitlines() for block in done.stdout.strip().split("\n\n")]
+    assert [block[0].split(":")[0] for block in blocks] == ["upstream chat", "upstream generate --history render"]
+    for block in blocks:
+        assert "2 turns a session, prompts growing to ~1,000 tokens, 1 run(s), medians (ms)" in block[0]
+        header = block[1]
+        assert [column for column in COLUMNS if column in header] == COLUMNS
+        rows = [line.split() for line in block[2:4]]
+        assert [row[0] for row in rows] == ["1", "2"]
+        for row in rows:
+            values = [float(v) for v in row[1:]]
+            direct_p50, gateway_p50, lag, idle_lag, cpu, rss = values[0], values[2], *values[7:11]
+            assert direct_p50 > 0 and gateway_p50 > 0
+            assert lag >= 0 and idle_lag >= 0 and cpu > 0 and rss > 10
+        assert block[4].startswith("gateway RSS after each phase, in order (MB): ")
+        assert len(block[4].split(": ")[1].split()) == 2
+    # The generate upstream's prompts are the gateway's own renders, counted in real tokens.
+    assert blocks[1][5].startswith("longest prompt the gateway rendered: ")
+    assert len(blocks[0]) == 5
