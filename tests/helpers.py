@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -141,6 +143,21 @@ def assert_rows_match_samples(
         assert a["reward"] == e["reward"], where
         if check_sample is not None:
             check_sample(a, e, where)
+
+
+def needs(module: str, extra: str, *, module_level: bool = False) -> ModuleType:
+    """``module``, imported; when it is missing the test skips naming the extra that installs it.
+
+    Under ``CI`` (which installs every extra) a missing module is a failure, never a skip that
+    would hide a regression.  ``module_level``: called at the top of a test module.
+    """
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        message = f"needs {module}: pip install 'tito-cli[{extra}]'"
+        if os.environ.get("CI"):
+            pytest.fail(f"{message} (CI installs every extra)", pytrace=False)
+        pytest.skip(message, allow_module_level=module_level)
 
 
 def assert_copy_matches_shared(copy: Path, shared: Path) -> None:

@@ -21,7 +21,7 @@ import typer.main
 from tito_cli.cli import app
 
 from . import doc_examples
-from .helpers import REPO
+from .helpers import REPO, needs
 
 #: The pages and their notes (docs/notes/: dated measurements, ledgers, provenance): every shown command runs.
 DOCUMENTS = sorted([REPO / "README.md", *(REPO / "docs").glob("*.md"), *(REPO / "docs" / "notes").glob("*.md")])
@@ -51,7 +51,12 @@ def test_every_command_is_in_the_readme_and_has_a_docs_page() -> None:
 
 
 #: A shown command that writes slime's torch files (needs the optional torch).
-_WRITES_TORCH_FILES = re.compile(r"--(?:to|format) slime\b")
+#: Shown commands that need an optional dependency: (what they look like, the module, the extra installing it).
+#: A document showing one is skipped without it, naming the extra, and fails under CI (which installs every extra).
+_NEEDS_EXTRA = [
+    (re.compile(r"--(?:to|format) slime\b"), "torch", "slime"),  # slime dumps are torch files
+    (re.compile(r"--engine ray\b"), "ray", "ray"),
+]
 
 
 @pytest.mark.parametrize("document", DOCUMENTS, ids=lambda p: str(p.relative_to(REPO)))
@@ -66,13 +71,12 @@ def test_shown_commands_run_and_print_what_is_shown(
     blocks = doc_examples.parse(text)
     if not blocks:
         return
-    if importlib.util.find_spec("torch") is None and any(
-        _WRITES_TORCH_FILES.search(command.text) for block in blocks for command in block.commands
-    ):
-        # As the export tests do: the slime format needs the optional torch (.ci/run installs it).
-        pytest.skip(f"{name} shows slime exports, which write torch files: pip install 'tito-cli[slime]'")
+    shown = [command.text for block in blocks for command in block.commands]
+    for pattern, module, extra in _NEEDS_EXTRA:
+        if importlib.util.find_spec(module) is None and any(pattern.search(text) for text in shown):
+            needs(module, extra)
     npm = str(doc_examples.NPM_PACKAGES)
-    if not (REPO / npm).is_dir() and any(npm in command.text for block in blocks for command in block.commands):
+    if not (REPO / npm).is_dir() and any(npm in text for text in shown):
         # As the family tests do: the tokenizers tito does not ship come from the README's set-up.
         message = f"{name} shows commands using {npm}: run `npm ci --prefix tests/npm` (the README's set-up)"
         if os.environ.get("CI"):

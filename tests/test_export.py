@@ -25,7 +25,7 @@ from typer.testing import CliRunner
 
 from tito_cli._atomic import publish
 from tito_cli.cli import app
-from tito_cli.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_USAGE, ExportError
+from tito_cli.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_REJECTED, EXIT_USAGE, ExportError
 from tito_cli.export.base import SinkContext
 from tito_cli.export.formats import format_names, open_sink
 from tito_cli.export.slime import SlimeOptions
@@ -33,9 +33,21 @@ from tito_cli.run.export import export_samples
 from tito_cli.run.rebuild import rebuild
 from tito_cli.schema import SAMPLES_SCHEMA
 
-from .helpers import REPO
+from .helpers import REPO, needs
 
-torch = pytest.importorskip("torch", reason="--to slime writes torch files: pip install 'tito-cli[slime]'")
+try:
+    import torch
+except ImportError:  # only the slime tests need it: they ask for it through the `slime` mark
+    torch = None
+
+
+@pytest.fixture()
+def needs_torch() -> None:
+    needs("torch", "slime")
+
+
+#: A test that writes or reads slime dumps (torch files): skipped without the slime extra, failed under CI.
+slime = pytest.mark.usefixtures("needs_torch")
 
 DEMO = REPO / "fixtures" / "logs"
 
@@ -125,6 +137,7 @@ def group_runs(loaded: list[SlimeSample]) -> list[int | None]:
 # -- slime ------------------------------------------------------------------------------------------
 
 
+@slime
 def test_slime_round_trip_gives_back_every_sample(samples: Path, tmp_path: Path) -> None:
     out = tmp_path / "rollout.pt"
     code, _ = run("export", str(samples), "--to", "slime", "--out", str(out))
@@ -159,7 +172,26 @@ def test_slime_round_trip_gives_back_every_sample(samples: Path, tmp_path: Path)
     assert all(g is None for g in runs[len(grouped) :])
 
 
-def test_split_by_writes_whole_groups_per_file(samples: Path, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def grouped(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The demo's samples without its session that has no sessions row (and so no group_index)."""
+    out = tmp_path_factory.mktemp("grouped") / "grouped.parquet"
+    rebuild([DEMO], out, workers=1, unfinished="reject")
+    return out
+
+
+@slime
+def test_split_by_refuses_a_session_without_a_group_index(samples: Path, tmp_path: Path) -> None:
+    # A group of one in a dump of its own: slime's GRPO normalization makes its reward NaN.
+    pattern = tmp_path / "rollout_{rollout_id}.pt"
+    code, err = run("export", str(samples), "--to", "slime", "--split-by", "3", "--out", str(pattern))
+    assert code == EXIT_USAGE and "session 'qwen3-0-0029' has no group_index" in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
+@slime
+def test_split_by_writes_whole_groups_per_file(grouped: Path, tmp_path: Path) -> None:
+    samples = grouped
     pattern = tmp_path / "rollout_{rollout_id}.pt"
     code, _ = run("export", str(samples), "--to", "slime", "--split-by", "3", "--out", str(pattern))
     assert code == EXIT_OK
@@ -179,6 +211,7 @@ def test_split_by_writes_whole_groups_per_file(samples: Path, tmp_path: Path) ->
     assert total == len(sample_rows(samples))
 
 
+@slime
 def test_forked_leaf_keeps_the_sample_that_ends_each_session(samples: Path, tmp_path: Path) -> None:
     out = tmp_path / "leaf.pt"
     code, err = run("export", str(samples), "--to", "slime", "--forked", "leaf", "--out", str(out))
@@ -206,6 +239,7 @@ def test_forked_leaf_keeps_the_sample_that_ends_each_session(samples: Path, tmp_
     assert dict(counts) == dict(expected)
 
 
+@slime
 def test_forked_regroup_marks_each_sample_with_its_group(samples: Path, tmp_path: Path) -> None:
     out = tmp_path / "regroup.pt"
     assert run("export", str(samples), "--to", "slime", "--forked", "regroup", "--out", str(out))[0] == EXIT_OK
@@ -223,6 +257,7 @@ def test_forked_regroup_marks_each_sample_with_its_group(samples: Path, tmp_path
         )
 
 
+@slime
 def test_a_forked_session_in_a_group_is_reported_with_expected_and_actual_counts(
     samples: Path, tmp_path: Path
 ) -> None:
@@ -274,6 +309,7 @@ def samples_table(sessions: dict[str, list[float]]) -> list[pa.Table]:
     return tables
 
 
+@slime
 def test_logprobs_are_all_or_none(tmp_path: Path) -> None:
     mixed = samples_table({"a": [-0.5, -0.25], "b": [0.0, 0.0]})
     sink = open_sink("slime", tmp_path / "x.pt", SinkContext())
@@ -308,6 +344,8 @@ def test_slime_without_torch_is_a_clear_error(
     with pytest.raises(ExportError, match="torch is not installed") as caught:
         open_sink("slime", tmp_path / "x.pt", SinkContext())
     assert caught.value.tip is not None and "tito-cli[slime]" in caught.value.tip
+    # No wheel of one machine: the CPU index works anywhere.
+    assert "torch==" not in caught.value.tip and "download.pytorch.org/whl/cpu" in caught.value.tip
     # On the command line: a usage error whose tip keeps its brackets (not eaten as rich markup).
     code, err = run("export", str(samples), "--to", "slime", "--out", str(tmp_path / "x.pt"))
     assert code == EXIT_USAGE
@@ -360,6 +398,8 @@ def test_trl_masks_and_labels(samples: Path, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("fmt", ["slime", "skyrl", "trl"])
 def test_rebuild_format_writes_what_export_writes(fmt: str, samples: Path, tmp_path: Path) -> None:
+    if fmt == "slime":
+        needs("torch", "slime")
     direct = tmp_path / f"direct.{fmt}"
     summary = rebuild([DEMO], direct, workers=1, output_format=fmt)
     assert summary.files == [direct] and (tmp_path / f"direct.{fmt}.rejects.jsonl").is_file()
@@ -376,6 +416,7 @@ def test_format_names_are_the_export_modules() -> None:
     assert format_names() == ["parquet", "skyrl", "slime", "trl"]
 
 
+@slime
 def test_bad_exports_are_usage_or_input_errors(samples: Path, tmp_path: Path) -> None:
     code, err = run("export", str(samples), "--to", "slime", "--split-by", "2", "--out", str(tmp_path / "x.pt"))
     assert code == EXIT_USAGE and "{rollout_id}" in err
@@ -398,6 +439,7 @@ def test_bad_exports_are_usage_or_input_errors(samples: Path, tmp_path: Path) ->
 # -- streaming --------------------------------------------------------------------------------------
 
 
+@slime
 def test_sessions_are_cut_whole_across_row_groups(samples: Path, tmp_path: Path) -> None:
     from tito_cli.run.export import tables_by_session
 
@@ -421,12 +463,13 @@ def test_sessions_are_cut_whole_across_row_groups(samples: Path, tmp_path: Path)
     assert pq.read_table(tmp_path / "a.parquet").equals(pq.read_table(tmp_path / "b.parquet"))
 
 
+@slime
 def test_rebuild_format_slime_split_by_names_the_rejects_report_for_the_pattern(tmp_path: Path) -> None:
     code, err = run(
         "rebuild", str(DEMO), "--format", "slime", "--split-by", "3", "--forked", "leaf", "-j", "1",
-        "--out", str(tmp_path / "rollout_{rollout_id}.pt"),
+        "--unfinished", "reject", "--out", str(tmp_path / "rollout_{rollout_id}.pt"),
     )
-    assert code == EXIT_OK, err
+    assert code == EXIT_REJECTED, err  # the session without a sessions row, and so without a group_index
     names = sorted(p.name for p in tmp_path.iterdir())
     assert names == ["rollout_0.pt", "rollout_1.pt", "rollout_2.pt", "rollout_all.pt.rejects.jsonl"]
     assert "wrote 3 files (slime):" in err

@@ -261,7 +261,7 @@ def test_an_unreadable_source_is_an_error_before_anything_is_written(tmp_path: P
     done = runner.invoke(app, ["import", "atif", str(tmp_path / "missing.json"), "--out", str(tmp_path / "log4")])
     assert done.exit_code == EXIT_BAD_INPUT
     (tmp_path / "file").write_text("")
-    with pytest.raises(OutputError, match="must be a folder"):
+    with pytest.raises(OutputError, match="is not a folder"):
         import_traces("atif", [SOURCES / "atif" / "trajectories"], tmp_path / "file")
 
 

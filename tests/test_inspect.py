@@ -19,11 +19,14 @@ from tito_cli.algorithm.policies import SlimeV4
 from tito_cli.algorithm.session import SessionResult
 from tito_cli.cli import app
 from tito_cli.cli.app import out_console
-from tito_cli.cli.viewing import is_plain, with_pager
+from tito_cli.cli.viewing import UNWRAPPED, choose_tokenizer, is_plain, with_pager
 from tito_cli.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_REJECTED, EXIT_USAGE
+from tito_cli.render.drift import render_drift_windows
 from tito_cli.render.plain import to_plain
 from tito_cli.render.sample_text import render_samples, seq_ranges
 from tito_cli.render.session_view import DECISION_LEGEND, render_tree, render_turns
+from tito_cli.report.drift import divergences
+from tito_cli.report.drift_points import drift_points
 from tito_cli.report.session_facts import samples_data, tree_nodes, turn_rows
 from tito_cli.run.corpus import Corpus
 from tito_cli.tokenizer import TokenText, visible
@@ -648,15 +651,29 @@ def test_drift_shows_each_fork_and_realign_in_three_lines(agent_logs: Path) -> N
 
 
 def test_demo_drift_points_fit_a_screen() -> None:
-    """Every demo session: each drift point is three lines (unwrapped), one line per window."""
-    for sid in Corpus.open([DEMO_LOGS]).session_ids():
-        code, lines, _ = run("inspect", sid, str(DEMO_LOGS), "--drift")
-        assert code == EXIT_OK
-        body = lines[lines.index("") + 1 :]  # below the header
+    """Every demo session: each drift point is three lines (unwrapped), one line per window.
+
+    Rendered as ``inspect --drift`` renders them, with the log opened and the tokenizer loaded once (a
+    command per session loads both 32 times: most of a minute); one session goes through the command
+    to show it prints the same.
+    """
+    corpus = Corpus.open([DEMO_LOGS])
+    text, note = choose_tokenizer(None, corpus.tokenizer, DEMO_LOGS)
+    assert note is None
+    shown: dict[str, list[str]] = {}
+    for result in corpus.results():
+        assert isinstance(result, SessionResult)
+        points = drift_points(result, divergences(result, text))
+        body = to_plain(render_drift_windows(points, text, plain=True), UNWRAPPED).splitlines()  # piped
+        shown[result.session_id] = body
         if body == ["no fork or realign: every prompt extended the tokens held for its path"]:
             continue
         blocks = "\n".join(body).split("\n\n")
-        assert all(len(block.splitlines()) == 3 for block in blocks), sid
+        assert all(len(block.splitlines()) == 3 for block in blocks), result.session_id
+    sid = next(sid for sid, body in shown.items() if len(body) > 3)
+    code, lines, _ = run("inspect", sid, str(DEMO_LOGS), "--drift")
+    assert code == EXIT_OK
+    assert lines[lines.index("") + 1 :] == shown[sid]  # below the header
 
 
 def test_piped_output_is_not_wrapped(agent_logs: Path) -> None:

@@ -15,11 +15,11 @@ import pytest
 from tito_cli.algorithm.policies import SlimeV4
 from tito_cli.run.rebuild import rebuild
 
-from .helpers import CONFORMANCE_SLIME03, conformance_folders, read_jsonl, write_log
+from .helpers import CONFORMANCE_SLIME03, conformance_folders, needs, read_jsonl, write_log
 from .test_conformance_slime03 import assert_matches_reference, folder_log
 
-ray = pytest.importorskip("ray", reason="the Ray engine needs Ray Data: pip install 'tito-cli[ray]'")
-pytest.importorskip("ray.data", reason="the Ray engine needs Ray Data: pip install 'tito-cli[ray]'")
+ray = needs("ray", "ray", module_level=True)
+needs("ray.data", "ray", module_level=True)
 
 # Ray's own modules warn about their dependencies; those are not tito's warnings.
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")
@@ -101,7 +101,7 @@ def test_ray_writes_the_trainer_formats_through_the_same_sink(fmt: str, tmp_path
     from tito_cli.run.ray_data import rebuild_ray
 
     if fmt == "slime":
-        pytest.importorskip("torch", reason="--format slime writes torch files: pip install 'tito-cli[slime]'")
+        needs("torch", "slime")
     folder = FOLDERS[0]
     logs = tmp_path / "logs"
     write_log(logs, read_jsonl(folder / "turns.jsonl"), read_jsonl(folder / "sessions.jsonl"), max_rows=97)

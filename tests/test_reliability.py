@@ -14,7 +14,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
@@ -61,12 +60,12 @@ def test_out_naming_an_input_file_is_refused_and_the_file_kept(logs: Path, tmp_p
     assert snapshot(logs) == before  # nothing replaced, no rejects report beside it
 
 
-def test_a_previous_samples_file_inside_the_log_folder_is_still_replaced(logs: Path) -> None:
-    out = logs / "samples.parquet"
-    for _ in range(2):
-        code, stderr = run("rebuild", str(logs), "--out", str(out), "--overwrite")
-        assert code == EXIT_OK, stderr
-    assert pq.read_table(out).num_rows > 0
+def test_a_samples_file_inside_the_log_folder_is_refused(logs: Path) -> None:
+    # Written there it would be read as part of the log by every later command (exit 4 from then on, #33).
+    before = snapshot(logs)
+    code, stderr = run("rebuild", str(logs), "--out", str(logs / "samples.parquet"), "--overwrite")
+    assert code == EXIT_OUTPUT and "is inside the folder read" in stderr
+    assert snapshot(logs) == before
 
 
 def test_a_samples_file_given_as_input_and_output_is_refused(logs: Path, tmp_path: Path) -> None:
@@ -90,7 +89,7 @@ def test_out_must_be_a_regular_file_or_absent(logs: Path, tmp_path: Path, kind: 
         os.mkfifo(tmp_path / "samples.parquet.rejects.jsonl")
     code, stderr = run("rebuild", str(logs), "--out", str(out), "--overwrite")
     assert code == EXIT_OUTPUT, stderr
-    assert "is a folder" in stderr or "not a regular file" in stderr
+    assert "is a folder" in stderr or "not a regular file" in stderr or "is a symbolic link" in stderr
     if kind == "folder":
         assert out.is_dir() and list(out.iterdir()) == []
     elif kind != "fifo-as-rejects-report":

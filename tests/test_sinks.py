@@ -53,7 +53,7 @@ def test_publish_rolls_back_when_a_later_rename_fails(tmp_path: Path, monkeypatc
         real_replace(src, dst)
 
     monkeypatch.setattr(_atomic.os, "replace", replace)
-    with pytest.raises(OSError, match="No space"):
+    with pytest.raises(OutputError, match="No space"):  # exit 5
         publish(staged)
     assert (first.read_text(), second.read_text()) == ("old a", "old b")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b"]

@@ -117,7 +117,7 @@ def test_hub_id_missing_from_the_cache_is_an_error_naming_what_was_tried(
     assert f"ERROR the log's tokenizer '{HUB_ID}' is not found here" in error
     assert f"the folder {HUB_ID} from {logs} (and above) and the working directory" in error
     assert f"the hub id {HUB_ID} in the local Hugging Face cache {no_hub_cache}" in error
-    assert "TIP pass --tokenizer PATH" in error and "huggingface-cli download NAME" in error
+    assert "TIP pass --tokenizer PATH" in error and "hf download NAME" in error and "huggingface-cli" not in error
     assert not (tmp_path / "g").exists()
 
 

@@ -18,6 +18,8 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+from .errors import write_error
+
 try:
     import fcntl
 except ImportError:  # pragma: no cover - Windows: no locks, no stale-file cleanup
@@ -66,7 +68,10 @@ def atomic_path(target: str | os.PathLike[str]) -> Iterator[Path]:
     """
     target = Path(target)
     tmp = _temporary_name(target)
-    lock_fd = _create_locked(tmp)
+    try:
+        lock_fd = _create_locked(tmp)
+    except OSError as exc:
+        raise write_error(exc, target) from None
     try:
         yield tmp
         fd = os.open(tmp, os.O_RDONLY)
@@ -75,9 +80,12 @@ def atomic_path(target: str | os.PathLike[str]) -> Iterator[Path]:
         finally:
             os.close(fd)
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
+        if isinstance(exc, OSError):
+            # The temporary's writes (a full disk, EFBIG) and its rename: the output's, exit 5.
+            raise write_error(exc, target) from None
         raise
     finally:
         if lock_fd is not None:
@@ -98,7 +106,10 @@ class StagedFile:
     def __init__(self, target: str | os.PathLike[str]) -> None:
         self.target = Path(target)
         self.path = _temporary_name(self.target)
-        self._lock_fd = _create_locked(self.path)
+        try:
+            self._lock_fd = _create_locked(self.path)
+        except OSError as exc:
+            raise write_error(exc, self.target) from None
 
     def discard(self) -> None:
         """Remove the temporary (the target is untouched); safe to call twice."""
@@ -120,6 +131,14 @@ def publish(staged: list[StagedFile]) -> None:
     fails the earlier ones are rolled back to the previous files.  Only a
     process killed between two renames (microseconds) can leave a mix.
     """
+    try:
+        _publish(staged)
+    except OSError as exc:
+        failed = [file.target for file in staged if str(file.path) in (exc.filename, exc.filename2)]
+        raise write_error(exc, failed[0] if failed else staged[0].target if staged else None) from None
+
+
+def _publish(staged: list[StagedFile]) -> None:
     try:
         for file in staged:
             fd = os.open(file.path, os.O_RDONLY)

@@ -21,6 +21,8 @@ that the message can name them.  Exceptions become exit codes in one place:
 
 from __future__ import annotations
 
+import errno
+import os
 from pathlib import Path
 
 __all__ = [
@@ -31,6 +33,7 @@ __all__ = [
     "EXIT_OUTPUT",
     "EXIT_REJECTED",
     "EXIT_USAGE",
+    "WRITE_ERRNOS",
     "ExportError",
     "InvalidSessionError",
     "LogError",
@@ -42,6 +45,7 @@ __all__ = [
     "TokenizerError",
     "UnknownSessionError",
     "UnreadableLogError",
+    "write_error",
 ]
 
 #: Everything worked.
@@ -163,3 +167,14 @@ class ExportError(TitoError):
     """The samples cannot be written in the asked trainer format as they are (an option decides how)."""
 
     exit_code = EXIT_USAGE
+
+
+#: The operating system's refusals that mean "the output cannot be written" wherever they arise: an
+#: ``OSError`` with one of these that reaches the CLI is exit 5, never an internal error.
+WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS})
+
+
+def write_error(exc: OSError, file: str | os.PathLike[str] | None = None) -> OutputError:
+    """The :class:`OutputError` (exit 5) for ``exc``, raised while writing ``file`` (else the file ``exc`` names)."""
+    where = file if file is not None else exc.filename
+    return OutputError(f"cannot write ({exc.strerror or exc})", file=None if where is None else os.fspath(where))

@@ -57,7 +57,7 @@ SHIPPED = {
 
 _TIP = (
     "pass --tokenizer PATH (a folder with tokenizer.json), or --tokenizer NAME=PATH for a log that names NAME; "
-    "for a hub id, download it first while online (huggingface-cli download NAME) or set HF_HOME / HF_HUB_CACHE"
+    "for a hub id, download it first while online (hf download NAME) or set HF_HOME / HF_HUB_CACHE"
 )
 
 

@@ -477,7 +477,12 @@ def nemo_gym() -> None:
             json.dumps({"frozen": True, "incomplete": False, "version": len(entries)}) + "\n", encoding="utf-8"
         )
     rewards = {"rollout-chat-0": 1.0, "rollout-responses-1": 0.0}
-    write_jsonl(folder / "rollouts.jsonl", [{"rollout_id": s, "reward": r} for s, r in rewards.items()])
+    # NeMo Gym's rollouts rows: the task and rollout indices, and here an explicit capture id (_ng_rollout_id).
+    rows = [
+        {"_ng_task_index": k, "_ng_rollout_index": 0, "_ng_rollout_id": s, "reward": r}
+        for k, (s, r) in enumerate(rewards.items())
+    ]
+    write_jsonl(folder / "rollouts.jsonl", rows)
     write_truth(folder, [chat, responses], rewards)
 
 

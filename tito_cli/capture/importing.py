@@ -11,7 +11,6 @@ lacked and how it was filled) or rejected (file, line or row, reason).
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 import os
@@ -22,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .._atomic import atomic_path
+from .._targets import check_target, log_files_in, publish_folder, staging_folder, writing
 from ..errors import OutputError, SourceError, TitoError
 from ..turns import Reject
 from .importers import IMPORTERS, importer_for
@@ -103,7 +102,10 @@ def read_rewards(path: str | os.PathLike[str]) -> dict[str, SessionOutcome]:
         if isinstance(record, SourceError):
             raise record
         ref = SourceRef(str(path), number)
-        problem = _rewards_problem(record)
+        try:
+            problem = _rewards_problem(record)
+        except OverflowError:  # an integer too large for a float: not a reward
+            problem = "reward must be a finite number, got an integer beyond float"
         if problem:
             raise SourceError(problem, file=path, row=number, tip='each line: {"session_id": ..., "reward": ...}')
         sid = record["session_id"]
@@ -157,7 +159,9 @@ def import_traces(
     Invalid sessions are left out and reported (``summary.rejected`` and
     ``<out>/import-report.jsonl``); every other session is written.  A source
     that cannot be read at all raises :class:`~tito_cli.errors.SourceError`
-    and leaves no log behind (what was written is removed).  Sessions stream
+    and leaves ``out`` as it was: the new log is written into a hidden folder
+    beside it and swapped in only when complete (``--overwrite`` replaces the
+    old log's files, anything else in the folder stays).  Sessions stream
     from the importer to the writer, which flushes every ``max_rows`` rows.  ``align_responses``: where the source holds
     the server's serialisation of the response message, use the equal message
     the harness sent back instead (:func:`~.importers.base.align_responses`).
@@ -165,39 +169,46 @@ def import_traces(
     if format not in IMPORTERS:
         raise SourceError(f"unknown format {format!r}", tip=f"formats: {', '.join(IMPORTERS)}")
     out = Path(out)
-    _prepare_out(out, overwrite)
+    paths = [Path(p) for p in sources]
+    reads = [*paths, *([Path(rewards)] if rewards is not None else [])]
+    with writing(out):
+        out.parent.mkdir(parents=True, exist_ok=True)
+    # Never a folder read (nor inside one, nor holding one), never a file or a symbolic link.
+    check_target(out, overwrite=overwrite, reads=reads, folder=True)
+    replaced = log_files_in(out, extra=[REPORT_NAME]) if out.is_dir() else []
+    if replaced and not overwrite:
+        raise OutputError("the folder already holds a log", file=out, tip="pass --overwrite to replace it")
     outcomes = read_rewards(rewards) if rewards is not None else {}
     try:
         importer = importer_for(format, {} if session_header is None else {"session_header": session_header})
     except ValueError as exc:
         raise SourceError(str(exc)) from None
-    paths = [Path(p) for p in sources]
     items = importer.sessions(paths)
-    # The first session is read before the folder is made: a source that is not the format leaves nothing.
-    first = next(items, None)
     summary = ImportSummary(format=format, out=out, report_file=out / REPORT_NAME)
-    created = not out.exists()
+    # Written into a fresh folder beside ``out`` and swapped in once complete: nothing of the old log
+    # is touched before every source has been read, and a failure leaves it as it was.
+    staging = staging_folder(out)
     try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise OutputError(f"cannot create the folder ({exc.strerror})", file=out) from None
-    writer = TurnLogWriter(out, tokenizer=tokenizer, max_age=None, name=WRITER_NAME)
-    try:
-        every = itertools.chain([] if first is None else [first], items)
-        _import_sessions(summary, writer, every, importer, outcomes, align_responses)
-        writer.close()
+        with writing(out):
+            writer = TurnLogWriter(staging, tokenizer=tokenizer, max_age=None, name=WRITER_NAME)
+        try:
+            with writing(out):
+                _import_sessions(summary, writer, items, importer, outcomes, align_responses)
+                writer.close()
+        except BaseException:
+            # The writer is not closed: the rows it still buffers are never written.
+            for path in writer.files_written:
+                path.unlink(missing_ok=True)
+            raise
+        summary.unused_rewards = sorted(set(outcomes) - {s.session_id for s in summary.sessions})
+        summary.rejected.sort(key=lambda r: r.session_id)
+        with writing(out):
+            _write_report(summary, staging / REPORT_NAME)
     except BaseException:
-        # A source that turns out unreadable midway (or an interrupt): remove what was written.  The
-        # writer is not closed, so the rows it still buffers are never written.
-        for path in writer.files_written:
-            path.unlink(missing_ok=True)
-        if created:
-            shutil.rmtree(out, ignore_errors=True)
+        shutil.rmtree(staging, ignore_errors=True)
         raise
-    summary.files_written = list(writer.files_written)
-    summary.unused_rewards = sorted(set(outcomes) - {s.session_id for s in summary.sessions})
-    summary.rejected.sort(key=lambda r: r.session_id)
-    _write_report(summary)
+    publish_folder(staging, out, replaced)
+    summary.files_written = [out / path.name for path in writer.files_written]
     return summary
 
 
@@ -232,7 +243,11 @@ def _import_sessions(
                     "response messages: the server's replaced by the equal message the harness sent back "
                     "(null fields dropped)"
                 )
-        problem = _check_session(item)
+        try:
+            problem = _check_session(item)
+        except (ValueError, TypeError, OverflowError, RecursionError) as exc:
+            # A value no check foresaw (an integer too large for a float, nesting too deep): this session's.
+            problem = (_unusable(exc), item.source)
         if problem is not None:
             reason, ref = problem
             error = reject(reason, ref, item.session_id)
@@ -246,19 +261,8 @@ def _import_sessions(
             summary.rejected.append(Reject(item.session_id, error.message, error.file, error.row))
 
 
-def _prepare_out(out: Path, overwrite: bool) -> None:
-    if out.exists() and not out.is_dir():
-        raise OutputError("the output must be a folder", file=out)
-    if not out.is_dir():
-        return  # created once the sources have been read
-    existing = sorted(p for p in out.iterdir() if p.name.endswith(".parquet") or p.name == REPORT_NAME)
-    if existing and not overwrite:
-        raise OutputError("the folder already holds a log", file=out, tip="pass --overwrite to replace it")
-    for path in existing:
-        try:
-            path.unlink()
-        except OSError as exc:
-            raise OutputError(f"cannot remove {path.name} ({exc.strerror})", file=out) from None
+def _unusable(exc: Exception) -> str:
+    return f"unusable value ({type(exc).__name__}: {exc})"
 
 
 def _check_session(session: ImportedSession) -> tuple[str, SourceRef] | None:
@@ -282,6 +286,8 @@ def _check_session(session: ImportedSession) -> tuple[str, SourceRef] | None:
             )
         except ValueError as exc:
             return str(exc), turn.source
+        except (TypeError, OverflowError, RecursionError) as exc:
+            return _unusable(exc), turn.source  # e.g. a 400-digit integer where a logprob belongs
         if turn.seq is not None:
             if turn.seq < 0:
                 return f"seq {turn.seq} is negative", turn.source
@@ -364,9 +370,8 @@ def _record_turn(writer: TurnLogWriter, session_id: str, turn: ImportedTurn, seq
     )
 
 
-def _write_report(summary: ImportSummary) -> None:
+def _write_report(summary: ImportSummary, path: Path) -> None:
     lines = [s.to_dict() for s in summary.sessions]
     lines += [{"status": "rejected", **r.to_dict()} for r in summary.rejected]
     lines.sort(key=lambda line: (str(line["session_id"]), str(line["status"])))
-    with atomic_path(summary.report_file) as tmp:
-        tmp.write_text("".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines), encoding="utf-8")
+    path.write_text("".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines), encoding="utf-8")

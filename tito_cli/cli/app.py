@@ -7,7 +7,7 @@ import functools
 import sys
 import traceback
 from collections.abc import Callable, Collection, Iterator
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import typer
 import typer.core
@@ -21,8 +21,10 @@ from ..errors import (
     EXIT_OUTPUT,
     EXIT_REJECTED,
     EXIT_USAGE,
+    WRITE_ERRNOS,
     TitoError,
     UnknownSessionError,
+    write_error,
 )
 from ..render.visible import SafeConsole, one_line
 
@@ -165,18 +167,30 @@ def guarded(command: F) -> F:
         except KeyboardInterrupt:
             err_console.print("interrupted")
             raise typer.Exit(130) from None
-        except Exception as error:
+        except OSError as error:
+            if error.errno not in WRITE_ERRNOS:
+                _internal(error)
+            # A full disk or the file-size limit, wherever a command met it: exit 5, the same for every command.
             if state.verbose:
                 traceback.print_exc(file=sys.stderr)
-            err_console.print(
-                f"[bold red]ERROR[/] internal error: {type(error).__name__}: {escape(one_line(str(error)))}",
-                markup=True,
-                soft_wrap=True,
-            )
-            err_console.print("[bold]TIP[/] run again with -v for the traceback, and please report it.")
-            raise typer.Exit(EXIT_INTERNAL) from None
+            report_error(write_error(error))
+            raise typer.Exit(EXIT_OUTPUT) from None
+        except Exception as error:
+            _internal(error)
 
     return wrapper  # type: ignore[return-value]
+
+
+def _internal(error: Exception) -> NoReturn:
+    if state.verbose:
+        traceback.print_exc(file=sys.stderr)
+    err_console.print(
+        f"[bold red]ERROR[/] internal error: {type(error).__name__}: {escape(one_line(str(error)))}",
+        markup=True,
+        soft_wrap=True,
+    )
+    err_console.print("[bold]TIP[/] run again with -v for the traceback, and please report it.")
+    raise typer.Exit(EXIT_INTERNAL) from None
 
 
 Progress = Callable[[int, int], None]

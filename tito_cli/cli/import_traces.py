@@ -9,6 +9,7 @@ import typer
 from ..capture.importers import IMPORTERS
 from ..errors import EXIT_OK, EXIT_REJECTED
 from ..plugins import options_help
+from ..render.visible import session_line
 from .app import EXIT_CODES_HELP, app, err_console, guarded
 from .options import plugin_choice
 
@@ -112,5 +113,6 @@ def export_exchanges_command(
     if rewards_out is not None:
         err_console.print(f"wrote {result.rewards:,} rewards to {rewards_out}", soft_wrap=True)
     for reject in result.rejected:
-        err_console.print(f"  left out {reject.session_id}: {reject.reason} [{reject.file}]", soft_wrap=True)
+        line = session_line(f"left out {reject.session_id}", f"{reject.reason} [{reject.file}]")
+        err_console.print(line, soft_wrap=True, markup=False)
     raise typer.Exit(EXIT_REJECTED if result.rejected else EXIT_OK)

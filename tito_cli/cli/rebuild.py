@@ -125,13 +125,16 @@ def rebuild(
         help="Also count forks and realigns by drift class in the summary (reasoning dropped, re-tokenized, "
         "tool-call args re-rendered, whitespace trimmed, other; with the markers of the tokenizer's model "
         "family): each worker loads the tokenizer the log records (found offline, as every command finds it, "
-        "or as --tokenizer says) and decodes around each fork and realign. Skipped when it is not found.",
+        "or as --tokenizer says) and decodes around each fork and realign. When it is not found the summary "
+        "says so (and a --tokenizer that does not load is an error).",
     ),
 ) -> None:
     check_format(format, format_names(), "--format")
     chosen = policy_from(policy, fork_threshold, reward_mode, max_sample_tokens)
     if from_format is not None and engine != "local":
         raise typer.BadParameter("--from works with the local engine only", param_hint="--from")
+    if not drift_classes and tokenizer and from_format is None:
+        raise typer.BadParameter("applies with --from or --drift-classes", param_hint="--tokenizer")
     run = RebuildOptions(
         overwrite=overwrite,
         output_format=format,

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from .._atomic import atomic_path
-from ..errors import OutputError
+from .._targets import check_target
 from ..run.corpus import find_session_id
 from .app import EXIT_CODES_HELP, app, err_console, guarded, progress_bar
 from .options import FORK_THRESHOLD, MAX_SAMPLE_TOKENS, POLICY, REWARD_MODE, TOKENIZER, RewardChoice, policy_from
@@ -40,8 +40,8 @@ def view(
 ) -> None:
     if bool(sessions) == show_all:
         raise typer.BadParameter("give session ids or --all (not both)", param_hint="SESSIONS")
-    if not out.parent.exists():
-        raise OutputError("the output's folder does not exist", file=out)
+    # Replaced if it exists, but never a file of the log, a special file or a symbolic link.
+    check_target(out, overwrite=True, reads=[logs])
     chosen = policy_from(policy, fork_threshold, reward_mode, max_sample_tokens)
     corpus = open_logs(logs, unfinished)
     only = None
@@ -63,9 +63,6 @@ def view(
             policy=chosen,
             progress=(lambda done: bar(done, total)) if bar is not None else None,
         )
-    try:
-        with atomic_path(out) as tmp:
-            tmp.write_text(page, encoding="utf-8")
-    except OSError as exc:
-        raise OutputError(f"cannot write ({exc})", file=out) from None
+    with atomic_path(out) as tmp:
+        tmp.write_text(page, encoding="utf-8")
     err_console.print(f"wrote {out} ({len(page.encode()) / 1e6:.1f} MB, {total} sessions)", style="bold")

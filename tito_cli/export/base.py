@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 import pyarrow as pa
 
 from .._atomic import StagedFile
-from .._paths import check_output_target
+from .._targets import check_target
 from ..algorithm.policy import Policy, default_policy
 
 __all__ = [
@@ -35,7 +35,12 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class NoOptions:
-    """The options of a format that has none."""
+    """The options of a format that has none.
+
+    A format whose ``--out`` may hold a placeholder (one file per value: slime's ``{rollout_id}``)
+    gives its options an ``out_pattern`` property; the one target check then checks every file
+    the pattern names.
+    """
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,4 +100,4 @@ class Sink(ABC):
 
     def check_target(self, path: Path) -> None:
         """Refuse to replace an existing file without ``overwrite``, and anything but a regular file ever."""
-        check_output_target(path, overwrite=self.context.overwrite)
+        check_target(path, overwrite=self.context.overwrite)

@@ -122,3 +122,53 @@ class GroupCounts:
         if len(bad) > limit:
             lines.append(f"… and {len(bad) - limit} more groups whose sample count differs from their session count")
         return lines
+
+
+class RolloutIds:
+    """slime's ``rollout_id`` per session (docs/spec.md §8.8: the session's, else its ``index``), checked.
+
+    slime gives each sample without one a fresh id, so a session's samples
+    no longer share one; two sessions with the same id share slime's
+    per-rollout loss denominator.  Sessions arrive one at a time; kept per
+    session: its id number only.
+    """
+
+    def __init__(self) -> None:
+        self.sessions = 0
+        self.missing = 0
+        self.first_missing: str | None = None
+        self._seen: set[int] = set()
+        #: Sessions whose id an earlier session holds already, and the first such (id, session).
+        self.repeated = 0
+        self.first_repeated: tuple[int, str] | None = None
+
+    def add(self, session_id: str, rollout_id: int | None) -> None:
+        self.sessions += 1
+        if rollout_id is None:
+            self.missing += 1
+            self.first_missing = self.first_missing or session_id
+        elif rollout_id in self._seen:
+            self.repeated += 1
+            self.first_repeated = self.first_repeated or (rollout_id, session_id)
+        else:
+            self._seen.add(rollout_id)
+
+    def line(self) -> str:
+        """The check in one line, for the export summary."""
+        if not self.missing and not self.repeated:
+            return f"rollout ids: all {self.sessions:,} sessions have their own"
+        parts = []
+        if self.missing:
+            sessions = "session" if self.missing == 1 else "sessions"
+            parts.append(
+                f"{self.missing:,} {sessions} without one (e.g. {self.first_missing!r}: slime gives each of their "
+                "samples a fresh id)"
+            )
+        if self.first_repeated is not None:
+            rid, sid = self.first_repeated
+            sessions = "session" if self.repeated == 1 else "sessions"
+            parts.append(
+                f"{self.repeated:,} {sessions} whose id an earlier session holds (e.g. {rid}, again in {sid!r}: "
+                "slime merges their per-rollout loss denominators)"
+            )
+        return "rollout ids: " + "; ".join(parts)

@@ -17,8 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .._atomic import atomic_path
+from .._atomic import StagedFile, publish
+from .._targets import check_target, writing
 from ..errors import InvalidSessionError, OutputError
+from ..read.files import check_sessions_given, discover_files
 from ..read.turnlog import TurnLog
 from ..read.validate import parse_session
 from ..turns import Reject, SessionInfo, Turn
@@ -82,6 +84,10 @@ def _rewards_record(session_id: str, info: SessionInfo) -> dict[str, Any]:
     return record
 
 
+def _same(a: Path, b: Path) -> bool:
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
 def export_exchanges(
     inputs: Iterable[str | os.PathLike[str]],
     out: str | os.PathLike[str],
@@ -97,14 +103,15 @@ def export_exchanges(
     """
     out = Path(out)
     rewards_path = None if rewards_out is None else Path(rewards_out)
+    paths = [Path(p) for p in inputs]
+    found = discover_files(paths)
     for path in (out, rewards_path):
-        if path is None:
-            continue
-        if path.exists() and not overwrite:
-            raise OutputError("output exists", file=path, tip="pass --overwrite to replace it")
-        if not path.parent.is_dir():
-            raise OutputError("the output's folder does not exist", file=path)
-    log = TurnLog.open([Path(p) for p in inputs], exclude=[p for p in (out, rewards_path) if p], index=True)
+        if path is not None:
+            check_target(path, overwrite=overwrite, reads=paths, found=found)
+    if rewards_path is not None and _same(out, rewards_path):
+        raise OutputError("--out and --rewards-out name the same file", file=rewards_path)
+    log = TurnLog.open(paths, index=True)
+    check_sessions_given(paths, log.files)
     table = log.read_sessions()
     result = ExchangesExport(out=out, rewards_out=rewards_path)
 
@@ -125,11 +132,21 @@ def export_exchanges(
                 result.turns += 1
                 yield json.dumps(exchange_record(sid, turn), ensure_ascii=False) + "\n"
 
-    with atomic_path(out) as tmp, tmp.open("w", encoding="utf-8") as handle:
-        handle.writelines(lines())
-    if rewards_path is not None:
-        records = [_rewards_record(sid, info) for sid, info in sorted(table.infos.items())]
-        result.rewards = len(records)
-        with atomic_path(rewards_path) as tmp:
-            tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
+    # Both files staged, then published together: a failure leaves both previous files as they were.
+    staged = [StagedFile(out)]
+    try:
+        with writing(out), staged[0].path.open("w", encoding="utf-8") as handle:
+            handle.writelines(lines())
+        if rewards_path is not None:
+            records = [_rewards_record(sid, info) for sid, info in sorted(table.infos.items())]
+            result.rewards = len(records)
+            staged.append(StagedFile(rewards_path))
+            with writing(rewards_path):
+                text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
+                staged[1].path.write_text(text, encoding="utf-8")
+        publish(staged)
+    except BaseException:
+        for file in staged:
+            file.discard()
+        raise
     return result

@@ -15,7 +15,8 @@ normalization, cuts the rewards into consecutive groups of
 session's samples in emission order), a group is never split across dumps,
 and a session that forked into several samples is handled as ``forked``
 says (docs/export.md).  Sessions without a ``group_index`` are groups of
-one, after the others.
+one, after the others; with ``--split-by`` (whole GRPO groups per dump) they
+are refused.
 
 The sessions' tables are parked in an anonymous spill file as they arrive
 and read back one dump at a time: memory holds one dump's samples, which
@@ -37,7 +38,7 @@ import numpy as np
 import pyarrow as pa
 
 from .._atomic import StagedFile
-from ..errors import ExportError, OutputError
+from ..errors import ExportError, OutputError, write_error
 from .base import Sink, SinkContext
 from .groups import GroupCounts
 
@@ -79,6 +80,11 @@ class SlimeOptions:
             "(0.0 where none were recorded); 'drop' writes none."
         },
     )
+
+    @property
+    def out_pattern(self) -> str | None:
+        """The placeholder ``--out`` holds, one file per value (``--split-by``), if any."""
+        return PATTERN if self.split_by is not None else None
 
 
 def rollout_id_of(table: pa.Table) -> list[int | None]:
@@ -136,7 +142,8 @@ class RolloutDump(Sink):
         except ImportError:
             raise ExportError(
                 "--to slime writes torch files, and torch is not installed",
-                tip="pip install 'tito-cli[slime]'  (on these machines: pip install torch==2.13.0, a CPU build)",
+                tip="pip install 'tito-cli[slime]'  (without a GPU: pip install torch --index-url "
+                "https://download.pytorch.org/whl/cpu first, a CPU build)",
             ) from None
         options: SlimeOptions = context.options or SlimeOptions()
         self.options = options
@@ -171,6 +178,14 @@ class RolloutDump(Sink):
             return
         sid = table.column("session_id")[0].as_py()
         group_index = table.column("group_index")[0].as_py()
+        if group_index is None and self.options.split_by is not None:
+            # A group of one, alone in a dump of its own or beside other such: GRPO's per-group reward
+            # normalization has nothing to compare it with (slime's gives NaN for a lone sample).
+            raise ExportError(
+                f"session {sid!r} has no group_index: --split-by writes whole GRPO groups, and it belongs to none",
+                tip="rebuild with --unfinished reject (a session without a sessions row has no group_index), "
+                "or give every session a group_index in its sessions row",
+            )
         self.groups.add(sid, group_index, table.num_rows)
         self._note_logprobs(sid, table)
         if self._spill is None:
@@ -294,9 +309,33 @@ class RolloutDump(Sink):
             # Through a file object: given a path, torch names the archive's records after the file
             # (here a random temporary name), so the same samples would not give the same bytes.
             with path.open("wb") as file:
-                torch.save(payload, file)
+                recording = _WriteErrors(file)
+                torch.save(payload, recording)  # type: ignore[arg-type]  # a writable binary file
         except OSError as exc:
-            raise OutputError(f"cannot write ({exc})", file=path) from None
+            raise write_error(exc, path) from None
+        except RuntimeError:
+            # torch's archive writer reports a failed write (a full disk, EFBIG) as a RuntimeError.
+            if recording.error is not None:
+                raise write_error(recording.error, path) from None
+            raise
+
+
+class _WriteErrors:
+    """A binary file that remembers the ``OSError`` a write raised (torch turns it into a ``RuntimeError``)."""
+
+    def __init__(self, file: IO[bytes]) -> None:
+        self.file = file
+        self.error: OSError | None = None
+
+    def write(self, data: bytes) -> int:
+        try:
+            return self.file.write(data)
+        except OSError as exc:
+            self.error = exc
+            raise
+
+    def flush(self) -> None:
+        self.file.flush()
 
 
 def _session_samples(table: pa.Table, keep_logprobs: bool) -> list[dict[str, Any]]:

@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from .._arrow import list_array
+from .._atomic import StagedFile
 from ._pretokenized import PretokenizedParquet, full_length_masks
 from .base import SinkContext
 
@@ -26,6 +27,8 @@ __all__ = ["IGNORE_INDEX", "TRLDataset", "TRLOptions"]
 
 #: The label PyTorch's cross-entropy (and TRL) ignores.
 IGNORE_INDEX = -100
+#: ``SFTConfig.max_length``'s default: TRL cuts longer sequences to it (keeping the start) while preparing the dataset.
+TRL_DEFAULT_MAX_LENGTH = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,11 +57,36 @@ class TRLDataset(PretokenizedParquet):
             fields.append(pa.field("labels", pa.list_(pa.int64()), nullable=False))
         self.schema = pa.schema(fields)
         super().__init__(out, context)
+        self._longest = 0
+        self._over_default = 0
+        self._trained = 0
+        self._trained_cut = 0
 
     def columns(self, samples: pa.Table) -> dict[str, pa.Array]:
         tokens, masks = full_length_masks(samples)
+        for mask in masks:
+            self._longest = max(self._longest, len(mask))
+            self._trained += int(mask.sum())
+            if len(mask) > TRL_DEFAULT_MAX_LENGTH:
+                self._over_default += 1
+                self._trained_cut += int(mask[TRL_DEFAULT_MAX_LENGTH:].sum())
         columns = {"input_ids": list_array(tokens, pa.int32()), "assistant_masks": list_array(masks, pa.int8())}
         if self.labels:
             labels = [np.where(m == 1, t.astype(np.int64), IGNORE_INDEX) for t, m in zip(tokens, masks, strict=True)]
             columns["labels"] = list_array(labels, pa.int64())
         return columns
+
+    def close(self) -> list[StagedFile]:
+        staged = super().close()
+        if self._over_default:
+            share = self._trained_cut / self._trained if self._trained else 0.0
+            self.warnings.append(
+                f"{self._over_default:,} of {self.samples_written:,} samples are longer than TRL's default "
+                f"max_length={TRL_DEFAULT_MAX_LENGTH}: TRL would cut them while preparing the dataset, losing "
+                f"{self._trained_cut:,} of {self._trained:,} trained tokens ({share:.0%}); set "
+                f"SFTConfig(max_length={self._longest}) (the longest sample) or max_length=None"
+            )
+        return staged
+
+
+SINK = TRLDataset

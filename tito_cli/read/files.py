@@ -19,7 +19,15 @@ import pyarrow.parquet as pq
 from ..errors import LogError, SchemaError, UnreadableLogError
 from ..schema import FORMAT_VERSIONS, META_FORMAT, META_TABLE, META_TOKENIZER, REFERENCE_COLUMNS
 
-__all__ = ["READ_COLUMNS", "LogFile", "classify_file", "discover_files", "open_parquet", "require_logs"]
+__all__ = [
+    "READ_COLUMNS",
+    "LogFile",
+    "check_sessions_given",
+    "classify_file",
+    "discover_files",
+    "open_parquet",
+    "require_logs",
+]
 
 # Column -> check of its Arrow type, and whether a turns/sessions file must have it.
 _TURNS_COLUMNS: dict[str, tuple[str, bool]] = {
@@ -219,6 +227,13 @@ def classify_file(path: Path, parquet: pq.ParquetFile | None = None) -> LogFile:
                 file=path,
                 tip="turn logs are written by tito_cli.capture.writer.TurnLogWriter; see docs/spec.md §2",
             )
+    elif table == "sessions" and "seq" in names and "prompt_ids" in names:
+        # Read as sessions rows, its turns would be dropped without a word.
+        raise SchemaError(
+            "tito.table says sessions, but the file has a turns table's columns (seq, prompt_ids)",
+            file=path,
+            tip="fix the file's tito.table metadata",
+        )
     if table not in ("turns", "sessions"):
         raise SchemaError(
             f"holds a {table!r} table, not turns or sessions",
@@ -258,3 +273,33 @@ def classify_file(path: Path, parquet: pq.ParquetFile | None = None) -> LogFile:
                 tip="see docs/spec.md §9",
             )
     return LogFile(path, table, num_rows, columns, meta.get(META_TOKENIZER))
+
+
+def check_sessions_given(paths: Iterable[str | Path], found: Iterable[LogFile]) -> None:
+    """Raise :class:`LogError` when files were given one by one, none a sessions table, and one lies beside them.
+
+    ``tito rebuild logs/turns-*.parquet`` (a natural glob) leaves the
+    sessions files out: every session would be rebuilt at reward 0.0 without a
+    word, and a trainer would learn from those zeros.  Folders are searched
+    whole, so only files given directly can leave a sessions file out.
+    """
+    given = [Path(p) for p in paths]
+    files = list(found)
+    if any(f.table == "sessions" for f in files) or not all(p.is_file() for p in given):
+        return
+    taken = {_file_id(f.path) for f in files}
+    for folder in sorted({p.parent for p in given}):
+        for candidate in sorted(folder.glob("*.parquet")):
+            if candidate.name.startswith(".") or _file_id(candidate) in taken:
+                continue
+            try:
+                kind = classify_file(candidate).table
+            except LogError:
+                continue
+            if kind == "sessions":
+                raise LogError(
+                    f"the files given hold no sessions table, but {candidate} is one: without it every session "
+                    "would be rebuilt at reward 0.0",
+                    file=folder,
+                    tip=f"give the folder ({folder}) or add its sessions files (e.g. {folder}/sessions-*.parquet)",
+                )

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
+from ..errors import SchemaError
 from .files import LogFile, classify_file, discover_files, open_parquet, require_logs
 from .index import LogIndex, ReadBatch
 from .index_pass import FileIndex, FileMap, assemble_index, build_index, index_parquet
@@ -20,11 +21,33 @@ from .sessions import SessionsTable, read_sessions_table
 __all__ = ["TurnLog"]
 
 
+def _one_tokenizer(files: Sequence[LogFile]) -> None:
+    """Raise :class:`SchemaError` when the files name different tokenizers.
+
+    Token ids mean something only with their tokenizer: decoding (or
+    training) one file's ids with another's tokenizer would be silently wrong.
+    """
+    first: LogFile | None = None
+    for log_file in files:
+        if not log_file.tokenizer:
+            continue
+        if first is None:
+            first = log_file
+        elif log_file.tokenizer != first.tokenizer:
+            raise SchemaError(
+                f"names tokenizer {log_file.tokenizer!r}, but {first.path} names {first.tokenizer!r}: "
+                "a log's token ids must all come from one tokenizer",
+                file=log_file.path,
+                tip="rebuild the files of each tokenizer separately",
+            )
+
+
 class TurnLog:
-    """A set of turn-log files, classified and schema-checked."""
+    """A set of turn-log files, classified and schema-checked (their tokenizers agree)."""
 
     def __init__(self, files: Sequence[LogFile]) -> None:
         self.files = list(files)
+        _one_tokenizer(self.files)
         self.turn_files = [f for f in self.files if f.table == "turns"]
         self.session_files = [f for f in self.files if f.table == "sessions"]
         self._index: LogIndex | None = None

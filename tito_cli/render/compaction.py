@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..run.compact import CompactSummary
+from .visible import session_line
 
 __all__ = ["render_compact_summary"]
 
@@ -15,5 +16,5 @@ def render_compact_summary(summary: CompactSummary) -> str:
     ]
     if summary.carried:
         lines.append(f"copied {len(summary.carried):,} invalid sessions unchanged (a rebuild rejects them):")
-        lines += [f"  {r.session_id}: {r.reason} ({r.file}, row {r.row})" for r in summary.carried]
+        lines += [session_line(r.session_id, f"{r.reason} ({r.file}, row {r.row})") for r in summary.carried]
     return "\n".join(lines)

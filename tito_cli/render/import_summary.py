@@ -7,6 +7,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..capture.importing import ImportSummary
+from .visible import one_line, session_line
 
 __all__ = ["render_import_summary"]
 
@@ -31,7 +32,7 @@ def render_import_summary(summary: ImportSummary, *, show_out: bool = True) -> R
         parts.extend(Text(f"  {note} ({count:,})") for note, count in filled)
     if summary.unused_rewards:
         parts.append(Text(""))
-        shown = ", ".join(summary.unused_rewards[:SHOWN])
+        shown = ", ".join(one_line(sid) for sid in summary.unused_rewards[:SHOWN])
         more = f" … and {len(summary.unused_rewards) - SHOWN} more" if len(summary.unused_rewards) > SHOWN else ""
         parts.append(Text(f"rewards for sessions not imported ({len(summary.unused_rewards)}): {shown}{more}"))
     if summary.rejected:
@@ -42,7 +43,7 @@ def render_import_summary(summary: ImportSummary, *, show_out: bool = True) -> R
             where = reject.file or "?"
             if reject.row is not None:
                 where += f", row {reject.row}"
-            parts.append(Text(f"  {reject.session_id}: {reject.reason} [{where}]"))
+            parts.append(Text(session_line(reject.session_id, f"{reject.reason} [{where}]")))
         if len(summary.rejected) > SHOWN:
             parts.append(Text(f"  … and {len(summary.rejected) - SHOWN} more"))
     if show_out:

@@ -12,7 +12,7 @@ from ..report.drift import DRIFT_CLASSES
 from ..report.session_facts import FORK_PHRASES
 from ..run.export import ExportSummary
 from ..run.rebuild import RebuildSummary
-from .visible import one_line
+from .visible import one_line, session_line
 
 __all__ = ["render_export_summary", "render_rebuild_summary"]
 
@@ -65,14 +65,14 @@ def render_rebuild_summary(summary: RebuildSummary) -> RenderableType:
         shown = summary.rejected[:10]
         for reject in shown:
             where = f"{reject.file}, row {reject.row}" if reject.file is not None else "?"
-            parts.append(Text(one_line(f"  {reject.session_id}: {reject.reason} [{where}]")))
+            parts.append(Text(session_line(reject.session_id, f"{reject.reason} [{where}]")))
         if len(summary.rejected) > len(shown):
             parts.append(Text(f"  … and {len(summary.rejected) - len(shown)} more"))
     if summary.notes:
         parts.append(Text(""))
         parts.append(Text("notes:", style="bold"))
         for sid, note in summary.notes[:10]:
-            parts.append(Text(one_line(f"  {sid}: {note}")))
+            parts.append(Text(session_line(sid, note)))
         if len(summary.notes) > 10:
             parts.append(Text(f"  … and {len(summary.notes) - 10} more"))
     if summary.workers_capped is not None:
@@ -119,6 +119,11 @@ def render_export_summary(summary: ExportSummary) -> RenderableType:
         f"their session count{ungrouped}",
         f"samples written: {summary.samples_written:,}",
     ]
+    quantiles = summary.length_quantiles()
+    if quantiles:
+        lines.append("sample lengths (tokens): " + ", ".join(f"{k} {v:,}" for k, v in quantiles.items()))
+    if summary.format == "slime":
+        lines.append(summary.rollout_ids.line())
     parts: list[RenderableType] = [Text(one_line(line)) for line in lines]
     parts.extend(_warnings(summary.warnings))
     parts.extend(_wrote(summary.files, summary.format))

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from rich.console import Console, ConsoleOptions, RenderableType
 from rich.segment import Segment
 
-__all__ = ["SafeConsole", "one_line", "visible"]
+__all__ = ["SafeConsole", "one_line", "session_line", "visible"]
 
 # C0 controls but tab and newline, DEL, C1 controls, and the bidirectional overrides and
 # isolates (which reorder what follows them on screen).
@@ -45,6 +45,15 @@ def visible(text: str) -> str:
 def one_line(text: str) -> str:
     """``text`` with control characters and newlines escaped: it stays on one line."""
     return _CONTROL_OR_NEWLINE.sub(_escape, text)
+
+
+def session_line(session_id: str, text: str) -> str:
+    """A summary's line about one session, ``  <id>: <text>``, kept on one line whatever the id or text holds.
+
+    The one way every summary lists sessions (rejects, notes, copied sessions): a
+    newline in a hostile session id would otherwise start a forged ``ERROR …`` line.
+    """
+    return one_line(f"  {session_id}: {text}")
 
 
 class SafeConsole(Console):

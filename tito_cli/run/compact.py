@@ -5,8 +5,10 @@ writer (``seq``, timestamps and ``ill_formed`` kept), one session at a time in l
 memory follows the session, not the log.  Sessions tables are copied as they
 are.  The rows of an invalid session are copied unchanged from their files
 (whatever their types), so that rebuilding the converted log rejects the same
-sessions for the same reasons.  The new log is written into a hidden folder
-beside ``out`` and moved into place when complete.
+sessions for the same reasons.  The new log is written into a fresh hidden folder
+beside ``out`` and its files moved into place when complete
+(:func:`tito_cli._targets.publish_folder`): the old log's files are replaced,
+anything else in ``out`` stays.
 """
 
 from __future__ import annotations
@@ -20,10 +22,11 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .._targets import check_target, log_files_in, publish_folder, staging_folder, writing
 from ..capture.row_groups import ROW_GROUP_BYTES
 from ..capture.writer import TurnLogWriter
 from ..errors import InvalidSessionError, OutputError, UnreadableLogError
-from ..read.files import LogFile
+from ..read.files import LogFile, check_sessions_given, discover_files
 from ..read.rows import read_batch
 from ..read.turnlog import TurnLog
 from ..read.validate import parse_session
@@ -65,25 +68,24 @@ def compact(
     if format not in (1, 2):
         raise ValueError(f"format must be 1 or 2, not {format!r}")
     out = Path(out)
-    if out.exists() and not overwrite:
-        raise OutputError("output exists", file=out, tip="pass --overwrite to replace it")
-    if out.exists() and not out.is_dir():
-        raise OutputError("compact writes a folder, and this is a file", file=out)
-    if not out.parent.is_dir():
-        raise OutputError("the output's folder does not exist", file=out)
-    log = TurnLog.open([Path(p) for p in inputs], index=True)
-    tmp = out.with_name(f".{out.name}.compact-tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
+    paths = [Path(p) for p in inputs]
+    # Never the folder read nor one inside it (or holding it), never a file or a symbolic link.
+    check_target(out, overwrite=overwrite, reads=paths, found=discover_files(paths), folder=True)
+    replaced = log_files_in(out) if out.is_dir() else []
+    if out.is_dir() and any(out.iterdir()) and not overwrite:
+        raise OutputError("output exists", file=out, tip="pass --overwrite to replace the log in it")
+    log = TurnLog.open(paths, index=True)
+    check_sessions_given(paths, log.files)
+    # A fresh name per run: two compacts to one --out never share a staging folder.
+    tmp = staging_folder(out)
     try:
-        summary = _write(log, tmp, format, progress, row_group_bytes)
+        with writing(out):
+            summary = _write(log, tmp, format, progress, row_group_bytes)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    # The old folder goes only once the new one is complete.
-    if out.exists():
-        shutil.rmtree(out)
-    os.replace(tmp, out)
+    # The old log's files go only once the new ones are complete; the folder's other files stay.
+    publish_folder(tmp, out, replaced)
     summary.out = out
     summary.files_written = [out / p.name for p in summary.files_written]
     summary.bytes_in = sum(f.path.stat().st_size for f in log.files)

@@ -10,17 +10,21 @@ from __future__ import annotations
 
 import json
 import os
+from array import array
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..algorithm.policy import DEFAULT_POLICY, Policy, default_policy
-from ..errors import OutputError, SchemaError, UnreadableLogError
+from ..errors import SchemaError, UnreadableLogError
 from ..export.base import SinkContext
-from ..export.groups import GroupCounts
+from ..export.formats import format_options
+from ..export.groups import GroupCounts, RolloutIds
+from ..read.samples import check_sample_values
 from ..schema import META_TABLE, META_TOKENIZER, SAMPLES_SCHEMA
 from .output import RunOutput
 
@@ -37,6 +41,18 @@ class ExportSummary:
     samples_written: int = 0
     groups: GroupCounts = field(default_factory=GroupCounts)
     warnings: list[str] = field(default_factory=list)
+    #: Each sample's length in tokens, in file order.
+    lengths: array[int] = field(default_factory=lambda: array("q"))
+    #: slime's rollout id of each session, checked (missing, shared).
+    rollout_ids: RolloutIds = field(default_factory=RolloutIds)
+
+    def length_quantiles(self) -> dict[str, int]:
+        """Sample lengths (tokens): min, median, p90, p99 and max; empty without samples."""
+        if not self.lengths:
+            return {}
+        values = np.sort(np.frombuffer(self.lengths, dtype=np.int64))
+        pick = {"min": 0.0, "median": 0.5, "p90": 0.9, "p99": 0.99, "max": 1.0}
+        return {name: int(values[round(q * (len(values) - 1))]) for name, q in pick.items()}
 
 
 def tables_by_session(tables: Iterable[pa.Table]) -> Iterator[pa.Table]:
@@ -92,6 +108,25 @@ def open_samples(path: Path) -> pq.ParquetFile:
     return file
 
 
+def _row_groups(path: Path, file: pq.ParquetFile, columns: list[str]) -> Iterator[pa.Table]:
+    """The samples file's row groups; a read failure is the input's (exit 4), not the output's."""
+    for i in range(file.num_row_groups):
+        try:
+            yield file.read_row_group(i, columns=columns)
+        except (OSError, pa.ArrowException) as exc:
+            raise UnreadableLogError(f"cannot read row group {i} ({exc})", file=path) from None
+
+
+def _rollout_id(table: pa.Table) -> int | None:
+    """A session's slime ``rollout_id`` (its samples share it): the column's when present and set, else ``index``."""
+    if "rollout_id" in table.column_names:
+        value = table.column("rollout_id")[0].as_py()
+        if value is not None:
+            return int(value)
+    index = table.column("index")[0].as_py()
+    return None if index is None else int(index)
+
+
 def export_samples(
     samples: str | os.PathLike[str],
     out: str | os.PathLike[str],
@@ -109,9 +144,8 @@ def export_samples(
     own output handling (run/output.py: targets checked first, a killed run's temporaries swept).
     """
     source, out = Path(samples), Path(out)
-    if source.resolve() == out.resolve():
-        raise OutputError("the output would replace the samples file being read", file=out)
-    output = RunOutput(out, overwrite=overwrite)
+    options = format_options(format, options)
+    output = RunOutput(out, overwrite=overwrite, reads=[source], pattern=getattr(options, "out_pattern", None))
     file = open_samples(source)
     meta = file.schema_arrow.metadata or {}
     tokenizer = meta.get(META_TOKENIZER.encode())
@@ -121,13 +155,14 @@ def export_samples(
     sink = output.open_sink(format, context)
     try:
         columns = [c for c in (*SAMPLES_SCHEMA.names, "rollout_id") if c in file.schema_arrow.names]
-        row_groups = (file.read_row_group(i, columns=columns) for i in range(file.num_row_groups))
-        for table in tables_by_session(row_groups):
+        for table in tables_by_session(_row_groups(source, file, columns)):
+            summary.lengths.extend(check_sample_values(table, source, summary.samples_read).tolist())
             summary.sessions += 1
             summary.samples_read += table.num_rows
             sid, group_index = table.column("session_id")[0].as_py(), table.column("group_index")[0].as_py()
             summary.groups.add(sid, group_index, table.num_rows)
-            sink.add(table)
+            summary.rollout_ids.add(sid, _rollout_id(table))
+            output.add(sink, table)
     except BaseException:
         sink.abort()
         raise

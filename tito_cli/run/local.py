@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..algorithm.policy import Policy
+from ..read.files import LogFile
 from ..read.index import ReadBatch
 from ..read.sessions import SessionsTable
 from ..turns import Reject
@@ -88,6 +89,10 @@ class _LocalLog:
     @property
     def sessions_table(self) -> SessionsTable:
         return self.corpus.sessions_table
+
+    @property
+    def log_files(self) -> list[LogFile]:
+        return self.corpus.log.files
 
     def session_ids(self) -> Sequence[str]:
         return self.corpus.session_ids()

@@ -39,7 +39,7 @@ from .._arrow import list_array, primitive_array, string_array
 from ..algorithm.policy import Policy
 from ..algorithm.session import SessionReport
 from ..errors import MissingDependencyError
-from ..read.files import READ_COLUMNS
+from ..read.files import READ_COLUMNS, LogFile
 from ..read.rows import rows_from_table
 from ..read.sessions import SessionsTable
 from ..read.turnlog import TurnLog
@@ -109,6 +109,10 @@ class _RayLog:
     @property
     def tokenizer(self) -> str | None:
         return self.log.tokenizer
+
+    @property
+    def log_files(self) -> list[LogFile]:
+        return self.log.files
 
     def session_ids(self) -> Sequence[str]:
         return self.log.session_ids()

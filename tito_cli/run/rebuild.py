@@ -17,13 +17,14 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .._paths import leave_out_previous_output
+from .._targets import writing
 from ..algorithm.policy import Policy, default_policy
 from ..algorithm.session import SessionReport
 from ..errors import OutputError
 from ..export.base import Sink, SinkContext
+from ..export.formats import format_options
 from ..export.rejects import rejects_path
-from ..read.files import discover_files, require_logs
+from ..read.files import check_sessions_given, discover_files, require_logs
 from ..read.sessions import SessionsTable
 from ..turns import Reject
 from .corpus import SessionFacts, Unfinished
@@ -204,13 +205,16 @@ def rebuild_with(
     out = Path(out)
     runner = runner_for(run.engine, run.engine_options)
     rejects_file = rejects_path(out)
-    output = RunOutput(out, overwrite=run.overwrite, rejects_file=rejects_file)
     input_paths = [Path(p) for p in inputs]
-    files = require_logs(
-        leave_out_previous_output(discover_files(input_paths), input_paths, output.targets), input_paths
+    files = require_logs(discover_files(input_paths), input_paths)
+    # Checked before anything is read: never an input (also through a {rollout_id} pattern), never a special file.
+    pattern = getattr(format_options(run.output_format, run.options), "out_pattern", None)
+    output = RunOutput(
+        out, overwrite=run.overwrite, rejects_file=rejects_file, reads=input_paths, found=files, pattern=pattern
     )
     rejected: list[Reject] = list(extra_rejects)
     with runner.open(files, run.unfinished, out.parent) as opened:
+        check_sessions_given(input_paths, opened.log_files)
         summary = RebuildSummary(
             out=out,
             rejects_file=rejects_file,
@@ -233,6 +237,11 @@ def rebuild_with(
     summary.files = list(sink.files)
     summary.samples_written = sink.samples_written
     summary.warnings = list(sink.warnings)
+    if run.drift_counter is not None and count_drift is None:
+        name = opened.tokenizer or "(none recorded)"
+        summary.warnings.append(
+            f"drift classes not counted: the log's tokenizer {name} is not found here (pass --tokenizer PATH)"
+        )
     return summary
 
 
@@ -259,7 +268,8 @@ def _rebuild_into(
                 rejected.append(result)
             else:
                 assert result.table is not None
-                sink.add(result.table)
+                with writing(summary.out):
+                    sink.add(result.table)
                 summary.add_session(result.session_id, result.report)
             if progress is not None:
                 progress(done, total)

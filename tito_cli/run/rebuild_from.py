@@ -43,13 +43,14 @@ def rebuild_from(
     """
     run = run or RebuildOptions()
     out = Path(out)
-    # Before importing anything (rebuild() checks again, as for every run: the same check).
-    check_outputs(out, overwrite=run.overwrite, rejects_file=rejects_path(out))
+    paths = [Path(p) for p in sources]
+    # Checked before anything is imported (rebuild() checks it again against the imported log): the same check.
+    check_outputs(out, overwrite=run.overwrite, rejects_file=rejects_path(out), reads=paths)
     with tempfile.TemporaryDirectory(prefix=f".{out.name}.import-", dir=out.parent) as scratch:
         log = Path(scratch) / "log"
         imported = import_traces(
             format,
-            sources,
+            paths,
             log,
             rewards=rewards,
             tokenizer=tokenizer,

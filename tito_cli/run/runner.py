@@ -24,6 +24,7 @@ from typing import Any, ClassVar, Protocol
 
 from ..algorithm.policy import Policy
 from ..plugins import PluginTable
+from ..read.files import LogFile
 from ..read.sessions import SessionsTable
 from ..turns import Reject
 from .corpus import SessionFacts, SessionOutput, Unfinished
@@ -41,6 +42,10 @@ class OpenedLog(Protocol):
     @property
     def sessions_table(self) -> SessionsTable:
         """The log's sessions rows, and the unusable ones."""
+
+    @property
+    def log_files(self) -> list[LogFile]:
+        """The log's files (turns and sessions tables) as found and classified."""
 
     @property
     def workers_capped(self) -> tuple[int, int] | None:

@@ -20,15 +20,14 @@ from __future__ import annotations
 import os
 import random
 import shutil
-import tempfile
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from .._atomic import fsync_directory
 from .._paths import FIXTURE_TOKENIZER
+from .._targets import check_target, log_files_in, publish_folder, staging_folder, writing
 from ..capture.writer import TurnLogWriter
 from ..errors import OutputError
 from ..families import family_named
@@ -114,7 +113,10 @@ def simulate(
         raise ValueError("sessions must be >= 0")
     spec: Profile = PROFILES[profile]
     out = Path(out_dir)
-    existing = sorted(out.glob("*.parquet")) if out.is_dir() else []
+    with writing(out):
+        out.parent.mkdir(parents=True, exist_ok=True)
+    check_target(out, overwrite=overwrite, folder=True)
+    existing = log_files_in(out) if out.is_dir() else []
     if existing and not overwrite:
         raise OutputError(
             f"{out} already holds {len(existing)} Parquet file(s); simulated sessions would mix with them",
@@ -125,38 +127,19 @@ def simulate(
     tokenizer = tokenizer or spec.tokenizer
     folder = Path(tokenizer_dir) if tokenizer_dir is not None else resolve(tokenizer)
     chat = Chat(folder, family_named(spec.family))
-    out.parent.mkdir(parents=True, exist_ok=True)
     # The new log is written aside (a hidden folder beside the target, so on the same file
     # system) and moved in only once it is complete: a failed run leaves the old log as it was.
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.simulating-", dir=out.parent))
+    staging = staging_folder(out)
     try:
-        summary = _simulate_into(staging, chat, spec, sessions, seed, profile, tokenizer, progress)
-        out.mkdir(exist_ok=True)
-        _replace_log(out, existing, summary.files)
-    finally:
+        with writing(out):
+            summary = _simulate_into(staging, chat, spec, sessions, seed, profile, tokenizer, progress)
+    except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
+        raise
+    publish_folder(staging, out, existing)
     summary.out_dir = out
     summary.files = [out / f.name for f in summary.files]
     return summary
-
-
-def _replace_log(out: Path, old: list[Path], new: list[Path]) -> None:
-    """Move ``new`` files into ``out`` in place of its ``old`` Parquet files.
-
-    The old files are first renamed to hidden names (which no reader picks
-    up), so that a name the new log reuses is free; they go once every new
-    file is in.
-    """
-    hidden = []
-    for path in old:
-        aside = path.with_name(f".{path.name}.replaced")
-        os.replace(path, aside)
-        hidden.append(aside)
-    for path in new:
-        os.replace(path, out / path.name)
-    fsync_directory(out)
-    for path in hidden:
-        path.unlink()
 
 
 def _simulate_into(

@@ -82,6 +82,14 @@ def _trajectory(doc: Any, ref: SourceRef) -> ImportedSession | InvalidSessionErr
     for position, step in enumerate(steps):
         if not isinstance(step, dict) or step.get("source") not in _ROLES or type(step.get("step_id")) is not int:
             return reject(f"step {position}: needs an integer step_id and a source of system, user or agent", ref, sid)
+    seen: dict[int, int] = {}
+    for position, step in enumerate(steps):
+        if step["step_id"] in seen:
+            # Which comes first is unknowable: sorting would pick an order silently.
+            return reject(
+                f"step {position}: step_id {step['step_id']} is also step {seen[step['step_id']]}'s", ref, sid
+            )
+        seen[step["step_id"]] = position
     session = ImportedSession(sid, [], ref)
     messages: list[dict[str, Any]] = []
     without_ids = 0

@@ -144,13 +144,19 @@ def reject(message: str, ref: SourceRef, session_id: str) -> InvalidSessionError
     return InvalidSessionError(message, file=ref.file, row=ref.row, session_id=session_id)
 
 
-def read_json_lines(path: Path) -> Iterator[tuple[int, Any] | tuple[int, SourceError]]:
-    """``(line number, value)`` per non-blank line; a line that is not JSON yields ``(line, SourceError)``.
+def read_json_lines(path: Path, *, id_key: str | None = None) -> Iterator[tuple[int, Any] | tuple[int, SourceError]]:
+    """``(line number, value)`` per non-blank line; a line that is not usable JSON yields ``(line, SourceError)``.
 
-    The caller decides whether a broken line rejects a session or the whole source.
+    A UTF-8 byte-order mark at the start of the file is not part of the first
+    line.  Not usable: malformed JSON, and JSON Python's parser gives up on
+    (an integer of more than 4,300 digits, nesting deeper than its recursion
+    limit).  The caller decides whether a broken line rejects a session or the
+    whole source.  ``id_key``: for a line that is JSON but beyond the parser's
+    limits, the error's ``session_id`` is the top-level string under this key,
+    found without parsing the rest (``None`` when there is none).
     """
     try:
-        handle = path.open(encoding="utf-8")
+        handle = path.open(encoding="utf-8-sig")
     except OSError as exc:
         raise SourceError(f"cannot read ({exc.strerror})", file=path) from None
     with handle:
@@ -162,8 +168,63 @@ def read_json_lines(path: Path) -> Iterator[tuple[int, Any] | tuple[int, SourceE
                     yield number, json.loads(line)
                 except json.JSONDecodeError as exc:
                     yield number, SourceError(f"not JSON ({exc.msg})", file=path, row=number)
+                except (ValueError, RecursionError) as exc:
+                    reason = "nested too deep" if isinstance(exc, RecursionError) else str(exc)
+                    sid = top_level_string(line, id_key) if id_key is not None else None
+                    yield number, SourceError(f"not usable JSON ({reason})", file=path, row=number, session_id=sid)
         except UnicodeDecodeError:
             raise SourceError("not UTF-8 text", file=path) from None
+
+
+def _skip_value(text: str, at: int) -> int:
+    """The index just past the JSON value starting at ``at`` (strings, arrays and objects by their brackets)."""
+    depth = 0
+    i = at
+    while i < len(text):
+        char = text[i]
+        if char == '"':
+            i = int(json.decoder.scanstring(text, i + 1)[1])  # type: ignore[attr-defined]
+            if depth == 0:
+                return i
+            continue
+        if char in "[{":
+            depth += 1
+        elif char in "]}":
+            if depth == 0:
+                return i  # the end of the object holding a scalar
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        elif depth == 0 and char == ",":
+            return i
+        i += 1
+    raise ValueError("unterminated value")
+
+
+def top_level_string(text: str, key: str) -> str | None:
+    """The string under ``key`` in the JSON object ``text``, read without parsing the other values.
+
+    For lines Python's parser gives up on (a 5,000-digit integer, nesting
+    100,000 deep) whose session can still be told: nothing is converted but
+    the keys and the one string asked for.
+    """
+    try:
+        i = text.index("{") + 1
+        while True:
+            while text[i] in " \t\r\n,":
+                i += 1
+            if text[i] != '"':
+                return None
+            name, i = json.decoder.scanstring(text, i + 1)  # type: ignore[attr-defined]
+            while text[i] in " \t\r\n:":
+                i += 1
+            end = _skip_value(text, i)
+            if name == key:
+                value = json.loads(text[i:end])
+                return value if isinstance(value, str) else None
+            i = end
+    except (ValueError, IndexError, RecursionError):
+        return None
 
 
 def read_json_file(path: Path) -> Any:

@@ -13,6 +13,7 @@ whose capture failed for a call (``<rollout>.tokens.incomplete``, an
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -67,17 +68,60 @@ class NemoGymImporter(Importer):
                 yield session
 
 
+#: NeMo Gym's row keys (``nemo_gym/global_config.py``) and its capture-id pattern (``rollout_correlation.py``).
+ROLLOUT_ID_KEY = "_ng_rollout_id"
+TASK_INDEX_KEY = "_ng_task_index"
+ROLLOUT_INDEX_KEY = "_ng_rollout_index"
+ATTEMPT_INDEX_KEY = "_ng_attempt_index"
+_ROLLOUT_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def rollout_id_of(row: dict[str, Any]) -> str | None:
+    """The capture key NeMo Gym files a rollout's token capture under, from its rollouts row.
+
+    NeMo Gym's own rule (``maybe_rollout_id_from_run_body``): an explicit
+    ``_ng_rollout_id``, else ``"{_ng_task_index}-{_ng_rollout_index}"``; either
+    takes ``-a{n}`` when ``_ng_attempt_index`` is above 0.  ``None`` when the
+    row has neither; ``ValueError`` for an explicit id NeMo Gym would refuse.
+    """
+    explicit = row.get(ROLLOUT_ID_KEY)
+    if explicit is not None:
+        if not (isinstance(explicit, str) and _ROLLOUT_ID_PATTERN.match(explicit)):
+            raise ValueError(f"{ROLLOUT_ID_KEY} {explicit!r} is not a NeMo Gym capture id")
+        rollout_id = explicit
+    else:
+        task, rollout = row.get(TASK_INDEX_KEY), row.get(ROLLOUT_INDEX_KEY)
+        if task is None or rollout is None:
+            return None
+        rollout_id = f"{task}-{rollout}"
+    attempt = row.get(ATTEMPT_INDEX_KEY)
+    if attempt is not None and int(attempt) > 0:
+        rollout_id = f"{rollout_id}-a{int(attempt)}"
+    return rollout_id
+
+
 def _rollout_rewards(path: Path) -> dict[str, SessionOutcome]:
     rewards: dict[str, SessionOutcome] = {}
     for number, row in read_json_lines(path):
         if isinstance(row, SourceError):
             raise row
-        rid = row.get("rollout_id") if isinstance(row, dict) else None
-        reward = row.get("reward") if isinstance(row, dict) else None
-        if not isinstance(rid, str):
-            raise SourceError("a rollouts row needs a rollout_id", file=path, row=number)
+        if not isinstance(row, dict):
+            raise SourceError("a rollouts row must be a JSON object", file=path, row=number)
+        try:
+            rid = rollout_id_of(row)
+        except (ValueError, TypeError, OverflowError) as exc:
+            raise SourceError(f"no usable rollout id ({exc})", file=path, row=number) from None
+        reward = row.get("reward")
+        if rid is None:
+            raise SourceError(
+                f"a rollouts row needs {ROLLOUT_ID_KEY}, or {TASK_INDEX_KEY} and {ROLLOUT_INDEX_KEY}",
+                file=path,
+                row=number,
+            )
         if reward is not None and (isinstance(reward, bool) or not isinstance(reward, (int, float))):
             raise SourceError(f"reward must be a number, got {reward!r}", file=path, row=number)
+        if rid in rewards:
+            raise SourceError(f"rollout {rid!r} has two rows", file=path, row=number)
         rewards[rid] = SessionOutcome(
             reward=None if reward is None else float(reward), source=SourceRef(str(path), number)
         )

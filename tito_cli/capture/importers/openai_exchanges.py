@@ -75,14 +75,29 @@ class OpenAIExchangesImporter(Importer):
         for path in sources:
             if path.is_dir():
                 raise SourceError("expected a JSONL file, got a folder", file=path)
-            for number, record in read_json_lines(path):
+            for number, record in read_json_lines(path, id_key="session_id"):
                 ref = SourceRef(str(path), number)
                 if isinstance(record, SourceError):
-                    grouped.setdefault(NO_SESSION, []).append((ref, record))
-                    continue
-                grouped.setdefault(self._session_id(record), []).append((ref, record))
+                    sid = record.session_id or NO_SESSION
+                else:
+                    sid = self._session_id(record)
+                if sid == NO_SESSION:
+                    # Any session may be missing this turn: importing the others would be a guess.
+                    raise self._unattributable(record, ref)
+                grouped.setdefault(sid, []).append((ref, record))
         for sid, records in grouped.items():
             yield self._session(sid, records)
+
+    def _unattributable(self, record: Any, ref: SourceRef) -> SourceError:
+        """A line no session can be told from: the source is refused whole (sessions are imported whole or not)."""
+        if isinstance(record, SourceError):
+            reason = f"{record.message}: which session's turn it is cannot be told"
+        else:
+            hint = "; pass --session-header NAME" if self.options.session_header is None else ""
+            reason = f"no session id (no session_id field, header or /sessions/<id>/v1 path){hint}"
+        return SourceError(
+            reason, file=ref.file, row=ref.row, tip="fix or remove the line: every session must be imported whole"
+        )
 
     def _session_id(self, record: Any) -> str:
         if not isinstance(record, dict):
@@ -104,15 +119,11 @@ class OpenAIExchangesImporter(Importer):
 
     def _session(self, sid: str, records: list[tuple[SourceRef, Any]]) -> ImportedSession | InvalidSessionError:
         first = records[0][0]
-        if sid == NO_SESSION:
-            ref, record = records[0]
-            if isinstance(record, SourceError):
-                return reject(record.message, ref, sid)
-            hint = "; pass --session-header NAME" if self.options.session_header is None else ""
-            return reject(f"no session id (no session_id field, header or /sessions/<id>/v1 path){hint}", ref, sid)
         session = ImportedSession(sid, [], first)
         failed = 0
         for ref, record in records:
+            if isinstance(record, SourceError):
+                return reject(record.message, ref, sid)  # JSON beyond the parser's limits, its session known
             if not isinstance(record, dict):
                 return reject("a record must be a JSON object", ref, sid)
             mapped = map_exchange(record, ref)
@@ -176,6 +187,9 @@ def map_exchange(record: dict[str, Any], ref: SourceRef) -> tuple[ImportedTurn, 
     metadata = record.get("metadata")
     timestamp = iso_timestamp(record.get("timestamp")) or epoch_timestamp(record.get("timestamp"))
     seq = record.get("seq")
+    if seq is not None and type(seq) is not int:
+        # Ignored, the line order would stand in for it: the turns could be reordered without a word.
+        return f"seq {seq!r} is not an integer"
     turn = ImportedTurn(
         prompt_ids=prompt,
         output_ids=output,
@@ -187,7 +201,7 @@ def map_exchange(record: dict[str, Any], ref: SourceRef) -> tuple[ImportedTurn, 
         tools=request.get("tools"),
         metadata=metadata,
         timestamp=timestamp,
-        seq=seq if type(seq) is int else None,
+        seq=seq,
     )
     return turn, notes
 

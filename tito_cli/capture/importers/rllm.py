@@ -14,7 +14,9 @@ parent's completion, then the delta.
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -43,11 +45,20 @@ class RllmImporter(Importer):
             yield from self._database(path)
 
     def _database(self, path: Path) -> Iterator[ImportedSession | InvalidSessionError]:
-        rows, records = _read_store(path)
+        rows, records, duplicated, unattributed = _read_store(path)
         by_session: dict[str, list[tuple[str, int, Any]]] = {}
         for sid, trace_id, rowid, record in rows:
             by_session.setdefault(sid, []).append((trace_id, rowid, record))
+        for value, rowid in unattributed:
+            reason = f"trace_sessions.session_id is {value!r}, not text: its traces belong to no session"
+            yield reject(reason, SourceRef(str(path), rowid, "row"), str(value))
         for sid, traces in by_session.items():
+            twice = next((t for t in traces if t[0] in duplicated), None)
+            if twice is not None:
+                # Which of the records is the call is unknowable: the session is rejected, never guessed.
+                reason = f"trace {twice[0]} appears {duplicated[twice[0]]} times in the traces table"
+                yield reject(reason, SourceRef(str(path), twice[1], "row"), sid)
+                continue
             yield self._session(path, sid, traces, records)
 
     def _session(
@@ -103,12 +114,16 @@ class RllmImporter(Importer):
         return session
 
 
-def _read_store(path: Path) -> tuple[list[tuple[str, str, int, Any]], dict[str, tuple[int, Any]]]:
-    """The (session, trace, rowid, record) rows in session order, and every record by trace id."""
+def _read_store(
+    path: Path,
+) -> tuple[list[tuple[str, str, int, Any]], dict[str, tuple[int, Any]], dict[str, int], list[tuple[Any, int]]]:
+    """The (session, trace, rowid, record) rows in session order, every record by trace id, the trace ids
+    the traces table holds more than once (with their count), and the rows whose session id is not text."""
     if not path.is_file():
         raise SourceError("expected an SQLite database file", file=path)
     try:
-        connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        # A URI of the path, percent-encoded: "traces#1.db" must not open "traces" (and create it).
+        connection = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True)
     except sqlite3.Error as exc:
         raise SourceError(f"cannot open the database ({exc})", file=path) from None
     try:
@@ -122,10 +137,32 @@ def _read_store(path: Path) -> tuple[list[tuple[str, str, int, Any]], dict[str, 
         ) from None
     finally:
         connection.close()
+    counts = Counter(trace_id for trace_id, _, _ in every)
+    duplicated = {trace_id: n for trace_id, n in counts.items() if n > 1}
     records = {trace_id: (rowid, _parse(data)) for trace_id, rowid, data in every}
-    rows = [(sid, trace_id, rowid, records[trace_id][1], created) for sid, trace_id, rowid, created in joined]
+    rows = []
+    unattributed: dict[Any, int] = {}
+    seen: set[tuple[str, Any]] = set()
+    for sid, trace_id, rowid, created in joined:
+        if not isinstance(sid, str):
+            unattributed.setdefault(sid, rowid)
+            continue
+        if (sid, trace_id) in seen:
+            continue  # one trace, several traces rows: the session is rejected above
+        seen.add((sid, trace_id))
+        rows.append((sid, trace_id, rowid, records[trace_id][1], _seconds(created)))
     rows.sort(key=lambda r: (r[0], _arrival(r[3], r[4]), r[4], r[2]))
-    return [r[:4] for r in rows], records
+    return [r[:4] for r in rows], records, duplicated, sorted(unattributed.items(), key=lambda item: item[1])
+
+
+def _seconds(value: Any) -> float:
+    """A ``created_at`` as seconds; one SQLite stored as text or not at all sorts last (then by row)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.inf
 
 
 def _arrival(record: Any, created_at: float) -> float:

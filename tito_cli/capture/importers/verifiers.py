@@ -95,7 +95,11 @@ def _trace(
             return reject(
                 f"call {number}: length mismatch: mask has {_len(mask)} entries for {len(ids)} token ids", ref, sid
             )
-        sampled = [i for i, m in enumerate(mask) if m is True]
+        if any(type(m) not in (bool, int) or m not in (0, 1) for m in mask):
+            bad = next(m for m in mask if type(m) not in (bool, int) or m not in (0, 1))
+            return reject(f"call {number}: mask entry {bad!r} is not true/false (or 1/0)", ref, sid)
+        # 1/0 as verifiers' true/false: read only the booleans, a mask of integers would import empty outputs.
+        sampled = [i for i, m in enumerate(mask) if m == 1]
         if sampled and sampled != list(range(sampled[0], sampled[-1] + 1)):
             return reject(f"call {number}: the sampled tokens of node {index} are not contiguous", ref, sid)
         start = sampled[0] if sampled else len(ids)
