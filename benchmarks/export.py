@@ -34,11 +34,10 @@ DEMO = REPO / "fixtures" / "logs"
 
 CHILD = r"""
 import json, resource, sys, time
-from tito_cli.export.base import ExportOptions
 from tito_cli.run.export import export_samples
 source, out, fmt, split = sys.argv[1:5]
 started = time.perf_counter()
-options = ExportOptions(split_by=int(split) if split != "-" else None, logprobs="keep")
+options = {"split_by": int(split) if split != "-" else None, "logprobs": "keep"} if fmt == "slime" else None
 export_samples(source, out, fmt, options, overwrite=True)
 elapsed = time.perf_counter() - started
 print(json.dumps({"seconds": elapsed, "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))

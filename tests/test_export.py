@@ -26,7 +26,9 @@ from typer.testing import CliRunner
 from tito_cli._atomic import publish
 from tito_cli.cli import app
 from tito_cli.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_REJECTED, EXIT_USAGE, ExportError
-from tito_cli.export.base import ExportOptions, SinkContext, format_names, open_sink
+from tito_cli.export.base import SinkContext
+from tito_cli.export.formats import format_names, open_sink
+from tito_cli.export.slime import SlimeOptions
 from tito_cli.run.export import export_samples
 from tito_cli.run.rebuild import rebuild
 from tito_cli.schema import SAMPLES_SCHEMA
@@ -320,7 +322,7 @@ def test_logprobs_are_all_or_none(tmp_path: Path) -> None:
 
     for choice, expected in (("drop", [None, None]), ("keep", [[-0.5, -0.25], [0.0, 0.0]])):
         out = tmp_path / f"{choice}.pt"
-        sink = open_sink("slime", out, SinkContext(options=ExportOptions(logprobs=choice)))  # type: ignore[arg-type]
+        sink = open_sink("slime", out, SinkContext(options=SlimeOptions(logprobs=choice)))  # type: ignore[arg-type]
         for table in mixed:
             sink.add(table)
         publish(sink.close())

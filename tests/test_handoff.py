@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 from tito_cli.errors import OutputError
-from tito_cli.run import local
+from tito_cli.run import handoff, pool
 from tito_cli.run.lifetime import HANDOFF_PREFIX, handoff_folder, sweep_handoff_folders
 from tito_cli.run.rebuild import rebuild
 
@@ -151,7 +151,7 @@ def test_a_sweep_passes_over_what_tito_did_not_make(scratch: Path, tmp_path: Pat
 
 
 @pytest.mark.skipif(
-    local.worker_context().get_start_method() != "fork", reason="the patched handoff reaches forked workers only"
+    pool.worker_context().get_start_method() != "fork", reason="the patched handoff reaches forked workers only"
 )
 def test_a_rebuild_whose_every_handoff_write_follows_a_sweep_writes_the_same_bytes(
     tmp_path: Path, scratch: Path, monkeypatch: pytest.MonkeyPatch
@@ -172,7 +172,7 @@ def test_a_rebuild_whose_every_handoff_write_follows_a_sweep_writes_the_same_byt
     logs = tmp_path / "logs"
     write_log(logs, turns, [{"session_id": f"s{s:03d}", "reward": 1.0} for s in range(40)], max_rows=8)
     dead = _dead_folder(scratch, "")
-    real_write = local._Handoff.write
+    real_write = handoff.Handoff.write
 
     def write_after_a_sweep(outputs: list[Any], folder: str) -> None:
         # In the worker: an error here fails the rebuild, as issue #23's did.
@@ -180,7 +180,7 @@ def test_a_rebuild_whose_every_handoff_write_follows_a_sweep_writes_the_same_byt
             raise AssertionError(f"a sweep removed the live handoff folder {folder}")
         real_write(outputs, folder)
 
-    monkeypatch.setattr(local._Handoff, "write", staticmethod(write_after_a_sweep))
+    monkeypatch.setattr(handoff.Handoff, "write", staticmethod(write_after_a_sweep))
     one = rebuild([logs], tmp_path / "one.parquet", workers=1)
     two = rebuild([logs], tmp_path / "two.parquet", workers=2, batch_bytes=0)
 
@@ -191,7 +191,7 @@ def test_a_rebuild_whose_every_handoff_write_follows_a_sweep_writes_the_same_byt
 
 
 @pytest.mark.skipif(
-    local.worker_context().get_start_method() != "fork", reason="the patched handoff reaches forked workers only"
+    pool.worker_context().get_start_method() != "fork", reason="the patched handoff reaches forked workers only"
 )
 def test_a_rebuild_whose_handoff_folder_something_else_removes_fails_saying_so(
     tmp_path: Path, scratch: Path, monkeypatch: pytest.MonkeyPatch
@@ -202,14 +202,14 @@ def test_a_rebuild_whose_handoff_folder_something_else_removes_fails_saying_so(
         for s in range(6)
     ]
     write_log(logs, turns, max_rows=2)
-    real_write = local._Handoff.write
+    real_write = handoff.Handoff.write
 
     def write_after_a_tmp_cleaner(outputs: list[Any], folder: str) -> None:
         # In a worker: what `rm -rf /tmp/*` does to a running rebuild (both workers may try: the second finds it gone).
         shutil.rmtree(folder, ignore_errors=True)
         real_write(outputs, folder)
 
-    monkeypatch.setattr(local._Handoff, "write", staticmethod(write_after_a_tmp_cleaner))
+    monkeypatch.setattr(handoff.Handoff, "write", staticmethod(write_after_a_tmp_cleaner))
     out = tmp_path / "out.parquet"
     out.write_bytes(b"the previous samples")
     with pytest.raises(OutputError) as caught:
@@ -221,7 +221,7 @@ def test_a_rebuild_whose_handoff_folder_something_else_removes_fails_saying_so(
 def test_a_handoff_folder_removed_by_something_else_is_named_in_the_error(scratch: Path) -> None:
     gone = scratch / f"{HANDOFF_PREFIX}gone"
     with pytest.raises(FileNotFoundError) as caught:
-        local._Handoff.write([], str(gone))
+        handoff.Handoff.write([], str(gone))
     assert caught.value.filename == str(gone)
     assert "removed while the rebuild ran, and not by tito" in str(caught.value)
     assert f"something cleaning {scratch}?" in str(caught.value)

@@ -28,7 +28,7 @@ from tito_cli.export.groups import GroupCounts
 from tito_cli.read.index import SessionPlaces
 from tito_cli.read.turnlog import TurnLog
 from tito_cli.report.facts import FIELDS, select_rows, sort_rows
-from tito_cli.run.local import plan_batches
+from tito_cli.run.plan import plan_batches
 from tito_cli.run.rebuild import rebuild
 
 FIRST = [{"role": "user", "content": "hi"}]

@@ -83,3 +83,20 @@ def test_a_builtin_whose_class_answers_to_another_name_is_refused() -> None:
 
 def test_options_help_reads_each_fields_help() -> None:
     assert options_help(Square.Options) == {"side": "length of a side"}
+
+
+def test_options_are_built_from_the_plugins_own_class_and_foreign_ones_refused() -> None:
+    table: PluginTable[Shape] = PluginTable("shape", {"square": f"{__name__}:Square", "circle": f"{__name__}:Circle"})
+    assert table.option_owners() == {"side": ["square"]}
+    assert table.options("square") == Square.Options()
+    assert table.options("square", {"side": 3}) == Square.Options(side=3)
+    given = Square.Options(side=2)
+    assert table.options("square", given) is given
+    assert table.options("circle") is None and table.options("circle", {}) is None
+    # An option of another plug-in is refused naming its owner, not ignored.
+    with pytest.raises(ValueError, match="option 'side' applies to the square shape only, not circle"):
+        table.options("circle", {"side": 3})
+    with pytest.raises(ValueError, match="option 'radius' is unknown, not square"):
+        table.options("square", {"radius": 1})
+    with pytest.raises(ValueError, match=r"the shape circle takes no options, not Square\.Options"):
+        table.options("circle", Square.Options())

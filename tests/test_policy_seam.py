@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import pickle
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -18,7 +19,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tito_cli.algorithm.policies import Slime03, SlimeV4
-from tito_cli.algorithm.policy import ForkCause, Policy, policy_names
+from tito_cli.algorithm.policy import POLICIES, ForkCause, Policy, policy_names, register_policy
 from tito_cli.algorithm.session import SessionResult
 from tito_cli.cli import app
 from tito_cli.run.corpus import Corpus
@@ -45,6 +46,14 @@ class NeverRealign(SlimeV4):
     ) -> ForkCause | None:
         cause = super().fork_cause(lcp, drift, first_prompt_length, last_span_start, turn)
         return ForkCause.DRIFT_TOO_LONG if cause is None and drift else cause
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _registered() -> Iterator[None]:
+    # One line makes it a named policy (the plug-in convention); taken out again after this module.
+    register_policy(NeverRealign)
+    yield
+    POLICIES.unregister(NeverRealign.name)
 
 
 def test_a_variant_in_its_own_module_is_a_named_policy() -> None:

@@ -13,7 +13,6 @@ import pyarrow.parquet as pq
 import pytest
 
 from tito_cli.algorithm.policies import SlimeV4
-from tito_cli.export.base import ExportOptions
 from tito_cli.run.rebuild import rebuild
 
 from .helpers import CONFORMANCE_SLIME03, conformance_folders, needs, read_jsonl, write_log
@@ -108,7 +107,7 @@ def test_ray_writes_the_trainer_formats_through_the_same_sink(fmt: str, tmp_path
     write_log(logs, read_jsonl(folder / "turns.jsonl"), read_jsonl(folder / "sessions.jsonl"), max_rows=97)
     policy = SlimeV4(fork_threshold=int((folder / "threshold").read_text()))
     # --logprobs keep: the conformance corpus mixes sessions with and without recorded logprobs.
-    options = ExportOptions(logprobs="keep")
+    options = {"logprobs": "keep"} if fmt == "slime" else None
 
     rebuild([logs], tmp_path / "local.out", policy, workers=1, output_format=fmt, options=options)
     rebuild_ray([logs], tmp_path / "ray.out", policy, output_format=fmt, options=options)

@@ -72,7 +72,8 @@ def test_row_groups_do_not_depend_on_how_the_tables_were_cut(fmt: str, tmp_path:
     """The Ray runner and ``export`` hand sinks slices of bigger tables; the local runner whole tables."""
     import pyarrow as pa
 
-    from tito_cli.export.base import SinkContext, open_sink
+    from tito_cli.export.base import SinkContext
+    from tito_cli.export.formats import open_sink
     from tito_cli.export.samples import session_table
     from tito_cli.run.corpus import Corpus
     from tito_cli.turns import Reject

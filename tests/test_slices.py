@@ -26,9 +26,9 @@ from tito_cli.read.rows import read_batch
 from tito_cli.read.turnlog import TurnLog
 from tito_cli.render.plain import to_plain
 from tito_cli.render.summary import render_rebuild_summary
-from tito_cli.run import local
+from tito_cli.run import plan as planning
 from tito_cli.run.compact import compact
-from tito_cli.run.local import MAX_DECODE_OVERHEAD, decoded_bytes, plan_batches, worker_cap, workers_for
+from tito_cli.run.plan import MAX_DECODE_OVERHEAD, decoded_bytes, plan_batches, worker_cap, workers_for
 from tito_cli.run.rebuild import rebuild
 
 from .helpers import REPO, write_log
@@ -169,10 +169,10 @@ def test_plans_count_a_slice_from_the_start_of_its_row_group() -> None:
     # The last session of a row group alone costs that whole row group: pyarrow decodes the slices before it.
     assert decoded_bytes([ReadBatch(in_turn.row_groups, [in_turn.places["s015"]])]) == 4 * (64 << 20)
     # Eight batches per worker would decode the log 2.5 times: the plan has fewer, larger ones.
-    assert decoded_bytes(local._spread(in_turn, 2)) >= 2.5 * once
+    assert decoded_bytes(planning._spread(in_turn, 2)) >= 2.5 * once
     for workers in (2, 4, 8):
         plan = plan_batches(in_turn, workers)
-        assert 2 <= len(plan) < len(local._spread(in_turn, workers)), workers
+        assert 2 <= len(plan) < len(planning._spread(in_turn, workers)), workers
         assert decoded_bytes(plan) <= MAX_DECODE_OVERHEAD * once, workers
     assert workers_for(in_turn, 2) == 2 and worker_cap(in_turn, 2) is None
     # Every session straddles two slices: no clean cut anywhere, so the plan cuts at the size.
@@ -211,7 +211,7 @@ def test_an_explicit_worker_count_is_capped_with_a_note_when_batches_would_decod
     logs = tmp_path / "logs"
     _shared_row_groups_log(logs)
     assert len(TurnLog.open([logs]).index().row_groups) == 3
-    monkeypatch.setattr(local, "MIN_PARALLEL_BYTES", 0)  # the log counts as big enough for workers
+    monkeypatch.setattr(planning, "MIN_PARALLEL_BYTES", 0)  # the log counts as big enough for workers
     assert worker_cap(TurnLog.open([logs]).index(), 2) == 1
     one = rebuild([logs], tmp_path / "one.parquet", workers=1)
     assert one.workers_capped is None

@@ -20,15 +20,16 @@ from tito_cli.errors import EXIT_BAD_INPUT, UnreadableLogError
 from tito_cli.read.index import LogIndex, RowGroup, SessionPlace
 from tito_cli.read.index_pass import build_index
 from tito_cli.read.turnlog import TurnLog
-from tito_cli.run import local as parallel
+from tito_cli.run import plan as planning
+from tito_cli.run import pool as parallel
 from tito_cli.run.corpus import Corpus
-from tito_cli.run.local import (
+from tito_cli.run.in_order import InOrder
+from tito_cli.run.local import SessionOutput, rebuild_outputs
+from tito_cli.run.plan import (
     MIN_PARALLEL_BYTES,
-    SessionOutput,
-    _InOrder,
     decoded_bytes,
+    plan,
     plan_batches,
-    rebuild_outputs,
     work_bytes,
     worker_cap,
     workers_for,
@@ -69,7 +70,7 @@ def test_worker_handoff_files_never_outlive_the_run(tmp_path: Path, monkeypatch:
     assert list(scratch.iterdir()) == []
     # Nor when the run stops half-way (the consumer gives up after the first output).
     corpus = Corpus.open([logs])
-    outputs = rebuild_outputs(corpus, policy, workers=2, batch_bytes=1, spill_dir=tmp_path)
+    outputs = rebuild_outputs(corpus, policy, plan(corpus.log.index(), 2, 2, 1), spill_dir=tmp_path)
     first = next(outputs)
     assert first.session_id == corpus.session_ids()[0]
     outputs.close()
@@ -97,7 +98,7 @@ def test_outputs_come_in_session_id_order_whatever_the_log_order(tmp_path: Path)
     index = corpus.log.index()
     assert [p.session_id for p in index.in_log_order()] == [f"s{5 - n}" for n in range(6)]
 
-    outputs = list(rebuild_outputs(corpus, SlimeV4(), workers=1, batch_bytes=1, spill_dir=tmp_path))
+    outputs = list(rebuild_outputs(corpus, SlimeV4(), plan(corpus.log.index(), 1, 1, 1), spill_dir=tmp_path))
     assert [o.session_id for o in outputs] == [f"s{n}" for n in range(6)]
     assert all(isinstance(o, SessionOutput) and o.table is not None for o in outputs)
     assert [o.table.column("session_id")[0].as_py() for o in outputs] == [f"s{n}" for n in range(6)]
@@ -108,7 +109,7 @@ def test_early_outputs_are_parked_on_disk_and_come_back_intact(tmp_path: Path) -
     corpus = Corpus.open([logs])
     outputs = [o for o in rebuild_outputs(corpus, policy) if isinstance(o, SessionOutput) and o.table.num_rows]
     tables = {o.session_id: o.table for o in outputs}
-    in_order = _InOrder(sorted(tables), spill_dir=tmp_path)
+    in_order = InOrder(sorted(tables), spill_dir=tmp_path)
     arrivals = [SessionOutput(o.session_id, o.table, o.report) for o in reversed(outputs)]
     emitted = []
     for output in arrivals[:-1]:
@@ -148,7 +149,7 @@ def _index_of_sizes(sizes_mib: list[int]) -> LogIndex:
 
 def test_batches_are_bounded_and_shrink_toward_the_end(monkeypatch: pytest.MonkeyPatch) -> None:
     index = _index_of_sizes([10] * 200)  # 2000 MiB
-    monkeypatch.setattr(parallel, "MAX_BATCH_BYTES", 64 << 20)
+    monkeypatch.setattr(planning, "MAX_BATCH_BYTES", 64 << 20)
     sizes = [b.nbytes >> 20 for b in plan_batches(index, workers=2)]
     assert sum(sizes) == 2000
     # Bounded whatever the log's size (a worker holds a whole batch's samples): a batch
@@ -170,7 +171,7 @@ def test_a_worker_error_names_the_file(tmp_path: Path, monkeypatch: pytest.Monke
     victim = corpus.log.turn_files[-1].path
     victim.write_bytes(b"PAR1 not really")
     with pytest.raises(UnreadableLogError) as caught:
-        list(rebuild_outputs(corpus, policy, workers=2, batch_bytes=1))
+        list(rebuild_outputs(corpus, policy, plan(corpus.log.index(), 2, 2, 1)))
     assert caught.value.file == str(victim)
     # Batches that finished before the error left no handoff file behind.
     assert list(scratch.iterdir()) == []

@@ -10,9 +10,11 @@ The public API, in the order data flows through it::
     rebuild_session      one session's turns -> routing tree -> samples, plus a report (algorithm/session.py)
     rebuild              a whole log -> samples.parquet (or a trainer format) + rejects report (run/rebuild.py)
     export_samples       a samples file -> slime / SkyRL / TRL files (run/export.py; docs/export.md)
-    ExportOptions        the trainer formats' options: split, forked sessions, logprobs, labels (export/base.py)
     rebuild_from         another system's traces -> samples, through a temporary log (run/rebuild_from.py)
     Policy               a named policy and its knobs: Policy.named("slime-0.3", fork_threshold=1024)
+    register_policy, register_output_format, register_importer
+                         add a plug-in (a class with name, summary, Options) from outside the package
+                         (tito_cli/plugins.py; docs/architecture.md, "Plug-ins")
 
 docs/architecture.md draws the whole layout.
 Everything else is reachable through its module; names not listed here may
@@ -25,8 +27,9 @@ import importlib
 import typing
 
 if typing.TYPE_CHECKING:
-    from .algorithm.policy import DEFAULT_FORK_THRESHOLD, Policy
+    from .algorithm.policy import DEFAULT_FORK_THRESHOLD, Policy, register_policy
     from .algorithm.session import SessionReport, SessionResult, rebuild_session
+    from .capture.importers import register_importer
     from .capture.importing import ImportSummary, import_traces
     from .capture.writer import TurnLogWriter
     from .errors import (
@@ -42,7 +45,7 @@ if typing.TYPE_CHECKING:
         UnknownSessionError,
         UnreadableLogError,
     )
-    from .export.base import ExportOptions
+    from .export.formats import register_output_format
     from .export.openai_exchanges import export_exchanges
     from .run.corpus import Corpus
     from .run.export import ExportSummary, export_samples
@@ -67,7 +70,9 @@ _HOME = {
     "SessionResult": "algorithm.session",
     "rebuild_session": "algorithm.session",
     "ExportError": "errors",
-    "ExportOptions": "export.base",
+    "register_policy": "algorithm.policy",
+    "register_importer": "capture.importers",
+    "register_output_format": "export.formats",
     "ExportSummary": "run.export",
     "export_samples": "run.export",
     "InvalidSessionError": "errors",
@@ -105,7 +110,6 @@ __all__ = [
     "DEFAULT_FORK_THRESHOLD",
     "Corpus",
     "ExportError",
-    "ExportOptions",
     "ExportSummary",
     "ImportSummary",
     "InvalidSessionError",
@@ -133,4 +137,7 @@ __all__ = [
     "rebuild",
     "rebuild_from",
     "rebuild_session",
+    "register_importer",
+    "register_output_format",
+    "register_policy",
 ]

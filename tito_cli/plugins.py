@@ -9,15 +9,18 @@ upstreams, model-family profiles) is one :class:`PluginTable`.  A plug-in is a c
   document them per plug-in instead of in one union class.
 
 Built-in plug-ins are named by import path and imported only when asked for, so a command pays only
-for the plug-ins it uses.  Tests and third parties add one with ``register`` (each kind re-exports its
-table's method as ``register_<kind>``): one module and one line, nothing else to edit.
+for the plug-ins it uses.  :meth:`PluginTable.options` turns what a caller gives (nothing, an
+``Options`` instance, a mapping of its fields) into the plug-in's options, refusing an option that
+belongs to another plug-in of the kind (:meth:`PluginTable.option_owners` names them).  Tests and
+third parties add one with ``register`` (each kind re-exports its table's method as
+``register_<kind>``): one module and one line, nothing else to edit.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import importlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 __all__ = ["Plugin", "PluginTable", "options_help"]
@@ -104,6 +107,39 @@ class PluginTable(Generic[P]):
     def help(self) -> str:
         """The plug-ins as help text: ``name: summary`` per line."""
         return "\n".join(f"{name}: {summary}" for name, summary in self.summaries().items())
+
+    def option_owners(self) -> dict[str, list[str]]:
+        """Each option (a field of some plug-in's ``Options``) -> the plug-ins that have it, in table order."""
+        owners: dict[str, list[str]] = {}
+        for name in self.names():
+            options = getattr(self.get(name), "Options", None)
+            for option in dataclasses.fields(options) if options is not None else ():
+                owners.setdefault(option.name, []).append(name)
+        return owners
+
+    def options(self, name: str, given: object = None) -> Any:
+        """``name``'s options as an instance of its ``Options``: ``given`` is ``None`` (the defaults),
+        such an instance, or a mapping of its fields.
+
+        ``ValueError`` for a field it does not have, naming the plug-ins that have it (an option
+        meant for another plug-in is refused rather than ignored), and for any other value.
+        """
+        cls = self.get(name)
+        wanted: type[Any] | None = getattr(cls, "Options", None)
+        if given is None:
+            return wanted() if wanted is not None else None
+        if wanted is not None and isinstance(given, wanted):
+            return given
+        if not isinstance(given, Mapping):
+            expected = wanted.__qualname__ if wanted is not None else "no"
+            raise ValueError(f"the {self.kind} {name} takes {expected} options, not {type(given).__qualname__}")
+        known = [f.name for f in dataclasses.fields(wanted)] if wanted is not None else []
+        for key in given:
+            if key not in known:
+                owners = self.option_owners().get(key)
+                where = f"applies to the {' and '.join(owners)} {self.kind} only" if owners else "is unknown"
+                raise ValueError(f"option {key!r} {where}, not {name}")
+        return wanted(**given) if wanted is not None else None
 
     def _check(self, cls: Any, name: str | None) -> None:
         if not isinstance(cls, type):

@@ -19,18 +19,20 @@ A policy is a frozen dataclass: one typed, picklable value that travels to
 worker processes and to Ray.  Its fields are the knobs (``fork_threshold``,
 ``reward_mode``, ``max_sample_tokens``); its class is the algorithm, named by
 ``name``.  Each named policy is one module in :mod:`tito_cli.algorithm.policies`
-and registers itself by subclassing :class:`Policy` (see docs/architecture.md).
+and one line in :data:`POLICIES` (the plug-in convention, :mod:`tito_cli.plugins`);
+:func:`register_policy` adds one from outside the package (see docs/architecture.md).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+from ..plugins import PluginTable
 
 if TYPE_CHECKING:
     from ..turns import Message, MessageKey, Turn
@@ -39,6 +41,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_FORK_THRESHOLD",
     "DEFAULT_POLICY",
+    "POLICIES",
     "ForkCause",
     "Policy",
     "RewardMode",
@@ -46,6 +49,7 @@ __all__ = [
     "policy_class",
     "policy_label",
     "policy_names",
+    "register_policy",
 ]
 
 RewardMode = Literal["split", "full"]
@@ -70,9 +74,6 @@ class ForkCause(str, Enum):
     #: The drift lies in the latest response but the incoming output is not shorter than
     #: the threshold (slime-0.3's gate, SPEC §8.3).
     OUTPUT_TOO_LONG = "output_too_long"
-
-
-_REGISTRY: dict[str, type[Policy]] = {}
 
 
 @dataclass(frozen=True)
@@ -101,12 +102,6 @@ class Policy(ABC):
     fork_threshold: int = DEFAULT_FORK_THRESHOLD
     reward_mode: RewardMode | None = None
     max_sample_tokens: int | None = None
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        name = cls.__dict__.get("name")
-        if isinstance(name, str):
-            _REGISTRY[name] = cls
 
     def __post_init__(self) -> None:
         if self.fork_threshold < 0:
@@ -215,25 +210,30 @@ def policy_label(described: dict[str, Any]) -> str:
     return ", ".join(words)
 
 
+#: The named policies: ``--policy NAME`` -> the class, imported when first named.  Adding a
+#: policy is one module in ``algorithm/policies/`` and one line here (or :func:`register_policy`).
+POLICIES: PluginTable[Policy] = PluginTable(
+    "policy",
+    {
+        "slime-v4": "tito_cli.algorithm.policies.slime_v4:SlimeV4",
+        "slime-0.3": "tito_cli.algorithm.policies.slime_03:Slime03",
+    },
+    base=Policy,
+)
+
+#: Add a policy class (its ``name`` is what ``--policy`` takes): tests and third parties.
+register_policy = POLICIES.register
+
+
 def policy_class(name: str) -> type[Policy]:
     """The policy class registered as ``name``; ``ValueError`` listing the names otherwise."""
-    _load_builtin()
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        raise ValueError(f"unknown policy {name!r}; choose from {', '.join(policy_names())}") from None
+    return POLICIES.get(name)
 
 
 def policy_names() -> list[str]:
     """The policies ``--policy`` accepts, the default first."""
-    _load_builtin()
-    return sorted(_REGISTRY, key=lambda n: (n != DEFAULT_POLICY, n))
+    return sorted(POLICIES.names(), key=lambda n: n != DEFAULT_POLICY)
 
 
 def default_policy() -> Policy:
     return Policy.named(DEFAULT_POLICY)
-
-
-def _load_builtin() -> None:
-    # By name, when first asked: the policies build on this module, never the other way round.
-    importlib.import_module(f"{__package__}.policies")  # (its modules register themselves)

@@ -24,12 +24,11 @@ from typing import Any
 from .._targets import check_target, log_files_in, publish_folder, staging_folder, writing
 from ..errors import OutputError, SourceError, TitoError
 from ..turns import Reject
-from .importers import FORMATS, importer_for
+from .importers import IMPORTERS, importer_for
 from .importers.base import (
     ImportedSession,
     ImportedTurn,
     Importer,
-    ImportOptions,
     SessionOutcome,
     SourceRef,
     read_json_lines,
@@ -155,7 +154,7 @@ def import_traces(
     align_responses: bool = True,
     overwrite: bool = False,
 ) -> ImportSummary:
-    """Import ``sources`` of ``format`` (a key of :data:`~.importers.FORMATS`) into the log folder ``out``.
+    """Import ``sources`` of ``format`` (a name in :data:`~.importers.IMPORTERS`) into the log folder ``out``.
 
     Invalid sessions are left out and reported (``summary.rejected`` and
     ``<out>/import-report.jsonl``); every other session is written.  A source
@@ -167,8 +166,8 @@ def import_traces(
     the server's serialisation of the response message, use the equal message
     the harness sent back instead (:func:`~.importers.base.align_responses`).
     """
-    if format not in FORMATS:
-        raise SourceError(f"unknown format {format!r}", tip=f"formats: {', '.join(FORMATS)}")
+    if format not in IMPORTERS:
+        raise SourceError(f"unknown format {format!r}", tip=f"formats: {', '.join(IMPORTERS)}")
     out = Path(out)
     paths = [Path(p) for p in sources]
     reads = [*paths, *([Path(rewards)] if rewards is not None else [])]
@@ -180,7 +179,10 @@ def import_traces(
     if replaced and not overwrite:
         raise OutputError("the folder already holds a log", file=out, tip="pass --overwrite to replace it")
     outcomes = read_rewards(rewards) if rewards is not None else {}
-    importer = importer_for(format, ImportOptions(session_header=session_header))
+    try:
+        importer = importer_for(format, {} if session_header is None else {"session_header": session_header})
+    except ValueError as exc:
+        raise SourceError(str(exc)) from None
     items = importer.sessions(paths)
     summary = ImportSummary(format=format, out=out, report_file=out / REPORT_NAME)
     # Written into a fresh folder beside ``out`` and swapped in once complete: nothing of the old log

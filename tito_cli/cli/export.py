@@ -2,18 +2,30 @@
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from enum import Enum
 from pathlib import Path
 
 import typer
 
 from ..errors import EXIT_OK
-from ..export.base import ExportOptions, format_names
+from ..export.formats import OUTPUT_FORMATS, format_names, format_options
+from ..plugins import options_help
 from ..render.summary import render_export_summary
 from ..run.export import export_samples
 from .app import EXIT_CODES_HELP, app, err_console, guarded
 
-__all__ = ["FORKED", "LABELS", "LOGPROBS", "SPLIT_BY", "check_format", "export_options"]
+__all__ = [
+    "FORKED",
+    "LABELS",
+    "LOGPROBS",
+    "SPLIT_BY",
+    "check_format",
+    "export_options",
+    "format_option_values",
+    "trainer_formats",
+]
 
 
 class ForkedChoice(Enum):
@@ -28,50 +40,50 @@ class LogprobsChoice(Enum):
     drop = "drop"
 
 
-#: The trainer formats (modules of tito_cli/export/ other than the samples file itself).
-TRAINER_FORMATS = [name for name in format_names() if name != "parquet"]
-
-SPLIT_BY = typer.Option(
-    None,
-    "--split-by",
-    min=1,
-    help="slime: one rollout dump per N groups (a group is never split), named by the {rollout_id} "
-    "pattern in --out (0, 1, …), as slime's --load-debug-rollout-data formats it.",
-)
-FORKED = typer.Option(
-    ForkedChoice.keep,
-    "--forked",
-    help="slime, a session that forked into several samples: 'keep' them all and warn that "
-    "n_samples_per_prompt no longer holds for its group; 'leaf' keeps only the sample that ends the "
-    "session (with the session's whole reward); 'regroup' keeps all and records each sample's group "
-    "in metadata['tito']['group'] for a custom reward post-process.",
-)
-LOGPROBS = typer.Option(
-    LogprobsChoice.auto,
-    "--logprobs",
-    help="slime, rollout logprobs (used for every sample or none): 'auto' writes them when every sample "
-    "has them, none when none has, and stops when only some have; 'keep' writes them as they are "
-    "(0.0 where none were recorded); 'drop' writes none.",
-)
-LABELS = typer.Option(
-    False, "--labels", help="trl: also write a 'labels' column (the token where trained, -100 elsewhere)."
-)
+def trainer_formats() -> list[str]:
+    """The trainer formats: every output format but the samples file itself (registered ones too)."""
+    return [name for name in format_names() if name != "parquet"]
 
 
-def export_options(
-    format: str, split_by: int | None, forked: ForkedChoice, logprobs: LogprobsChoice, labels: bool
-) -> ExportOptions:
-    """The format options, refusing those the format does not read (rather than ignoring them)."""
-    given = {
-        "--split-by": (split_by is not None, "slime"),
-        "--forked": (forked is not ForkedChoice.keep, "slime"),
-        "--logprobs": (logprobs is not LogprobsChoice.auto, "slime"),
-        "--labels": (labels, "trl"),
-    }
-    for option, (set_, owner) in given.items():
-        if set_ and format != owner:
-            raise typer.BadParameter(f"applies to the {owner} format only, not {format}", param_hint=option)
-    return ExportOptions(split_by=split_by, forked=forked.value, logprobs=logprobs.value, labels=labels)
+def _option_field(option: str) -> dataclasses.Field[object]:
+    """The ``Options`` field behind a format option (the first format in the table that has it)."""
+    owner = OUTPUT_FORMATS.option_owners()[option][0]
+    return next(f for f in dataclasses.fields(OUTPUT_FORMATS.get(owner).Options) if f.name == option)
+
+
+def _option_help(option: str) -> str:
+    """A format option's help, from the classes: the formats that have it, then its field's help."""
+    owners = OUTPUT_FORMATS.option_owners()[option]
+    return f"{' and '.join(owners)}: {options_help(OUTPUT_FORMATS.get(owners[0]).Options)[option]}"
+
+
+SPLIT_BY = typer.Option(None, "--split-by", min=1, help=_option_help("split_by"))
+FORKED = typer.Option(ForkedChoice.keep, "--forked", help=_option_help("forked"))
+LOGPROBS = typer.Option(LogprobsChoice.auto, "--logprobs", help=_option_help("logprobs"))
+LABELS = typer.Option(False, "--labels", help=_option_help("labels"))
+
+
+def format_option_values(
+    split_by: int | None, forked: ForkedChoice, logprobs: LogprobsChoice, labels: bool
+) -> dict[str, object]:
+    """The format options as given on the command line: ``Options`` field -> value."""
+    return {"split_by": split_by, "forked": forked.value, "logprobs": logprobs.value, "labels": labels}
+
+
+def export_options(format: str, given: Mapping[str, object]) -> object:
+    """Format ``format``'s ``Options`` from the command line's values, refusing an option set away from
+    its default that the format does not have (rather than ignoring it)."""
+    own = {f.name for f in dataclasses.fields(OUTPUT_FORMATS.get(format).Options)}
+    chosen: dict[str, object] = {}
+    for option, value in given.items():
+        if value == _option_field(option).default:
+            continue
+        if option not in own:
+            owners = " and ".join(OUTPUT_FORMATS.option_owners()[option])
+            hint = "--" + option.replace("_", "-")
+            raise typer.BadParameter(f"applies to the {owners} format only, not {format}", param_hint=hint)
+        chosen[option] = value
+    return format_options(format, chosen)
 
 
 def check_format(name: str, known: list[str], option: str) -> str:
@@ -89,7 +101,7 @@ def check_format(name: str, known: list[str], option: str) -> str:
 @guarded
 def export(
     samples: Path = typer.Argument(..., help="The samples Parquet file (from tito rebuild)."),
-    to: str = typer.Option(..., "--to", help=f"The trainer format: {', '.join(TRAINER_FORMATS)}."),
+    to: str = typer.Option(..., "--to", help=f"The trainer format: {', '.join(trainer_formats())}."),
     out: Path = typer.Option(
         ..., "--out", "-o", help="The file to write (for slime with --split-by, a pattern holding {rollout_id})."
     ),
@@ -99,8 +111,8 @@ def export(
     logprobs: LogprobsChoice = LOGPROBS,
     labels: bool = LABELS,
 ) -> None:
-    check_format(to, TRAINER_FORMATS, "--to")
-    options = export_options(to, split_by, forked, logprobs, labels)
+    check_format(to, trainer_formats(), "--to")
+    options = export_options(to, format_option_values(split_by, forked, logprobs, labels))
     summary = export_samples(samples, out, to, options, overwrite=overwrite)
     err_console.print(render_export_summary(summary), soft_wrap=True)
     raise typer.Exit(EXIT_OK)

@@ -2,33 +2,58 @@
 
 from __future__ import annotations
 
-from enum import Enum
 from pathlib import Path
 
 import typer
 
-from ..capture.importers import FORMATS
+from ..capture.importers import IMPORTERS
 from ..errors import EXIT_OK, EXIT_REJECTED
+from ..plugins import options_help
 from ..render.visible import session_line
 from .app import EXIT_CODES_HELP, app, err_console, guarded
+from .options import plugin_choice
 
-ImportFormat = Enum("ImportFormat", {name.replace("-", "_"): name for name in FORMATS})  # type: ignore[misc]
+__all__ = [
+    "FORMAT_CHOICE",
+    "REWARDS_HELP",
+    "SESSION_HEADER_HELP",
+    "TOKENIZER_HELP",
+    "VERBATIM_HELP",
+    "check_import_options",
+]
+
+#: ``tito import FORMAT``, ``rebuild --from FORMAT``: the importers' table, read when the command runs.
+FORMAT_CHOICE = plugin_choice(IMPORTERS)
 
 FORMATS_HELP = (
-    "FORMAT: openai-exchanges (JSONL of request/response pairs with vLLM's or SGLang's token ids), "
-    "rllm (the rLLM model gateway's SQLite trace store), verifiers (verifiers v1 traces.jsonl), "
-    "atif (ATIF v1.4+ trajectory files), nemo-gym (a NeMo Gym token-capture folder, then optionally the "
-    "rollouts JSONL with the rewards). See docs/import.md."
+    "FORMAT: "
+    + " ".join(f"'{name}': {summary}" for name, summary in IMPORTERS.summaries().items())
+    + " See docs/import.md."
 )
+
+
+def _option_help(option: str) -> str:
+    """An importer option's help, from the classes: the formats that have it, then its field's help."""
+    owners = IMPORTERS.option_owners()[option]
+    return f"{', '.join(owners)}: {options_help(IMPORTERS.get(owners[0]).Options)[option]}"
+
+
+def check_import_options(format: str, session_header: str | None) -> None:
+    """Refuse an importer option the format does not have, rather than ignore it."""
+    if session_header is not None and "session_header" not in options_help(IMPORTERS.get(format).Options):
+        owners = ", ".join(IMPORTERS.option_owners()["session_header"])
+        raise typer.BadParameter(f"applies to the {owners} format only, not {format}", param_hint="--session-header")
+
 
 REWARDS_HELP = (
     "JSONL of session_id, reward and optional index, group_index, label, metadata, rollout_id: the sessions rows "
     "for formats whose source holds no reward."
 )
-SESSION_HEADER_HELP = "openai-exchanges: the captured request header (in the record's headers) naming the session."
+SESSION_HEADER_HELP = _option_help("session_header")
 TOKENIZER_HELP = "Tokenizer name or path recorded in the log (tito.tokenizer), for commands that decode."
 VERBATIM_HELP = (
-    "openai-exchanges, rllm, nemo-gym: keep each response message exactly as the server serialised it, "
+    ", ".join(name for name in IMPORTERS.names() if IMPORTERS.get(name).server_responses)
+    + ": keep each response message exactly as the server serialised it, "
     "instead of the equal message (null fields dropped) the harness sent back in a later prompt."
 )
 
@@ -41,7 +66,7 @@ VERBATIM_HELP = (
 )
 @guarded
 def import_command(
-    format: ImportFormat = typer.Argument(..., help="The source format (see above)."),
+    format: str = typer.Argument(..., click_type=FORMAT_CHOICE, help="The source format (see above)."),
     sources: list[Path] = typer.Argument(..., help="The source files or folders."),
     out: Path = typer.Option(..., "--out", "-o", help="The turn-log folder to write."),
     rewards: Path = typer.Option(None, "--rewards", help=REWARDS_HELP),
@@ -53,8 +78,9 @@ def import_command(
     from ..capture.importing import import_traces
     from ..render.import_summary import render_import_summary
 
+    check_import_options(format, session_header)
     summary = import_traces(
-        format.value,
+        format,
         sources,
         out,
         rewards=rewards,

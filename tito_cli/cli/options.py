@@ -8,10 +8,13 @@ turns them into the one :class:`~tito_cli.algorithm.policy.Policy` value.
 from __future__ import annotations
 
 from enum import Enum
+from typing import Any
 
 import typer
+import typer.main
 
 from ..algorithm.policy import DEFAULT_FORK_THRESHOLD, DEFAULT_POLICY, Policy, policy_class, policy_names
+from ..plugins import PluginTable
 
 __all__ = [
     "FORK_THRESHOLD",
@@ -20,13 +23,49 @@ __all__ = [
     "REWARD_MODE",
     "TOKENIZER",
     "RewardChoice",
+    "plugin_choice",
     "policy_args",
     "policy_from",
 ]
 
+
 class RewardChoice(Enum):
     split = "split"
     full = "full"
+
+
+def _enum_choice_class() -> Any:
+    """The parameter type typer makes of an Enum (click's Choice, or typer's own from 0.28 on)."""
+    probe = typer.Typer()
+
+    @probe.command()
+    def _probe(value: RewardChoice = typer.Argument(...)) -> None:  # pragma: no cover - never run
+        pass
+
+    return type(typer.main.get_command(probe).params[0].type)
+
+
+class _TableChoice(_enum_choice_class()):  # type: ignore[misc]
+    """The names of a plug-in table as that choice type, read when the command runs."""
+
+    def __init__(self, table: PluginTable[Any]) -> None:
+        self._table = table
+        super().__init__(table.names())
+
+    @property
+    def choices(self) -> tuple[str, ...]:
+        return tuple(self._table.names())
+
+    @choices.setter
+    def choices(self, value: object) -> None:
+        pass  # always the table's
+
+
+def plugin_choice(table: PluginTable[Any]) -> Any:
+    """A parameter type (``click_type=``) taking a name of ``table``, shown as typer shows an Enum's
+    choices: a plug-in registered after the command line was built (a third party's, a test's) is
+    accepted too."""
+    return _TableChoice(table)
 
 
 def _policies_help() -> str:

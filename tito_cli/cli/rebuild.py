@@ -3,29 +3,43 @@
 from __future__ import annotations
 
 import functools
-from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import NoReturn
 
 import typer
 
+from ..algorithm.policy import Policy
 from ..errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_OUTPUT, EXIT_REJECTED
-from ..export.base import format_names
+from ..export.formats import format_names
+from ..plugins import options_help
 from ..render.summary import render_rebuild_summary
 from ..report.drift import drift_class_counter
-from ..run.local import BATCHES_PER_WORKER
-from ..run.rebuild import rebuild as rebuild_logs
+from ..run.plan import BATCHES_PER_WORKER
+from ..run.rebuild import DriftCounter, RebuildOptions, RebuildSummary, rebuild_with
+from ..run.runner import RUNNERS
 from ..tokenizer import parse_tokenizer_options
 from .app import app, err_console, exit_codes_help, guarded, progress_bar, state
-from .export import FORKED, LABELS, LOGPROBS, SPLIT_BY, ForkedChoice, LogprobsChoice, check_format, export_options
-from .import_traces import REWARDS_HELP, SESSION_HEADER_HELP, TOKENIZER_HELP, VERBATIM_HELP, ImportFormat
-from .options import FORK_THRESHOLD, MAX_SAMPLE_TOKENS, POLICY, REWARD_MODE, RewardChoice, policy_from
+from .export import (
+    FORKED,
+    LABELS,
+    LOGPROBS,
+    SPLIT_BY,
+    ForkedChoice,
+    LogprobsChoice,
+    check_format,
+    export_options,
+    format_option_values,
+)
+from .import_traces import (
+    FORMAT_CHOICE,
+    REWARDS_HELP,
+    SESSION_HEADER_HELP,
+    TOKENIZER_HELP,
+    VERBATIM_HELP,
+    check_import_options,
+)
+from .options import FORK_THRESHOLD, MAX_SAMPLE_TOKENS, POLICY, REWARD_MODE, RewardChoice, plugin_choice, policy_from
 from .unfinished import UNFINISHED, UnfinishedChoice
-
-
-class EngineChoice(Enum):
-    local = "local"
-    ray = "ray"
 
 
 @app.command(
@@ -76,9 +90,10 @@ def rebuild(
         help="Size (MiB of decoded turn columns) of the batches of sessions handed to workers.",
     ),
     unfinished: UnfinishedChoice = UNFINISHED,
-    from_format: ImportFormat | None = typer.Option(
+    from_format: str | None = typer.Option(
         None,
         "--from",
+        click_type=FORMAT_CHOICE,
         help="Read LOGS as traces of this capture format (see 'tito import --help'), imported on the fly "
         "into a temporary turn log.",
     ),
@@ -93,9 +108,10 @@ def rebuild(
     ),
     session_header: str = typer.Option(None, "--session-header", help="With --from: " + SESSION_HEADER_HELP),
     verbatim_responses: bool = typer.Option(False, "--verbatim-responses", help="With --from: " + VERBATIM_HELP),
-    engine: EngineChoice = typer.Option(
-        EngineChoice.local,
+    engine: str = typer.Option(
+        "local",
         "--engine",
+        click_type=plugin_choice(RUNNERS),
         help="'local': this machine's processes. 'ray': a Ray Data pipeline (pip install 'tito-cli\\[ray]') that "
         "rebuilds sessions across a cluster; the files written are the same, see docs/performance.md.",
     ),
@@ -115,70 +131,94 @@ def rebuild(
 ) -> None:
     check_format(format, format_names(), "--format")
     chosen = policy_from(policy, fork_threshold, reward_mode, max_sample_tokens)
-    if from_format is not None and engine is EngineChoice.ray:
+    if from_format is not None and engine != "local":
         raise typer.BadParameter("--from works with the local engine only", param_hint="--from")
-    batch_bytes = None if batch_mb is None else batch_mb * (1 << 20)
-    # Opt-in: loading a tokenizer in every worker and decoding around each divergence costs more
-    # than the rebuild's speed target allows (docs/performance.md).
-    counter = None
-    if drift_classes:
-        log_dirs = [p if p.is_dir() else p.parent for p in logs]
-        named = tokenizer is not None and from_format is None
-        choice = parse_tokenizer_options([tokenizer]) if named else None
-        counter = functools.partial(drift_class_counter, log_dirs=log_dirs, choice=choice, strict=named)
-    elif tokenizer and from_format is None:
+    if not drift_classes and tokenizer and from_format is None:
         raise typer.BadParameter("applies with --from or --drift-classes", param_hint="--tokenizer")
-    sink_options = export_options(format, split_by, forked, logprobs, labels)
-    if engine is EngineChoice.ray:
-        from ..run.ray_data import rebuild_ray
+    run = RebuildOptions(
+        overwrite=overwrite,
+        output_format=format,
+        options=export_options(format, format_option_values(split_by, forked, logprobs, labels)),
+        unfinished=unfinished.value,
+        drift_counter=_drift_counter(logs, tokenizer if from_format is None else None) if drift_classes else None,
+        engine=engine,
+        engine_options=engine_options(engine, workers, None if batch_mb is None else batch_mb * (1 << 20)),
+    )
+    if from_format is not None:
+        _rebuild_from(from_format, logs, out, chosen, run, rewards, tokenizer, session_header, verbatim_responses)
+    with progress_bar("rebuilding", "sessions") as progress:
+        _finish(rebuild_with(logs, out, chosen, run, progress=progress))
 
-        quiet = not state.verbose  # Ray's INFO lines only with -v
-        summary = rebuild_ray(
+
+#: The runners' options as the command line names them.
+ENGINE_OPTIONS = {"workers": "--workers", "batch_bytes": "--batch-mb"}
+
+
+def engine_options(engine: str, workers: int | None, batch_bytes: float | None) -> dict[str, object]:
+    """The runner's options from the command line, refusing one the runner does not have (rather than
+    ignoring it: ``--engine ray`` with ``--workers`` is a usage error naming ``--workers``)."""
+    own = options_help(RUNNERS.get(engine).Options)
+    given: dict[str, object] = {
+        k: v for k, v in {"workers": workers, "batch_bytes": batch_bytes}.items() if v is not None
+    }
+    for option in given:
+        if option not in own:
+            owners = " and ".join(RUNNERS.option_owners()[option])
+            raise typer.BadParameter(
+                f"applies to the {owners} engine only, not {engine}", param_hint=ENGINE_OPTIONS[option]
+            )
+    if "quiet" in own:
+        given["quiet"] = not state.verbose  # Ray's INFO lines only with -v
+    return given
+
+
+def _rebuild_from(
+    from_format: str,
+    logs: list[Path],
+    out: Path,
+    chosen: Policy,
+    run: RebuildOptions,
+    rewards: Path | None,
+    tokenizer: str | None,
+    session_header: str | None,
+    verbatim_responses: bool,
+) -> NoReturn:
+    check_import_options(from_format, session_header)
+    from ..render.import_summary import render_import_summary
+    from ..run.rebuild_from import rebuild_from
+
+    with progress_bar("rebuilding", "sessions") as progress:
+        imported, summary = rebuild_from(
+            from_format,
             logs,
             out,
             chosen,
-            overwrite=overwrite,
-            output_format=format,
-            options=sink_options,
-            unfinished=unfinished.value,
-            quiet=quiet,
-            drift_counter=counter,
+            rewards=rewards,
+            tokenizer=tokenizer,
+            session_header=session_header,
+            align_responses=not verbatim_responses,
+            run=run,
+            progress=progress,
         )
-        err_console.print(render_rebuild_summary(summary), soft_wrap=True)
-        raise typer.Exit(EXIT_REJECTED if summary.rejected else EXIT_OK)
-    options: dict[str, Any] = {
-        "overwrite": overwrite,
-        "workers": workers,
-        "batch_bytes": batch_bytes,
-        "drift_counter": counter,
-    }
-    options.update(output_format=format, options=sink_options, unfinished=unfinished.value)
-    if from_format is not None:
-        from ..render.import_summary import render_import_summary
-        from ..run.rebuild_from import rebuild_from
+    # The imported log was temporary: its rejects are in the rebuild's rejects report.
+    err_console.print(render_import_summary(imported, show_out=False), soft_wrap=True)
+    err_console.print("", soft_wrap=True)
+    _finish(summary)
 
-        with progress_bar("rebuilding", "sessions") as progress:
-            imported, summary = rebuild_from(
-                from_format.value,
-                logs,
-                out,
-                chosen,
-                rewards=rewards,
-                tokenizer=tokenizer,
-                session_header=session_header,
-                align_responses=not verbatim_responses,
-                progress=progress,
-                **options,
-            )
-        # The imported log was temporary: its rejects are in the rebuild's rejects report.
-        err_console.print(render_import_summary(imported, show_out=False), soft_wrap=True)
-        err_console.print("", soft_wrap=True)
-        err_console.print(render_rebuild_summary(summary), soft_wrap=True)
-        raise typer.Exit(EXIT_REJECTED if summary.rejected else EXIT_OK)
 
-    with progress_bar("rebuilding", "sessions") as progress:
-        summary = rebuild_logs(logs, out, chosen, progress=progress, **options)
+def _drift_counter(logs: list[Path], tokenizer: str | None) -> DriftCounter:
+    """``--drift-classes``: each worker finds the log's tokenizer (``tokenizer``: where, as
+    ``--tokenizer`` says without ``--from``; then a tokenizer not found is an error, not a skip).
 
+    Opt-in: loading a tokenizer in every worker and decoding around each divergence costs more
+    than the rebuild's speed target allows (docs/performance.md).
+    """
+    log_dirs = [p if p.is_dir() else p.parent for p in logs]
+    choice = parse_tokenizer_options([tokenizer]) if tokenizer is not None else None
+    return functools.partial(drift_class_counter, log_dirs=log_dirs, choice=choice, strict=tokenizer is not None)
+
+
+def _finish(summary: RebuildSummary) -> NoReturn:
     # soft_wrap: long paths and reasons stay on one line (greppable) when stderr is a file.
     err_console.print(render_rebuild_summary(summary), soft_wrap=True)
     raise typer.Exit(EXIT_REJECTED if summary.rejected else EXIT_OK)

@@ -16,7 +16,7 @@ from ..schema import SAMPLES_SCHEMA, table_metadata
 from .base import Sink, SinkContext
 from .samples import token_count
 
-__all__ = ["SINK", "SamplesWriter", "StreamedParquetFile"]
+__all__ = ["SamplesWriter", "StreamedParquetFile"]
 
 
 class StreamedParquetFile(Sink):
@@ -105,6 +105,9 @@ class SamplesWriter(StreamedParquetFile):
     sessions, nor on the runner.
     """
 
+    name = "parquet"
+    summary = "the samples table (docs/spec.md §5, slime Sample column names), in row groups"
+
     def __init__(
         self, out: Path, context: SinkContext, *, row_group_tokens: int = 2 << 20, row_group_sessions: int = 1024
     ) -> None:
@@ -128,6 +131,3 @@ class SamplesWriter(StreamedParquetFile):
         # Not combined into one chunk per column: the writer streams chunks into the same
         # pages (the bytes are the same either way), and combining copies every token once more.
         return samples.replace_schema_metadata(self.schema.metadata)
-
-
-SINK = SamplesWriter

@@ -14,10 +14,12 @@ import pyarrow as pa
 from .._arrow import list_array
 from ._pretokenized import PretokenizedParquet, full_length_masks
 
-__all__ = ["SINK", "SkyRLDataset"]
+__all__ = ["SkyRLDataset"]
 
 
 class SkyRLDataset(PretokenizedParquet):
+    name = "skyrl"
+    summary = "SkyRL pretokenized SFT Parquet: input_ids and a full-length loss_mask"
     table_name = "skyrl"
     schema = pa.schema(
         [
@@ -29,6 +31,3 @@ class SkyRLDataset(PretokenizedParquet):
     def columns(self, samples: pa.Table) -> dict[str, pa.Array]:
         tokens, masks = full_length_masks(samples)
         return {"input_ids": list_array(tokens, pa.int32()), "loss_mask": list_array(masks, pa.int8())}
-
-
-SINK = SkyRLDataset

@@ -30,9 +30,9 @@ import math
 import os
 import tempfile
 from array import array
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -42,9 +42,49 @@ from ..errors import ExportError, OutputError, write_error
 from .base import Sink, SinkContext
 from .groups import GroupCounts
 
-__all__ = ["SINK", "RolloutDump", "rollout_id_of"]
+__all__ = ["RolloutDump", "SlimeOptions", "rollout_id_of"]
 
 PATTERN = "{rollout_id}"
+
+#: What ``--to slime`` does with a session that forked into several samples (docs/export.md).
+ForkedChoice = Literal["keep", "leaf", "regroup"]
+#: What ``--to slime`` does with rollout logprobs (slime uses them for all samples or none).
+LogprobsChoice = Literal["auto", "keep", "drop"]
+
+
+@dataclass(frozen=True, slots=True)
+class SlimeOptions:
+    """``--to slime``'s options (docs/export.md)."""
+
+    split_by: int | None = field(
+        default=None,
+        metadata={
+            "help": "one rollout dump per N groups (a group is never split), named by the {rollout_id} "
+            "pattern in --out (0, 1, …), as slime's --load-debug-rollout-data formats it."
+        },
+    )
+    forked: ForkedChoice = field(
+        default="keep",
+        metadata={
+            "help": "a session that forked into several samples: 'keep' them all and warn that "
+            "n_samples_per_prompt no longer holds for its group; 'leaf' keeps only the sample that ends the "
+            "session (with the session's whole reward); 'regroup' keeps all and records each sample's group "
+            "in metadata['tito']['group'] for a custom reward post-process."
+        },
+    )
+    logprobs: LogprobsChoice = field(
+        default="auto",
+        metadata={
+            "help": "rollout logprobs (used for every sample or none): 'auto' writes them when every sample "
+            "has them, none when none has, and stops when only some have; 'keep' writes them as they are "
+            "(0.0 where none were recorded); 'drop' writes none."
+        },
+    )
+
+    @property
+    def out_pattern(self) -> str | None:
+        """The placeholder ``--out`` holds, one file per value (``--split-by``), if any."""
+        return PATTERN if self.split_by is not None else None
 
 
 def rollout_id_of(table: pa.Table) -> list[int | None]:
@@ -91,6 +131,10 @@ class _ParkedSessions:
 class RolloutDump(Sink):
     """Writes slime rollout dumps (see the module's docstring)."""
 
+    name = "slime"
+    summary = "slime rollout dumps (torch) for --load-debug-rollout-data, groups kept together"
+    Options = SlimeOptions
+
     def __init__(self, out: Path, context: SinkContext) -> None:
         super().__init__(out, context)
         try:
@@ -101,7 +145,8 @@ class RolloutDump(Sink):
                 tip="pip install 'tito-cli[slime]'  (without a GPU: pip install torch --index-url "
                 "https://download.pytorch.org/whl/cpu first, a CPU build)",
             ) from None
-        options = context.options
+        options: SlimeOptions = context.options or SlimeOptions()
+        self.options = options
         if options.split_by is not None:
             if options.split_by < 1:
                 raise ExportError(f"--split-by must be at least 1, got {options.split_by}")
@@ -133,7 +178,7 @@ class RolloutDump(Sink):
             return
         sid = table.column("session_id")[0].as_py()
         group_index = table.column("group_index")[0].as_py()
-        if group_index is None and self.context.options.split_by is not None:
+        if group_index is None and self.options.split_by is not None:
             # A group of one, alone in a dump of its own or beside other such: GRPO's per-group reward
             # normalization has nothing to compare it with (slime's gives NaN for a lone sample).
             raise ExportError(
@@ -169,7 +214,7 @@ class RolloutDump(Sink):
                     self._first_without_logprobs = sid
 
     def _keep_logprobs(self) -> bool:
-        choice = self.context.options.logprobs
+        choice = self.options.logprobs
         if choice != "auto":
             return choice == "keep"
         if self._without_logprobs and self._with_logprobs:
@@ -184,9 +229,9 @@ class RolloutDump(Sink):
     def close(self) -> list[StagedFile]:
         keep_logprobs = self._keep_logprobs()
         groups = self._grouped()
-        per_file = self.context.options.split_by or max(len(groups), 1)
+        per_file = self.options.split_by or max(len(groups), 1)
         chunks = [groups[i : i + per_file] for i in range(0, len(groups), per_file)] or [[]]
-        forked = self.context.options.forked
+        forked = self.options.forked
         for rollout_id, chunk in enumerate(chunks):
             path = self.path_of(rollout_id)
             self.check_target(path)
@@ -241,7 +286,7 @@ class RolloutDump(Sink):
         return pa.ipc.open_stream(pa.py_buffer(self._spill.read(parked.size))).read_all()
 
     def _group_samples(self, tables: list[pa.Table], keep_logprobs: bool) -> list[dict[str, Any]]:
-        forked = self.context.options.forked
+        forked = self.options.forked
         sessions = [_session_samples(t, keep_logprobs) for t in tables]
         if forked == "leaf":
             split = self.context.policy.reward_mode == "split"
@@ -346,6 +391,3 @@ def _ending_sample(samples: list[dict[str, Any]], split_reward: bool) -> dict[st
         # Under --reward-mode split each sample got reward / samples: the one kept gets it all back.
         chosen["reward"] = math.fsum(s["reward"] for s in samples)
     return chosen
-
-
-SINK = RolloutDump

@@ -12,6 +12,7 @@ as it is.  SFT only: rewards and logprobs are not written.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +23,7 @@ from .._atomic import StagedFile
 from ._pretokenized import PretokenizedParquet, full_length_masks
 from .base import SinkContext
 
-__all__ = ["IGNORE_INDEX", "SINK", "TRLDataset"]
+__all__ = ["IGNORE_INDEX", "TRLDataset", "TRLOptions"]
 
 #: The label PyTorch's cross-entropy (and TRL) ignores.
 IGNORE_INDEX = -100
@@ -30,7 +31,19 @@ IGNORE_INDEX = -100
 TRL_DEFAULT_MAX_LENGTH = 1024
 
 
+@dataclass(frozen=True, slots=True)
+class TRLOptions:
+    """``--to trl``'s options."""
+
+    labels: bool = field(
+        default=False, metadata={"help": "also write a 'labels' column (the token where trained, -100 elsewhere)."}
+    )
+
+
 class TRLDataset(PretokenizedParquet):
+    name = "trl"
+    summary = "TRL pretokenized SFT Parquet: input_ids, assistant_masks (and labels)"
+    Options = TRLOptions
     table_name = "trl"
 
     def __init__(self, out: Path, context: SinkContext) -> None:
@@ -38,7 +51,9 @@ class TRLDataset(PretokenizedParquet):
             pa.field("input_ids", pa.list_(pa.int32()), nullable=False),
             pa.field("assistant_masks", pa.list_(pa.int8()), nullable=False),
         ]
-        if context.options.labels:
+        options: TRLOptions = context.options or TRLOptions()
+        self.labels = options.labels
+        if self.labels:
             fields.append(pa.field("labels", pa.list_(pa.int64()), nullable=False))
         self.schema = pa.schema(fields)
         super().__init__(out, context)
@@ -56,7 +71,7 @@ class TRLDataset(PretokenizedParquet):
                 self._over_default += 1
                 self._trained_cut += int(mask[TRL_DEFAULT_MAX_LENGTH:].sum())
         columns = {"input_ids": list_array(tokens, pa.int32()), "assistant_masks": list_array(masks, pa.int8())}
-        if self.context.options.labels:
+        if self.labels:
             labels = [np.where(m == 1, t.astype(np.int64), IGNORE_INDEX) for t, m in zip(tokens, masks, strict=True)]
             columns["labels"] = list_array(labels, pa.int64())
         return columns

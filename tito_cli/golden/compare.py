@@ -223,20 +223,15 @@ def _parallel_dumps(
     paths: list[Path], options: GoldenOptions, session_ids: list[str], search_from: list[Path]
 ) -> Iterator[SessionDump]:
     """Dumps made by ``options.workers`` processes, in session-id order."""
-    from concurrent.futures import ProcessPoolExecutor
-
-    from ..run.local import worker_context
+    from ..run.lifetime import new_pool
+    from ..run.pool import worker_context
 
     # Contiguous chunks, a few per worker, so a slow session holds up little.
     count = max(1, min(len(session_ids), 4 * options.workers))
     size = -(-len(session_ids) // count) if session_ids else 1
     chunks = [session_ids[i : i + size] for i in range(0, len(session_ids), size)]
-    with ProcessPoolExecutor(
-        max_workers=options.workers,
-        mp_context=worker_context(),
-        initializer=_start_worker,
-        initargs=(paths, options, search_from),
-    ) as pool:
+    # The rebuild's pools: workers die with this process, however it dies (run/lifetime.py).
+    with new_pool(options.workers, worker_context(), _start_worker, (paths, options, search_from)) as pool:
         for dumps in pool.map(_dump_chunk, chunks):
             yield from dumps
 

@@ -19,14 +19,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .._atomic import publish
-from .._targets import check_target, writing
 from ..algorithm.policy import DEFAULT_POLICY, Policy, default_policy
 from ..errors import SchemaError, UnreadableLogError
-from ..export.base import ExportOptions, SinkContext, open_sink
+from ..export.base import SinkContext
+from ..export.formats import format_options
 from ..export.groups import GroupCounts, RolloutIds
 from ..read.samples import check_sample_values
 from ..schema import META_TABLE, META_TOKENIZER, SAMPLES_SCHEMA
+from .output import RunOutput
 
 __all__ = ["ExportSummary", "export_samples", "tables_by_session"]
 
@@ -131,25 +131,28 @@ def export_samples(
     samples: str | os.PathLike[str],
     out: str | os.PathLike[str],
     format: str,
-    options: ExportOptions | None = None,
+    options: object = None,
     *,
     overwrite: bool = False,
 ) -> ExportSummary:
-    """Write the samples file ``samples`` as ``format`` (a module of ``tito_cli/export/``) to ``out``.
+    """Write the samples file ``samples`` as ``format`` (an output format, export/formats.py) to ``out``.
+
+    ``options``: the format's ``Options`` instance or a mapping of its fields.
 
     Memory stays bounded by a row group of the input (and, for ``slime``,
-    one dump); the output appears atomically, all its files together.
+    one dump); the output appears atomically, all its files together, through the rebuild's
+    own output handling (run/output.py: targets checked first, a killed run's temporaries swept).
     """
     source, out = Path(samples), Path(out)
-    options = options or ExportOptions()
-    check_target(out, overwrite=overwrite, reads=[source], pattern=options.out_pattern)
+    options = format_options(format, options)
+    output = RunOutput(out, overwrite=overwrite, reads=[source], pattern=getattr(options, "out_pattern", None))
     file = open_samples(source)
     meta = file.schema_arrow.metadata or {}
     tokenizer = meta.get(META_TOKENIZER.encode())
     context = SinkContext(_policy_of(meta), tokenizer.decode() if tokenizer else None, options, overwrite)
     summary = ExportSummary(source=source, format=format)
-    with writing(out):
-        sink = open_sink(format, out, context)
+    output.sweep()
+    sink = output.open_sink(format, context)
     try:
         columns = [c for c in (*SAMPLES_SCHEMA.names, "rollout_id") if c in file.schema_arrow.names]
         for table in tables_by_session(_row_groups(source, file, columns)):
@@ -159,13 +162,11 @@ def export_samples(
             sid, group_index = table.column("session_id")[0].as_py(), table.column("group_index")[0].as_py()
             summary.groups.add(sid, group_index, table.num_rows)
             summary.rollout_ids.add(sid, _rollout_id(table))
-            with writing(out):
-                sink.add(table)
-        with writing(out):
-            publish(sink.close())
+            output.add(sink, table)
     except BaseException:
         sink.abort()
         raise
+    output.publish(sink)
     summary.files = list(sink.files)
     summary.samples_written = sink.samples_written
     summary.warnings = list(sink.warnings)

@@ -39,7 +39,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing.context import BaseContext
 from pathlib import Path
@@ -58,11 +58,29 @@ _PR_SET_PDEATHSIG = 1
 _WATCH_SECONDS = 0.5
 
 
-def new_pool(workers: int, context: BaseContext) -> ProcessPoolExecutor:
-    """A process pool whose workers die with this process."""
+def new_pool(
+    workers: int,
+    context: BaseContext,
+    initializer: Callable[..., object] | None = None,
+    initargs: tuple[object, ...] = (),
+) -> ProcessPoolExecutor:
+    """A process pool whose workers die with this process; ``initializer(*initargs)`` then runs in each.
+
+    Every pool of tito's comes from here (the rebuild's workers, the golden dumps'), so none
+    outlives a killed command.
+    """
     return ProcessPoolExecutor(
-        max_workers=workers, mp_context=context, initializer=_die_with_parent, initargs=(os.getpid(),)
+        max_workers=workers,
+        mp_context=context,
+        initializer=_start_worker,
+        initargs=(os.getpid(), initializer, initargs),
     )
+
+
+def _start_worker(parent_pid: int, initializer: Callable[..., object] | None, initargs: tuple[object, ...]) -> None:
+    _die_with_parent(parent_pid)
+    if initializer is not None:
+        initializer(*initargs)
 
 
 def _die_with_parent(rebuild_pid: int) -> None:

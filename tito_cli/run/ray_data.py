@@ -21,11 +21,12 @@ builds the summary and the rejects report.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import asdict
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,43 +36,54 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .._arrow import list_array, primitive_array, string_array
-from .._targets import check_target
-from ..algorithm.policy import Policy, default_policy
+from ..algorithm.policy import Policy
 from ..algorithm.session import SessionReport
-from ..errors import MissingDependencyError, OutputError
-from ..export.base import ExportOptions, SinkContext, open_sink
-from ..read.files import READ_COLUMNS, check_sessions_given, discover_files, require_logs
+from ..errors import MissingDependencyError
+from ..read.files import READ_COLUMNS, LogFile
 from ..read.rows import rows_from_table
+from ..read.sessions import SessionsTable
 from ..read.turnlog import TurnLog
 from ..schema import SAMPLES_SCHEMA
 from ..turns import Reject, RowRef, SessionInfo
-from .corpus import SessionFacts, Unfinished, reject_unfinished, session_output
+from .corpus import SessionFacts, SessionOutput, Unfinished, reject_unfinished, session_output
 from .export import tables_by_session
-from .rebuild import RebuildSummary, deliver, rejects_path
+from .rebuild import DriftCounter, RebuildOptions, RebuildSummary, rebuild_with
+from .runner import Runner
 
-__all__ = ["rebuild_ray"]
+__all__ = ["RayOptions", "RayRunner", "rebuild_ray"]
 
 _PATH = "path"  # the column ray.data.read_parquet(include_paths=True) adds
 
 
-def rebuild_ray(
-    inputs: Iterable[str | os.PathLike[str]],
-    out: str | os.PathLike[str],
-    policy: Policy | None = None,
-    *,
-    overwrite: bool = False,
-    output_format: str = "parquet",
-    options: ExportOptions | None = None,
-    unfinished: Unfinished = "keep",
-    quiet: bool = True,
-    drift_counter: Callable[[str | None], SessionFacts | None] | None = None,
-) -> RebuildSummary:
-    """Rebuild every session under ``inputs`` into ``out`` with Ray Data (the same files as :func:`rebuild`).
+@dataclass(frozen=True, slots=True)
+class RayOptions:
+    """The Ray runner's options."""
 
-    ``quiet``: Ray's own INFO and WARNING log lines (execution plans, timings) are not
-    shown; Ray keeps them in its session logs.  Errors still show.
-    ``drift_counter``: as for :func:`tito_cli.run.rebuild.rebuild`.
-    """
+    quiet: bool = field(
+        default=True, metadata={"help": "hide Ray's own INFO and WARNING lines (Ray keeps them in its session logs)"}
+    )
+
+
+class RayRunner(Runner):
+    """A Ray Data pipeline: Ray reads, groups and rebuilds the sessions across a cluster."""
+
+    name = "ray"
+    summary = "a Ray Data pipeline across a cluster (pip install 'tito-cli[ray]')"
+    Options = RayOptions
+    options: RayOptions
+
+    @contextlib.contextmanager
+    def open(self, files: list[Path], unfinished: Unfinished, spill_dir: Path) -> Iterator[_RayLog]:
+        ray = _import_ray(quiet=self.options.quiet)
+        # Indexed as it is classified (one open a file): the session ids below need the index.
+        log = TurnLog.open(files, index=True)
+        sessions = log.read_sessions()
+        if unfinished == "reject":
+            reject_unfinished(sessions, log)
+        yield _RayLog(ray, log, sessions)
+
+
+def _import_ray(*, quiet: bool) -> Any:
     try:
         import ray
         import ray.data
@@ -84,57 +96,71 @@ def rebuild_ray(
         # After importing ray.data, which sets its loggers up (levels included) at import.
         for name in ("ray", "ray.data"):
             logging.getLogger(name).setLevel(logging.ERROR)
-    policy = policy or default_policy()
-    out = Path(out)
-    rejects_file = rejects_path(out)
-    if out.exists() and not overwrite:
-        raise OutputError("output exists", file=out, tip="pass --overwrite to replace it")
-    if not out.parent.is_dir():
-        raise OutputError("the output's folder does not exist", file=out)
-    # The local runner's rules: never a folder or special file, never a file of the input.
-    input_paths = [Path(p) for p in inputs]
-    files = require_logs(discover_files(input_paths), input_paths)
-    # Checked before anything is read: never an input (also through a {rollout_id} pattern), never a special file.
-    pattern = options.out_pattern if options is not None else None
-    check_target(out, overwrite=overwrite, reads=input_paths, found=files, pattern=pattern)
-    check_target(rejects_file, overwrite=True, reads=input_paths, found=files)
+    return ray
 
-    # Indexed as it is classified (one open a file): the session ids below need the index.
-    log = TurnLog.open(files, index=True)
-    check_sessions_given(input_paths, log.files)
-    sessions = log.read_sessions()
-    if unfinished == "reject":
-        reject_unfinished(sessions, log)
-    summary = RebuildSummary(
-        out=out,
-        rejects_file=rejects_file,
-        policy=policy,
-        totals=SessionReport.for_policy(policy),
-        tokenizer=log.tokenizer,
-        format=output_format,
-    )
-    session_ids = log.session_ids()
-    count_drift = drift_counter(log.tokenizer) if drift_counter is not None else None
-    sink = open_sink(output_format, out, SinkContext(policy, log.tokenizer, options or ExportOptions(), overwrite))
-    rejected: list[Reject] = []
-    try:
-        for table in _rebuilt_sessions(ray, log, sessions.infos, sessions.invalid, policy, count_drift):
-            sid = table.column("session_id")[0].as_py()
-            status = table.column("status")[0].as_py()
-            detail = json.loads(table.column("metadata")[0].as_py())
+
+@dataclass(slots=True)
+class _RayLog:
+    ray: Any
+    log: TurnLog
+    sessions_table: SessionsTable
+    workers_capped: tuple[int, int] | None = None
+
+    @property
+    def tokenizer(self) -> str | None:
+        return self.log.tokenizer
+
+    @property
+    def log_files(self) -> list[LogFile]:
+        return self.log.files
+
+    def session_ids(self) -> Sequence[str]:
+        return self.log.session_ids()
+
+    def outputs(self, policy: Policy, count_drift: SessionFacts | None) -> Iterator[SessionOutput | Reject]:
+        table = self.sessions_table
+        for rows in _rebuilt_sessions(self.ray, self.log, table.infos, table.invalid, policy, count_drift):
+            sid = rows.column("session_id")[0].as_py()
+            status = rows.column("status")[0].as_py()
+            detail = json.loads(rows.column("metadata")[0].as_py())
             if status == "rejected":
-                rejected.append(Reject(sid, detail["reason"], detail["file"], detail["row"]))
+                yield Reject(sid, detail["reason"], detail["file"], detail["row"])
                 continue
-            summary.add_session(sid, SessionReport(**detail))
             # The samples as the local runner makes them (Ray's blocks keep the types, not the
             # schema's non-null flags).
-            samples = table.slice(1)
-            sink.add(pa.Table.from_arrays(samples.columns, schema=SAMPLES_SCHEMA))
-    except BaseException:
-        sink.abort()
-        raise
-    deliver(sink, summary, session_ids, sessions, rejected)
-    return summary
+            samples = rows.slice(1)
+            yield SessionOutput(
+                sid, pa.Table.from_arrays(samples.columns, schema=SAMPLES_SCHEMA), SessionReport(**detail)
+            )
+
+
+def rebuild_ray(
+    inputs: Iterable[str | os.PathLike[str]],
+    out: str | os.PathLike[str],
+    policy: Policy | None = None,
+    *,
+    overwrite: bool = False,
+    output_format: str = "parquet",
+    options: object = None,
+    unfinished: Unfinished = "keep",
+    quiet: bool = True,
+    drift_counter: DriftCounter | None = None,
+) -> RebuildSummary:
+    """:func:`~tito_cli.run.rebuild.rebuild` with the Ray runner (the same files, the same summary).
+
+    ``quiet``: Ray's own INFO and WARNING log lines (execution plans, timings) are not
+    shown; Ray keeps them in its session logs.  Errors still show.
+    """
+    run = RebuildOptions(
+        overwrite=overwrite,
+        output_format=output_format,
+        options=options,
+        unfinished=unfinished,
+        drift_counter=drift_counter,
+        engine="ray",
+        engine_options=RayOptions(quiet=quiet),
+    )
+    return rebuild_with(inputs, out, policy, run)
 
 
 def _rebuilt_sessions(

@@ -11,13 +11,13 @@ import os
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
-from .._targets import check_target
 from ..algorithm.policy import Policy
 from ..capture.importing import ImportSummary, import_traces
+from ..export.rejects import rejects_path
 from ..turns import Reject
-from .rebuild import RebuildSummary, rebuild
+from .output import check_outputs
+from .rebuild import Progress, RebuildOptions, RebuildSummary, rebuild_with
 
 __all__ = ["rebuild_from"]
 
@@ -32,19 +32,20 @@ def rebuild_from(
     tokenizer: str | None = None,
     session_header: str | None = None,
     align_responses: bool = True,
-    overwrite: bool = False,
-    **rebuild_options: Any,
+    run: RebuildOptions | None = None,
+    progress: Progress | None = None,
 ) -> tuple[ImportSummary, RebuildSummary]:
     """Import ``sources`` (see :func:`~tito_cli.capture.importing.import_traces`) and rebuild them into ``out``.
 
-    ``rebuild_options`` are :func:`~tito_cli.run.rebuild.rebuild`'s (``workers``,
-    ``batch_bytes``, ``progress``).  The temporary log lives beside ``out`` and
+    ``run``: how to rebuild (:class:`~tito_cli.run.rebuild.RebuildOptions`: ``overwrite``,
+    ``workers``, the output format...).  The temporary log lives beside ``out`` and
     is removed afterwards.
     """
+    run = run or RebuildOptions()
     out = Path(out)
     paths = [Path(p) for p in sources]
-    # Checked before anything is imported (the rebuild checks it again against the imported log).
-    check_target(out, overwrite=overwrite, reads=paths)
+    # Checked before anything is imported (rebuild() checks it again against the imported log): the same check.
+    check_outputs(out, overwrite=run.overwrite, rejects_file=rejects_path(out), reads=paths)
     with tempfile.TemporaryDirectory(prefix=f".{out.name}.import-", dir=out.parent) as scratch:
         log = Path(scratch) / "log"
         imported = import_traces(
@@ -58,5 +59,5 @@ def rebuild_from(
         )
         # In the rebuild's own rejects report, published together with its output.
         rejected = [Reject(r.session_id, r.reason, r.file, r.row) for r in imported.rejected]
-        rebuilt = rebuild([log], out, policy, overwrite=overwrite, extra_rejects=rejected, **rebuild_options)
+        rebuilt = rebuild_with([log], out, policy, run, progress=progress, extra_rejects=rejected)
     return imported, rebuilt

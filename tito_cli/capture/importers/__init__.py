@@ -1,32 +1,37 @@
 """Importers: one module per foreign trace format, each behind :class:`~.base.Importer`.
 
-The driver that records their sessions through the capture writer is
-:func:`tito_cli.capture.importing.import_traces`.
+The formats are one table of ``name -> "module:Class"`` (the plug-in convention,
+tito_cli/plugins.py), imported when their format is used.  The driver that records
+their sessions through the capture writer is :func:`tito_cli.capture.importing.import_traces`.
 """
 
 from __future__ import annotations
 
-import importlib
+from ...plugins import PluginTable
+from .base import Importer
 
-from .base import Importer, ImportOptions
+__all__ = ["IMPORTERS", "importer_for", "register_importer"]
 
-__all__ = ["FORMATS", "importer_for"]
+#: ``tito import FORMAT`` / ``rebuild --from FORMAT`` -> the importer class.
+IMPORTERS: PluginTable[Importer] = PluginTable(
+    "import format",
+    {
+        "openai-exchanges": "tito_cli.capture.importers.openai_exchanges:OpenAIExchangesImporter",
+        "rllm": "tito_cli.capture.importers.rllm:RllmImporter",
+        "verifiers": "tito_cli.capture.importers.verifiers:VerifiersImporter",
+        "atif": "tito_cli.capture.importers.atif:AtifImporter",
+        "nemo-gym": "tito_cli.capture.importers.nemo_gym:NemoGymImporter",
+    },
+    base=Importer,
+)
 
-#: FORMAT name -> (module, class).  Modules are imported when their format is used.
-FORMATS: dict[str, tuple[str, str]] = {
-    "openai-exchanges": ("openai_exchanges", "OpenAIExchangesImporter"),
-    "rllm": ("rllm", "RllmImporter"),
-    "verifiers": ("verifiers", "VerifiersImporter"),
-    "atif": ("atif", "AtifImporter"),
-    "nemo-gym": ("nemo_gym", "NemoGymImporter"),
-}
+#: Add an importer: an :class:`~.base.Importer` subclass with ``name``, ``summary`` (and ``Options``).
+register_importer = IMPORTERS.register
 
 
-def importer_for(name: str, options: ImportOptions | None = None) -> Importer:
-    """The importer of format ``name`` (a key of :data:`FORMATS`)."""
-    try:
-        module, cls = FORMATS[name]
-    except KeyError:
-        raise ValueError(f"unknown import format {name!r}; formats: {', '.join(FORMATS)}") from None
-    importer_class: type[Importer] = getattr(importlib.import_module(f".{module}", __name__), cls)
-    return importer_class(options)
+def importer_for(name: str, options: object = None) -> Importer:
+    """The importer of format ``name`` with ``options`` (its ``Options``, a mapping of its fields, or ``None``).
+
+    ``ValueError`` for an unknown format or an option the format does not have.
+    """
+    return IMPORTERS.get(name)(IMPORTERS.options(name, options))

@@ -25,10 +25,10 @@ from ...errors import InvalidSessionError, SourceError
 from ...turns import canonical_json
 
 __all__ = [
-    "ImportOptions",
     "ImportedSession",
     "ImportedTurn",
     "Importer",
+    "NoImportOptions",
     "SessionOutcome",
     "SourceRef",
     "align_responses",
@@ -100,13 +100,8 @@ class ImportedSession:
 
 
 @dataclass(frozen=True, slots=True)
-class ImportOptions:
-    """Options some formats read; the rest ignore them."""
-
-    #: ``openai-exchanges``: the request header (captured in the record) that names the session.
-    session_header: str | None = None
-    #: Replace a response message by the equal message the harness sent back (see :func:`align_responses`).
-    align_responses: bool = True
+class NoImportOptions:
+    """The options of a format that has none."""
 
 
 class Importer(ABC):
@@ -120,9 +115,11 @@ class Importer(ABC):
     sources_hint: ClassVar[str]
     #: True when response messages are the server's serialisation, not the harness's own message.
     server_responses: ClassVar[bool] = False
+    #: The format's own options (a dataclass; ``tito import`` refuses an option the format lacks).
+    Options: ClassVar[type[Any]] = NoImportOptions
 
-    def __init__(self, options: ImportOptions | None = None) -> None:
-        self.options = options or ImportOptions()
+    def __init__(self, options: Any = None) -> None:
+        self.options = options if options is not None else self.Options()
 
     @abstractmethod
     def sessions(self, sources: Sequence[Path]) -> Iterator[ImportedSession | InvalidSessionError]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -51,8 +52,18 @@ def session_from_path(path: Any) -> str | None:
     return match.group(1) if match else None
 
 
+@dataclass(frozen=True, slots=True)
+class OpenAIExchangesOptions:
+    """``tito import openai-exchanges``'s options."""
+
+    session_header: str | None = field(
+        default=None, metadata={"help": "the captured request header (in the record's headers) naming the session."}
+    )
+
+
 class OpenAIExchangesImporter(Importer):
     name = "openai-exchanges"
+    Options = OpenAIExchangesOptions
     summary = "JSONL of {request, response} pairs whose responses carry vLLM's or SGLang's token ids."
     sources_hint = "JSONL file of exchanges"
     server_responses = True
