@@ -146,6 +146,8 @@ def test_continued_turns_extend_the_held_ids_with_only_the_new_text(qwen3: Rende
         "\n<|im_start|>user\n<tool_response>\na.py\ntest_a.py\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
     )
     assert p3.metadata() == {"history": "canonical"}
+    # The ids' JSON text, kept with the held turns, is the ids (what the generate upstream is sent).
+    assert [json.loads(p.ids_json or "") for p in (p1, p2, p3)] == [p1.ids, p2.ids, p3.ids]
     assert p1.metadata() == {"history": "rendered", "history_reason": "no held turn"}
 
 

@@ -97,6 +97,9 @@ class Prompt:
     reason: str | None = None
     #: Ids held from an earlier turn at the front of ``ids`` (0 when rendered).
     held: int = 0
+    #: ``ids`` as compact JSON text, when the history keeps it (canonical): the held part's text is kept
+    #: with the held turn, so that sending a continued prompt serializes only its new ids.
+    ids_json: str | None = None
 
     def metadata(self) -> dict[str, str]:
         """The turn metadata keys docs/spec.md §11 defines."""
@@ -136,6 +139,8 @@ class _Held:
     answer: Message
     ids: list[int]
     ended: bool
+    #: ``ids`` as compact JSON text.
+    ids_json: str
 
 
 @dataclass
@@ -204,15 +209,18 @@ class CanonicalHistory:
             reason = continued
             break
         text = self.renderer.render(list(messages), tools)
-        return Prompt(self.renderer.encode(text), RENDERED, list(messages), reason)
+        ids = self.renderer.encode(text)
+        return Prompt(ids, RENDERED, list(messages), reason, ids_json=_ids_json(ids))
 
     def remember(self, session_id: str, prompt: Prompt, messages: Sequence[Message], tools: Any,
                  output_ids: Sequence[int], answer: Message) -> None:
         """Hold an answered turn (call it before the client can send its next request)."""
-        ids = [*prompt.ids, *(int(i) for i in output_ids)]
+        output = [int(i) for i in output_ids]
+        ids = [*prompt.ids, *output]
         # The last few tokens are enough: an end-of-turn marker is one special token or a short text.
-        ended = self.renderer.decode([int(i) for i in output_ids[-8:]]).endswith(self.end_of_turn)
-        turn = _Held(list(prompt.messages), _tools_key(tools), dict(answer), ids, ended)
+        ended = self.renderer.decode(output[-8:]).endswith(self.end_of_turn)
+        text = _extend_json(prompt.ids_json if prompt.ids_json is not None else _ids_json(prompt.ids), output)
+        turn = _Held(list(prompt.messages), _tools_key(tools), dict(answer), ids, ended, text)
         with self._lock:
             session = self._sessions.pop(session_id, None) or _Session()
             self._held_tokens -= session.tokens
@@ -251,8 +259,10 @@ class CanonicalHistory:
         suffix = self._new_text(turn, new, tools)
         if suffix is None:
             return NOT_APPEND_ONLY
-        ids = [*turn.ids, *self.renderer.encode(suffix)]
-        return Prompt(ids, CANONICAL, [*turn.messages, turn.answer, *new], None, len(turn.ids))
+        new_ids = self.renderer.encode(suffix)
+        ids = [*turn.ids, *new_ids]
+        messages = [*turn.messages, turn.answer, *new]
+        return Prompt(ids, CANONICAL, messages, None, len(turn.ids), _extend_json(turn.ids_json, new_ids))
 
     def _new_text(self, turn: _Held, new: list[Message], tools: Any) -> str | None:
         """What the template renders after the held answer: the new messages and the generation prompt.
@@ -368,6 +378,18 @@ def _calls(calls: Any) -> list[tuple[str, Any]]:
                 arguments = arguments.strip()
         out.append((str(function.get("name")), arguments))
     return out
+
+
+def _ids_json(ids: Sequence[int]) -> str:
+    return json.dumps(list(ids), separators=(",", ":"))
+
+
+def _extend_json(text: str, more: Sequence[int]) -> str:
+    """The JSON array ``text`` with ``more`` appended (without serializing what it already holds)."""
+    if not more:
+        return text
+    tail = _ids_json(more)[1:]
+    return text[:-1] + ("," if text != "[]" else "") + tail
 
 
 def _tools_key(tools: Any) -> str:

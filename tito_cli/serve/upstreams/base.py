@@ -87,9 +87,13 @@ class Upstream(ABC):
         ``heavy``: the body is large enough that serialising it belongs in a worker thread (a small one
         costs less than the hand-over).
         """
+        payload = await self.offload(_dumps, body) if heavy else _dumps(body)
+        return await self.post_payload(path, payload, headers)
+
+    async def post_payload(self, path: str, payload: bytes, headers: dict[str, str] | None = None) -> Any:
+        """POST JSON already serialized; its answer, or an UpstreamError, as :meth:`post_json`."""
         import httpx
 
-        payload = await self.offload(_dumps, body) if heavy else _dumps(body)
         url = self.config.upstream.rstrip("/") + path
         try:
             response = await self.client.post(

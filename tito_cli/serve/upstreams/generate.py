@@ -10,6 +10,7 @@ family the tokenizer belongs to).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -83,9 +84,15 @@ class GenerateUpstream(Upstream):
             "logprob_start_len": -1,
             "stream": False,
         }
-        answer = await self.post_json(
-            "/generate", body, {"X-SMG-Routing-Key": session_id}, heavy=len(prompt_ids) > INLINE_BYTES // 8
-        )
+        headers = {"X-SMG-Routing-Key": session_id}
+        if prompt.ids_json is not None:
+            # The history kept the ids' JSON text: splice it in rather than serialize every id again.
+            del body["input_ids"]
+            rest = json.dumps(body, ensure_ascii=False, separators=(",", ":"))
+            payload = f'{{"input_ids":{prompt.ids_json},{rest[1:]}'.encode()
+            answer = await self.post_payload("/generate", payload, headers)
+        else:
+            answer = await self.post_json("/generate", body, headers, heavy=len(prompt_ids) > INLINE_BYTES // 8)
         meta = answer.get("meta_info") if isinstance(answer, dict) else None
         if not isinstance(meta, dict):
             raise UpstreamError("the upstream's /generate answer has no meta_info")
