@@ -96,6 +96,8 @@ class FamilyProfile(ABC):
     tool_call: ClassVar[Markers | None] = None
     #: Texts that end a generation (removed from the parsed content).
     end_of_turn: ClassVar[tuple[str, ...]] = ()
+    #: Tokens only this family's vocabulary holds together (how a tokenizer is recognised whatever its name).
+    tokenizer_marks: ClassVar[tuple[str, ...]] = ()
     #: Special tokens a rendered prompt can be cut in front of: each piece tokenizes alone to the ids it has
     #: in the whole text (special tokens split the text before pre-tokenization), so the simulator caches pieces.
     message_starts: ClassVar[tuple[str, ...]] = ()
@@ -117,8 +119,11 @@ class FamilyProfile(ABC):
 
     @classmethod
     def recognises_tokenizer(cls, tokenizer: Any) -> bool:
-        """Whether a loaded tokenizer (its vocabulary, its chat template) is this family's."""
-        return False
+        """Whether a loaded tokenizer is this family's: its vocabulary holds every one of ``tokenizer_marks``."""
+        if not cls.tokenizer_marks:
+            return False
+        vocab = tokenizer.get_vocab()
+        return all(mark in vocab for mark in cls.tokenizer_marks)
 
     @abstractmethod
     def parse_output(self, text: str) -> ParsedOutput:

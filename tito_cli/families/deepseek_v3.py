@@ -17,7 +17,7 @@ block): a model in thinking mode writes it first.
 from __future__ import annotations
 
 import json
-from typing import Any, ClassVar
+from typing import Any
 
 from .base import FamilyProfile, Markers, ParsedOutput, ToolCall
 
@@ -40,13 +40,7 @@ class DeepSeekV3(FamilyProfile):
     end_of_turn = (_END,)
     message_starts = ("<｜User｜>", "<｜Assistant｜>", "<｜tool▁output▁begin｜>")
     template = "deepseek-v3.1.jinja"
-
-    _tokenizer_marks: ClassVar[tuple[str, ...]] = ("<｜begin▁of▁sentence｜>", _CALLS_OPEN, _SEP)
-
-    @classmethod
-    def recognises_tokenizer(cls, tokenizer: Any) -> bool:
-        vocab = tokenizer.get_vocab()
-        return all(mark in vocab for mark in cls._tokenizer_marks)
+    tokenizer_marks = ("<｜begin▁of▁sentence｜>", _CALLS_OPEN, _SEP)
 
     def read_tool_call(self, text: str, start: int) -> Any:
         body, closed, _ = text[start + len(_CALL_OPEN) :].partition(_CALL_CLOSE)

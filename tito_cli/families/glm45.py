@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, ClassVar
+from typing import Any
 
 from .base import FamilyProfile, Markers, ParsedOutput, ToolCall
 
@@ -31,13 +31,7 @@ class Glm45(FamilyProfile):
     end_of_turn = ("<|user|>", "<|observation|>", "<|endoftext|>")
     message_starts = ("<|system|>", "<|user|>", "<|assistant|>", "<|observation|>")
     trims_content = True
-
-    _tokenizer_marks: ClassVar[tuple[str, ...]] = ("[gMASK]", "<|assistant|>", "<|observation|>")
-
-    @classmethod
-    def recognises_tokenizer(cls, tokenizer: Any) -> bool:
-        vocab = tokenizer.get_vocab()
-        return all(mark in vocab for mark in cls._tokenizer_marks)
+    tokenizer_marks = ("[gMASK]", "<|assistant|>", "<|observation|>")
 
     def read_tool_call(self, text: str, start: int) -> Any:
         body, closed, _ = text[start + len(_OPEN) :].partition(_CLOSE)

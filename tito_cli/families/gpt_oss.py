@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-from typing import Any, ClassVar
+from typing import Any
 
 from .base import FamilyProfile, Markers, ParsedOutput, ToolCall
 
@@ -41,13 +41,7 @@ class GptOss(FamilyProfile):
     message_starts = (_START,)
     template = "gpt-oss.jinja"
     rerenders_tool_calls = True
-
-    _tokenizer_marks: ClassVar[tuple[str, ...]] = ("<|channel|>", "<|constrain|>", "<|call|>")
-
-    @classmethod
-    def recognises_tokenizer(cls, tokenizer: Any) -> bool:
-        vocab = tokenizer.get_vocab()
-        return all(mark in vocab for mark in cls._tokenizer_marks)
+    tokenizer_marks = ("<|channel|>", "<|constrain|>", "<|call|>")
 
     def reasoning_block(self, reasoning: str) -> str:
         return f"{_CHANNEL}analysis{_MESSAGE}{reasoning}{_END}"

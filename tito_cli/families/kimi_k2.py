@@ -12,7 +12,7 @@ re-written by the client is the same call re-rendered.
 from __future__ import annotations
 
 import json
-from typing import Any, ClassVar
+from typing import Any
 
 from .base import FamilyProfile, Markers, ParsedOutput, ToolCall
 
@@ -30,13 +30,7 @@ class KimiK2(FamilyProfile):
     tool_call = Markers(_CALL_OPEN, _CALL_CLOSE)
     end_of_turn = ("<|im_end|>",)
     message_starts = ("<|im_system|>", "<|im_user|>", "<|im_assistant|>")
-
-    _tokenizer_marks: ClassVar[tuple[str, ...]] = ("<|im_assistant|>", _SECTION_OPEN, _ARGS)
-
-    @classmethod
-    def recognises_tokenizer(cls, tokenizer: Any) -> bool:
-        vocab = tokenizer.get_vocab()
-        return all(mark in vocab for mark in cls._tokenizer_marks)
+    tokenizer_marks = ("<|im_assistant|>", _SECTION_OPEN, _ARGS)
 
     def read_tool_call(self, text: str, start: int) -> Any:
         body, closed, _ = text[start + len(_CALL_OPEN) :].partition(_CALL_CLOSE)

@@ -11,7 +11,7 @@ back to the template as that JSON in the content (:meth:`Llama3.server_messages`
 from __future__ import annotations
 
 import json
-from typing import Any, ClassVar
+from typing import Any
 
 from .base import FamilyProfile, ParsedOutput, ToolCall
 
@@ -30,13 +30,7 @@ class Llama3(FamilyProfile):
     end_of_turn = (_EOT,)
     message_starts = ("<|start_header_id|>",)
     trims_content = True
-
-    _tokenizer_marks: ClassVar[tuple[str, ...]] = ("<|start_header_id|>", "<|end_header_id|>", _EOT)
-
-    @classmethod
-    def recognises_tokenizer(cls, tokenizer: Any) -> bool:
-        vocab = tokenizer.get_vocab()
-        return all(mark in vocab for mark in cls._tokenizer_marks)
+    tokenizer_marks = ("<|start_header_id|>", "<|end_header_id|>", _EOT)
 
     def tool_call_start(self, text: str, at: int) -> int | None:
         """The JSON call object that ``at`` lies in (opened before it, in the same message)."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, ClassVar
+from typing import Any
 
 from .base import FamilyProfile, Markers, ParsedOutput, ToolCall
 
@@ -25,13 +25,7 @@ class Qwen3(FamilyProfile):
     tool_call = Markers("<tool_call>", "</tool_call>")
     end_of_turn = ("<|im_end|>",)
     message_starts = ("<|im_start|>",)
-
-    _tokenizer_marks: ClassVar[tuple[str, ...]] = ("<|im_start|>", "<think>", "<tool_call>")
-
-    @classmethod
-    def recognises_tokenizer(cls, tokenizer: Any) -> bool:
-        vocab = tokenizer.get_vocab()
-        return all(mark in vocab for mark in cls._tokenizer_marks)
+    tokenizer_marks = ("<|im_start|>", "<think>", "<tool_call>")
 
     def reasoning_block(self, reasoning: str) -> str:
         return f"{_THINK_OPEN}{reasoning}{_THINK_CLOSE.rstrip()}"
