@@ -35,7 +35,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 __all__ = [
@@ -100,6 +100,9 @@ class Prompt:
     #: ``ids`` as compact JSON text, when the history keeps it (canonical): the held part's text is kept
     #: with the held turn, so that sending a continued prompt serializes only its new ids.
     ids_json: str | None = None
+    #: The request's tools as canonical JSON, when the history compared them (``remember`` reuses it:
+    #: it runs on the event loop, and a coding agent's tools are tens of kilobytes).
+    tools_key: str | None = None
 
     def metadata(self) -> dict[str, str]:
         """The turn metadata keys docs/spec.md §11 defines."""
@@ -205,12 +208,12 @@ class CanonicalHistory:
             new = list(messages[len(turn.messages) + 1 :])
             continued = self._continue(turn, new, tools)
             if isinstance(continued, Prompt):
-                return continued
+                return replace(continued, tools_key=tools_key)
             reason = continued
             break
         text = self.renderer.render(list(messages), tools)
         ids = self.renderer.encode(text)
-        return Prompt(ids, RENDERED, list(messages), reason, ids_json=_ids_json(ids))
+        return Prompt(ids, RENDERED, list(messages), reason, ids_json=_ids_json(ids), tools_key=tools_key)
 
     def remember(self, session_id: str, prompt: Prompt, messages: Sequence[Message], tools: Any,
                  output_ids: Sequence[int], answer: Message) -> None:
@@ -220,7 +223,8 @@ class CanonicalHistory:
         # The last few tokens are enough: an end-of-turn marker is one special token or a short text.
         ended = self.renderer.decode(output[-8:]).endswith(self.end_of_turn)
         text = _extend_json(prompt.ids_json if prompt.ids_json is not None else _ids_json(prompt.ids), output)
-        turn = _Held(list(prompt.messages), _tools_key(tools), dict(answer), ids, ended, text)
+        tools_key = prompt.tools_key if prompt.tools_key is not None else _tools_key(tools)
+        turn = _Held(list(prompt.messages), tools_key, dict(answer), ids, ended, text)
         with self._lock:
             session = self._sessions.pop(session_id, None) or _Session()
             self._held_tokens -= session.tokens
