@@ -573,9 +573,11 @@ def context_cpu(args: argparse.Namespace, work: Path) -> str:
         f"{'history':<10}" + "".join(f"{f'{c:,} tok':>12}" for c in args.contexts) + f"{'ratio':>8}",
     ]
     for history in ("render", "canonical"):
-        ratio = results[(history, large)] / max(results[(history, small)], 1e-9)
+        # A quick run's small context can round to zero clock ticks: its ratio is then unbounded ("inf").
+        base = results[(history, small)]
+        ratio = results[(history, large)] / base if base > 0 else float("inf")
         cells = "".join(f"{results[(history, c)] * 1000:>9.1f} ms" for c in args.contexts)
-        lines.append(f"{history:<10}{cells}{ratio:>7.2f}x")
+        lines.append(f"{history:<10}{cells} {ratio:>6.2f}x")
     return "\n".join(lines)
 
 
