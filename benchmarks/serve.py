@@ -16,7 +16,7 @@ For each concurrency the same workload runs twice in the same run: straight to t
 chat, the same bodies; generate, the very ``input_ids`` the gateway sent, read back from its log) and
 through the gateway. Reported, as medians over ``--runs``: latency p50/p99 of each path, the added latency
 (gateway minus baseline, per percentile) and the ratio; the gateway's event-loop lag p99 (measured inside it:
-``TITO_SERVE_DEBUG_METRICS=1``, ``GET /debug/metrics``), its CPU time per turn (``/proc/<pid>/stat``) and its
+``TITO_SERVE_DEBUG_METRICS=1``, ``GET /debug/metrics``), its CPU time per turn (``time.process_time`` inside it, from the same endpoint) and its
 resident memory after the phase's sessions finished (``/proc/<pid>/status``; flat across phases and runs
 means finished sessions leave nothing behind).
 """
@@ -225,9 +225,21 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 def proc_cpu_seconds(pid: int) -> float:
+    """A process's CPU time from outside it, in clock ticks (10 ms): for --context-cpu, whose gateway runs
+    without the debug metrics (their lag probe wakes every 5 ms and would add its own CPU to each turn)."""
     with open(f"/proc/{pid}/stat", encoding="ascii") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def gateway_cpu_seconds(gateway_url: str) -> float:
+    """The gateway's CPU time so far, read inside it (``time.process_time``: finer than /proc's 10 ms ticks,
+    which round a quick phase's few turns to zero)."""
+    import httpx
+
+    answer = httpx.get(f"{gateway_url}/debug/metrics", timeout=10)
+    answer.raise_for_status()
+    return float(answer.json()["cpu_seconds"])
 
 
 def proc_rss_bytes(pid: int) -> int:
@@ -393,13 +405,13 @@ def run_mode(upstream_api: str, args: argparse.Namespace, work: Path) -> list[li
 
                 httpx.get(f"{gw}/debug/metrics", params={"reset": "1"}, timeout=10).raise_for_status()
                 httpx.get(f"{pr}/debug/metrics", params={"reset": "1"}, timeout=10).raise_for_status()
-                cpu0 = proc_cpu_seconds(gateway.pid)
+                cpu0 = gateway_cpu_seconds(gw)
                 through = asyncio.run(run_phase(
                     lambda s, sids=sids: f"{gw}/sessions/{sids[s]}/v1/chat/completions",
                     chat_bodies(args.turns, args.prompt_tokens, direct=False), sessions, args.turns, finish,
                 ))
-                cpu = proc_cpu_seconds(gateway.pid) - cpu0
                 metrics = httpx.get(f"{gw}/debug/metrics", timeout=10).json()
+                cpu = float(metrics["cpu_seconds"]) - cpu0
                 idle = httpx.get(f"{pr}/debug/metrics", timeout=10).json()
                 rss = proc_rss_bytes(gateway.pid)
                 if upstream_api == "chat":
