@@ -17,6 +17,7 @@ import shutil
 import socket
 import tempfile
 import threading
+from collections.abc import Iterable
 from multiprocessing.synchronize import Event
 from pathlib import Path
 from typing import Any
@@ -174,11 +175,11 @@ def test_a_rebuild_whose_every_handoff_write_follows_a_sweep_writes_the_same_byt
     dead = _dead_folder(scratch, "")
     real_write = handoff.Handoff.write
 
-    def write_after_a_sweep(outputs: list[Any], folder: str) -> None:
+    def write_after_a_sweep(outputs: Iterable[Any], folder: str) -> list[Any]:
         # In the worker: an error here fails the rebuild, as issue #23's did.
         if Path(folder) in sweep_handoff_folders(scratch):
             raise AssertionError(f"a sweep removed the live handoff folder {folder}")
-        real_write(outputs, folder)
+        return real_write(outputs, folder)
 
     monkeypatch.setattr(handoff.Handoff, "write", staticmethod(write_after_a_sweep))
     one = rebuild([logs], tmp_path / "one.parquet", workers=1)
@@ -204,10 +205,10 @@ def test_a_rebuild_whose_handoff_folder_something_else_removes_fails_saying_so(
     write_log(logs, turns, max_rows=2)
     real_write = handoff.Handoff.write
 
-    def write_after_a_tmp_cleaner(outputs: list[Any], folder: str) -> None:
+    def write_after_a_tmp_cleaner(outputs: Iterable[Any], folder: str) -> list[Any]:
         # In a worker: what `rm -rf /tmp/*` does to a running rebuild (both workers may try: the second finds it gone).
         shutil.rmtree(folder, ignore_errors=True)
-        real_write(outputs, folder)
+        return real_write(outputs, folder)
 
     monkeypatch.setattr(handoff.Handoff, "write", staticmethod(write_after_a_tmp_cleaner))
     out = tmp_path / "out.parquet"

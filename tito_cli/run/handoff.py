@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import os
 import tempfile
+from collections.abc import Iterable, Iterator
 
 import pyarrow as pa
 
@@ -16,21 +17,22 @@ __all__ = ["Handoff"]
 
 
 class Handoff:
-    """Sample rows from a worker to the writer through a file instead of the result pipe.
+    """Sample rows from a worker to the writer through a file instead of the result pipe, one session at a time.
 
     Pickling a batch's tables through the pipe copies every token three
     times more (pickle, pipe, unpickle), on the writer's side too, and the
-    writer is the one serial stage.  A worker writes its batch's rows to one
-    Arrow IPC file; the writer maps it and hands the tables to the Parquet
-    writer without copying them.  The file is unlinked as soon as it is
-    mapped.
+    writer is the one serial stage.  A worker streams each session's rows
+    into its batch's Arrow IPC file as soon as the session is rebuilt
+    (:meth:`add`), keeping only the session's counts, so what it holds does
+    not grow with its batch.  The writer reads the rows back one session at
+    a time, when that session's turn comes (:meth:`read`), into memory it
+    frees once the session is written: neither side holds a batch's rows.
+    The file is unlinked as soon as the writer opens it.
     """
 
-    @staticmethod
-    def write(outputs: list[SessionOutput | Reject], folder: str) -> None:
-        rebuilt = [o for o in outputs if isinstance(o, SessionOutput)]
+    def __init__(self, folder: str) -> None:
         try:
-            fd, path = tempfile.mkstemp(prefix="batch-", suffix=".arrow", dir=folder)
+            fd, self.path = tempfile.mkstemp(prefix="batch-", suffix=".arrow", dir=folder)
         except FileNotFoundError:
             if os.path.isdir(folder):
                 raise
@@ -40,29 +42,62 @@ class Handoff:
                 f"(something cleaning {os.path.dirname(folder)}? set TMPDIR to a folder of its own)"
             )
             raise FileNotFoundError(errno.ENOENT, message, folder) from None
-        with os.fdopen(fd, "wb") as sink, pa.ipc.new_file(sink, SAMPLES_SCHEMA) as stream:
-            batch_number = 0
-            for output in rebuilt:
-                assert output.table is not None
-                batches = output.table.to_batches()
-                for record_batch in batches:
-                    stream.write_batch(record_batch)
-                output.handoff = (path, batch_number, len(batches))
-                batch_number += len(batches)
-                output.table = None
+        self._sink = os.fdopen(fd, "wb")
+        self._stream = pa.ipc.new_file(self._sink, SAMPLES_SCHEMA)
+        self._batches = 0
+
+    def add(self, output: SessionOutput | Reject) -> SessionOutput | Reject:
+        """Write ``output``'s rows to the file; ``output`` keeps where they are instead of its table."""
+        if isinstance(output, SessionOutput) and output.table is not None:
+            batches = output.table.to_batches()
+            for record_batch in batches:
+                self._stream.write_batch(record_batch)
+            output.handoff = (self.path, self._batches, len(batches))
+            self._batches += len(batches)
+            output.table = None
+        return output
+
+    def close(self) -> None:
+        try:
+            self._stream.close()
+        finally:
+            self._sink.close()
+
+    def __enter__(self) -> Handoff:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     @staticmethod
-    def read(outputs: list[SessionOutput | Reject]) -> None:
+    def write(outputs: Iterable[SessionOutput | Reject], folder: str) -> list[SessionOutput | Reject]:
+        """Every output's rows into one new file in ``folder``, as they come (the worker's side)."""
+        with Handoff(folder) as handoff:
+            return [handoff.add(output) for output in outputs]
+
+    @staticmethod
+    def read(outputs: Iterable[SessionOutput | Reject]) -> Iterator[SessionOutput | Reject]:
+        """Each output with its rows read back from its handoff file (the writer's side), one at a time.
+
+        Read, not mapped: a mapped file's pages stay resident in this process
+        until the last of its tables is freed, that is the whole batch's rows.
+        """
         readers: dict[str, pa.ipc.RecordBatchFileReader] = {}
-        for output in outputs:
-            if not isinstance(output, SessionOutput) or output.handoff is None:
-                continue
-            path, first, count = output.handoff
-            if path not in readers:
-                readers[path] = pa.ipc.open_file(pa.memory_map(path))
-                os.unlink(path)  # the mapping stays valid; nothing is left behind
-            reader = readers[path]
-            output.table = pa.Table.from_batches(
-                [reader.get_batch(i) for i in range(first, first + count)], schema=SAMPLES_SCHEMA
-            )
-            output.handoff = None
+        files: list[pa.NativeFile] = []
+        try:
+            for output in outputs:
+                if isinstance(output, SessionOutput) and output.handoff is not None:
+                    path, first, count = output.handoff
+                    if path not in readers:
+                        files.append(pa.OSFile(path))
+                        readers[path] = pa.ipc.open_file(files[-1])
+                        os.unlink(path)  # the open file stays readable; nothing is left behind
+                    reader = readers[path]
+                    output.table = pa.Table.from_batches(
+                        [reader.get_batch(i) for i in range(first, first + count)], schema=SAMPLES_SCHEMA
+                    )
+                    output.handoff = None
+                yield output
+        finally:
+            for file in files:
+                file.close()

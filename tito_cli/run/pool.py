@@ -2,10 +2,11 @@
 
 A batch's task (:class:`BatchTask`) is everything a worker needs, pickled;
 the worker reads, validates, routes and linearizes its sessions
-(:func:`iter_batch`) and sends back their sample rows through a handoff file
-(run/handoff.py) and their counts through the pipe.  :func:`run_batches`
-keeps every worker busy plus one batch queued and yields each batch's outputs
-in batch order.  Every pool comes from :func:`tito_cli.run.lifetime.new_pool`:
+(:func:`iter_batch`) and streams their sample rows, session by session, into a
+handoff file (run/handoff.py), sending their counts through the pipe.
+:func:`run_batches` keeps every worker busy plus one batch queued and yields
+each batch's outputs in batch order, reading each session's rows back when
+it is handed on.  Every pool comes from :func:`tito_cli.run.lifetime.new_pool`:
 its workers die with the process that started them.
 """
 
@@ -16,7 +17,7 @@ import functools
 import multiprocessing
 import sys
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Protocol
@@ -103,13 +104,13 @@ def iter_batch(task: BatchTask) -> Iterator[SessionOutput | Reject]:
 def rebuild_batch(task: BatchTask, *, handoff_dir: str | None = None) -> list[SessionOutput | Reject]:
     """:func:`iter_batch` as a list: the task a worker process runs.
 
-    With ``handoff_dir``, the sample rows travel in a file there (see
-    :class:`~.handoff.Handoff`) and each output's ``table`` is left ``None``.
+    With ``handoff_dir``, each session's sample rows go to a file there as soon as it is
+    rebuilt (see :class:`~.handoff.Handoff`) and its output's ``table`` is left ``None``:
+    the list holds the batch's counts, not its rows.
     """
-    outputs = list(iter_batch(task))
-    if handoff_dir is not None:
-        Handoff.write(outputs, handoff_dir)
-    return outputs
+    if handoff_dir is None:
+        return list(iter_batch(task))
+    return Handoff.write(iter_batch(task), handoff_dir)
 
 
 class TaskMaker(Protocol):
@@ -121,8 +122,11 @@ def run_batches(
     task: TaskMaker,
     workers: int,
     pool: ProcessPoolExecutor | None = None,
-) -> Iterator[list[SessionOutput | Reject]]:
-    """Each batch's outputs, in batch order (in-process: one session at a time)."""
+) -> Iterator[Iterable[SessionOutput | Reject]]:
+    """Each batch's outputs, in batch order (in-process: one session at a time).
+
+    A batch from a worker is an iterator reading each session's rows from its handoff file as it
+    goes: consume it before asking for the next batch."""
     if workers <= 1:
         for batch in batches:
             for output in iter_batch(task(batch, in_process=True)):
@@ -147,8 +151,7 @@ def run_batches(
                 next_batch = next(todo, None)
                 if next_batch is not None:
                     pending.append(pool.submit(_in_worker, task(next_batch), handoff_dir))
-                Handoff.read(outputs)
-                yield outputs
+                yield Handoff.read(outputs)
         finally:
             # Batches not started are dropped; those running finish before their handoff folder goes.
             for future in pending:
