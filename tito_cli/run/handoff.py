@@ -13,7 +13,11 @@ from ..schema import SAMPLES_SCHEMA
 from ..turns import Reject
 from .corpus import SessionOutput
 
-__all__ = ["Handoff"]
+__all__ = ["RELEASE_BYTES", "Handoff"]
+
+#: A worker hands its allocator's free pages back to the system after every this many bytes of
+#: sample rows it writes (docs/performance.md, "Memory with workers").
+RELEASE_BYTES = 8 << 20
 
 
 class Handoff:
@@ -28,6 +32,11 @@ class Handoff:
     a time, when that session's turn comes (:meth:`read`), into memory it
     frees once the session is written: neither side holds a batch's rows.
     The file is unlinked as soon as the writer opens it.
+
+    The command line keeps pyarrow's freed pages for reuse (``MIMALLOC_PURGE_DELAY``), and
+    only the samples writer hands them back, after each row group; a worker writes none, so its
+    resident memory ratcheted up batch after batch while the pages it held went unused.  It
+    hands them back every :data:`RELEASE_BYTES` of sample rows instead.
     """
 
     def __init__(self, folder: str) -> None:
@@ -45,6 +54,7 @@ class Handoff:
         self._sink = os.fdopen(fd, "wb")
         self._stream = pa.ipc.new_file(self._sink, SAMPLES_SCHEMA)
         self._batches = 0
+        self._unreleased = 0
 
     def add(self, output: SessionOutput | Reject) -> SessionOutput | Reject:
         """Write ``output``'s rows to the file; ``output`` keeps where they are instead of its table."""
@@ -54,7 +64,11 @@ class Handoff:
                 self._stream.write_batch(record_batch)
             output.handoff = (self.path, self._batches, len(batches))
             self._batches += len(batches)
+            self._unreleased += output.table.nbytes
             output.table = None
+            if self._unreleased >= RELEASE_BYTES:
+                pa.default_memory_pool().release_unused()
+                self._unreleased = 0
         return output
 
     def close(self) -> None:
