@@ -55,7 +55,7 @@ ROWS_PER_FILE = 65_536
 SIZES = [1_000, 8_000, 10_000, 32_000, 100_000]
 MANY_FILE_SIZES = [8_000, 32_000]
 QUICK_BASE = 6
-QUICK_SIZES = [6, 12, 24]
+QUICK_SIZES = [6, 24]
 #: Ratios printed: (label, layout, sessions of the larger log, of the smaller).
 GROWTH = [(32_000, 8_000), (100_000, 10_000), (24, 6)]
 

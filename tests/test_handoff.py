@@ -17,7 +17,7 @@ import shutil
 import socket
 import tempfile
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from multiprocessing.synchronize import Event
 from pathlib import Path
 from typing import Any
@@ -262,3 +262,53 @@ def test_live_folders_survive_sweeps_running_alongside_them(scratch: Path) -> No
     assert [s.exitcode for s in sweepers] == [0, 0]
     assert lost == []
     assert list(scratch.iterdir()) == []
+
+
+def _outputs_of_a_log(tmp_path: Path, sessions: int) -> Iterator[Any]:
+    """The real outputs of a small log's sessions, one at a time, as a worker makes them."""
+    from tito_cli.algorithm.policy import default_policy
+    from tito_cli.run.corpus import Corpus
+
+    turns = [
+        {
+            "session_id": f"s{s:02d}",
+            "seq": seq,
+            "prompt_ids": [1, 2, 3, *([9 + s] * seq * 4)],
+            "output_ids": [10 + s, 11, 12, 13],
+            "prompt_messages": [{"role": "user", "content": f"task {s}"}],
+        }
+        for s in range(sessions)
+        for seq in range(3)
+    ]
+    logs = tmp_path / "logs"
+    write_log(logs, turns, [{"session_id": f"s{s:02d}", "reward": 1.0} for s in range(sessions)], max_rows=4)
+    corpus = Corpus.open([logs])
+    table = corpus.sessions_table
+    batch = corpus.log.index().batches(float("inf"))[0]
+    task = pool.BatchTask(corpus.log.turn_files, batch, table.infos, table.invalid, default_policy())
+    return pool.iter_batch(task)
+
+
+def test_a_worker_writes_each_sessions_rows_before_it_rebuilds_the_next(tmp_path: Path, scratch: Path) -> None:
+    # What a worker holds must not grow with its batch: a session's rows leave it as soon as it is rebuilt.
+    made: list[Any] = []
+    tables: list[Any] = []
+
+    def watched() -> Iterator[Any]:
+        for output in _outputs_of_a_log(tmp_path, 5):
+            if made:
+                assert made[-1].table is None and made[-1].handoff is not None, "the previous rows are still held"
+            tables.append(output.table)
+            made.append(output)
+            yield output
+
+    folder = tempfile.mkdtemp(dir=scratch)
+    outputs = handoff.Handoff.write(watched(), folder)
+    assert len(outputs) == 5 and all(o.table is None for o in outputs)
+    # The writer reads them back one at a time, when each is handed on: the next is not read yet.
+    back = []
+    for k, output in enumerate(handoff.Handoff.read(outputs)):
+        assert k + 1 == len(outputs) or outputs[k + 1].table is None
+        back.append(output.table)
+    assert [t.equals(u) for t, u in zip(back, tables, strict=True)] == [True] * 5
+    assert list(Path(folder).iterdir()) == []  # unlinked once opened
