@@ -85,8 +85,9 @@ MIN_PARALLEL_BYTES = 64 << 20
 TURN_WORK_BYTES = 16 << 10
 
 #: Batch size bound (decoded turn columns; a batch closes at the session that
-#: reaches it).  A worker holds its batch's sample rows until the batch is
-#: done, so batches must not grow with the log.
+#: reaches it).  What a worker holds does not depend on it (sample rows go to
+#: the handoff file session by session, run/handoff.py); it bounds what waits
+#: there on disk: the rows of at most workers + 1 batches.
 MAX_BATCH_BYTES = 512 << 20
 
 
