@@ -58,7 +58,9 @@ scalar_texts = st.one_of(
 )
 space = st.sampled_from(WHITESPACE)
 # Few keys, so that objects repeat them (json keeps the first key's place and the last value).
-keys = st.one_of(st.sampled_from(['"a"', '"b"', '"\\u0061"', '"\\ud800"', '"é"', "1", "a"]), st.text(max_size=3).map(json.dumps))
+keys = st.one_of(
+    st.sampled_from(['"a"', '"b"', '"\\u0061"', '"\\ud800"', '"é"', "1", "a"]), st.text(max_size=3).map(json.dumps)
+)
 separators = st.sampled_from([",", ", ", " ,", ",\n", ",,"])
 
 
@@ -94,7 +96,8 @@ def test_deep_nesting_is_rejected_or_read_as_json_does(depth: int, opener: str, 
     assert outcome(loads_json, text) == outcome(json_alone, text)
 
 
-@pytest.mark.parametrize("text", ODD_SCALARS + [
+@pytest.mark.parametrize("text", [
+    *ODD_SCALARS,
     '{"a": 1, "b": 2, "a": 3}', '{"a": {"x": 1}, "a": [2]}', '[1, 2,]', '{"a": 1,}', "[NaN]", '{"a": Infinity}',
     '[1e400, -1e400]', "[" * 2000 + "]" * 2000,
  "[" * 300 + "]" * 300, "[" * 200 + "]" * 200,
