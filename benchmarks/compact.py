@@ -279,18 +279,18 @@ def main() -> None:
     for label, value in ratios.items():
         judged = targets.get(label)
         if judged is None:
-            print(f"{label:44}{value:>8.2f}  reported (no target on this workload)")
+            print(f"{label:52}{value:>8.2f}  reported (no target on this workload)")
             continue
         target, sense = judged
         if value != value:  # NaN: not run
-            print(f"{label:44}{'-':>8}  target {sense} {target:<5} not run")
+            print(f"{label:52}{'-':>8}  target {sense} {target:<5} not run")
             continue
         ok = value <= target if sense == "<=" else value >= target
         missed |= not ok
-        print(f"{label:44}{value:>8.2f}  target {sense} {target:<5} {'ok' if ok else 'MISSED'}")
+        print(f"{label:52}{value:>8.2f}  target {sense} {target:<5} {'ok' if ok else 'MISSED'}")
     for label, value in extra.items():
-        print(f"{label:44}{value:>8.2f}" if value == value else f"{label:44}{'-':>8}  not run")
-    print(f"{'output, both formats, 1 and 2 workers':44}{'byte-identical' if identical else 'DIFFERENT'}")
+        print(f"{label:52}{value:>8.2f}" if value == value else f"{label:52}{'-':>8}  not run")
+    print(f"{'output, both formats, 1 and 2 workers':52}{'byte-identical' if identical else 'DIFFERENT'}")
     if not identical or missed:
         sys.exit(1)
 
