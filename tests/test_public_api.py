@@ -116,3 +116,13 @@ def test_the_library_leaves_native_options_alone() -> None:
     assert _options_when_libraries_load("import tito_cli", _CLEAN_ENV) == {}
     loaded = _options_when_libraries_load("from tito_cli import rebuild", _CLEAN_ENV)
     assert loaded == {"pyarrow": "unset", "numpy": "unset"}
+
+
+def test_every_command_is_in_the_table_main_imports_it_from() -> None:
+    # tito COMMAND imports only COMMANDS[COMMAND]'s module (tito_cli/cli/__init__.py main).
+    import typer.main
+
+    from tito_cli.cli import COMMANDS, app
+
+    group = typer.main.get_command(app)
+    assert sorted(group.commands) == sorted(COMMANDS)  # type: ignore[attr-defined]

@@ -22,6 +22,8 @@ from . import native_env  # noqa: F401
 if TYPE_CHECKING:
     import typer
 
+    from .app import app as app  # at run time: the property of _Package below
+
 __all__ = ["app", "main"]
 
 #: The command modules, in the order ``tito --help`` lists their commands.
