@@ -27,11 +27,13 @@ from typing import Any
 import numpy as np
 
 from .._arrow import common_prefix
+from .records import PromptMessages
 
 __all__ = ["Delta", "DeltaEncoder", "JsonValue", "message_texts"]
 
-#: A JSON column's value as a harness gives it: JSON text, or the parsed value.
-JsonValue = str | dict[str, Any] | list[Any] | None
+#: A JSON column's value as a harness gives it: JSON text, or the parsed value (or, for the prompt,
+#: its messages already serialized).
+JsonValue = str | dict[str, Any] | list[Any] | PromptMessages | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +86,10 @@ def message_texts(value: JsonValue) -> list[str] | None:
     The texts are what a reader's parse of the stored array gives back:
     ``json.loads`` of each is the message.  Messages are compared by these
     texts, so a shared message is stored exactly (key order, ``1`` vs ``1.0``).
+    :class:`~tito_cli.capture.records.PromptMessages` carry these texts already.
     """
+    if isinstance(value, PromptMessages):
+        return value.texts
     if isinstance(value, str):
         try:
             value = json.loads(value)

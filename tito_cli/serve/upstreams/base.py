@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
+from array import array
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
@@ -172,8 +173,11 @@ def with_arguments(messages: list[dict[str, Any]], form: Callable[[Any], Any]) -
 
 
 def check_lengths(prompt: Any, output: Any, logprobs: Any, what: str) -> None:
-    """The ids and logprobs an upstream returned are lists of the right types and lengths, or UpstreamError."""
-    if not isinstance(prompt, list) or not prompt:
+    """The ids and logprobs an upstream returned are lists of the right types and lengths, or UpstreamError.
+
+    The prompt ids may be an ``array('i')`` (canonical history's, which the gateway made itself).
+    """
+    if not isinstance(prompt, (list, array)) or not prompt:
         raise UpstreamError(f"the upstream returned no prompt ids ({what})")
     if not isinstance(output, list) or not isinstance(logprobs, list) or len(output) != len(logprobs):
         raise UpstreamError(f"the upstream's output ids and logprobs do not match ({what})")
