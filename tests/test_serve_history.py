@@ -379,3 +379,31 @@ def test_the_new_text_from_the_window_is_the_new_text_of_the_whole_conversation(
         assert qwen3.decode(after.ids[after.held :]) == window
         checked += 1
     assert checked == 2
+
+
+def test_a_continued_prompt_serializes_only_its_new_messages(qwen3: Renderer) -> None:
+    """The held turn's message texts are reused (the same strings), so the writer's work follows the new text."""
+    play = Played(CanonicalHistory(qwen3, qwen3.end_of_turn), qwen3)
+    _coding_session(play)
+    for (before, _, _, _), (after, _, _, _) in itertools.pairwise(play.turns):
+        assert before.texts is not None and after.texts is not None and after.history == CANONICAL
+        assert after.recorded_messages() is after.texts and after.texts.values == after.messages
+        assert after.texts.texts == [json.dumps(m, ensure_ascii=False) for m in after.messages]
+        held = len(before.messages)
+        assert all(a is b for a, b in zip(after.texts.texts[:held], before.texts.texts, strict=True))
+
+
+def test_a_message_the_log_cannot_hold_still_gets_its_prompt_and_the_writer_says_why(
+    qwen3: Renderer, tmp_path: Path
+) -> None:
+    from tito_cli import TurnLogWriter
+
+    history = CanonicalHistory(qwen3, qwen3.end_of_turn)
+    # Python's JSON parser reads NaN (a client's tool-call arguments), which is not JSON.
+    call = {"id": "toolu_x", "type": "function", "function": {"name": "bash", "arguments": {"n": float("nan")}}}
+    messages = [{"role": "user", "content": "Go."}, {"role": "assistant", "content": "", "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": "toolu_x", "content": "done"}]
+    prompt = history.prompt("s", messages, None)
+    assert prompt.texts is None and prompt.recorded_messages() is prompt.messages and len(prompt.ids) > 0
+    with TurnLogWriter(tmp_path / "log", max_age=None) as log, pytest.raises(ValueError, match="cannot be stored"):
+        log.record_turn("s", prompt.ids, [1], [-0.5], "stop", prompt.recorded_messages(), _answer("", "ok"))

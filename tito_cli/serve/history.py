@@ -387,8 +387,10 @@ def _continues(messages: Sequence[Message], turn: _Held) -> bool:
     n = len(turn.messages)
     if len(messages) <= n:
         return False
-    return all(same_message(m, h) for m, h in zip(messages[:n], turn.messages, strict=True)) and same_message(
-        messages[n], turn.answer
+    # An echo equal to the held message (a dict comparison, in C) is the same message; only the others
+    # (an assistant message echoed in the client's shape) go through the identity's rules.
+    return all(m == h or same_message(m, h) for m, h in zip(messages[:n], turn.messages, strict=True)) and (
+        messages[n] == turn.answer or same_message(messages[n], turn.answer)
     )
 
 
