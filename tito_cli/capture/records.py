@@ -56,7 +56,6 @@ INT64_MAX = 2**63 - 1
 JSON_WHITESPACE = " \t\r\n"
 
 
-
 class PromptMessages:
     """A prompt's messages with each one's JSON text, serialized once: what a caller that records a growing
     conversation turn after turn hands :meth:`TurnLogWriter.record_turn` so that only new messages are
