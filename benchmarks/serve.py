@@ -16,8 +16,8 @@ For each concurrency the same workload runs twice in the same run: straight to t
 chat, the same bodies; generate, the very ``input_ids`` the gateway sent, read back from its log) and
 through the gateway. Reported, as medians over ``--runs``: latency p50/p99 of each path, the added latency
 (gateway minus baseline, per percentile) and the ratio; the gateway's event-loop lag p99 (measured inside it:
-``TITO_SERVE_DEBUG_METRICS=1``, ``GET /debug/metrics``), its CPU time per turn (``time.process_time`` inside
-it, from the same endpoint) and its resident memory after the phase's sessions finished
+``TITO_SERVE_DEBUG_METRICS=1``, ``GET /debug/metrics``), its CPU time per turn (``time.process_time``
+inside it, from the same endpoint) and its resident memory after the phase's sessions finished
 (``/proc/<pid>/status``; flat across phases and runs means finished sessions leave nothing behind).
 """
 

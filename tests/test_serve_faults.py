@@ -133,6 +133,31 @@ def test_a_refused_upstream_is_a_502(tmp_path: Path) -> None:
     assert all_turns(tmp_path / "logs") == {}
 
 
+def test_idle_upstream_connections_are_dropped_before_the_upstream_drops_them(
+    standin: StandIn, tmp_path: Path
+) -> None:
+    # vLLM and SGLang (uvicorn) close a connection idle for 5 s; reusing one as it closes loses the request.
+    import uvicorn
+
+    from tito_cli.serve import ServeConfig
+
+    assert ServeConfig(logs=tmp_path, upstream="-").upstream_keepalive < uvicorn.Config(app=None).timeout_keep_alive
+    with Gateway(standin.url, tmp_path / "logs", extra=["--upstream-keepalive", "1"]) as gw:
+        first = len(standin.peers)
+
+        def ask() -> None:
+            answer = httpx.post(gw.url + "/v1/chat/completions", json=CHAT_BODY, headers={"x-api-key": "idle"},
+                                timeout=60)
+            assert answer.status_code == 200, answer.text
+
+        ask()
+        ask()  # at once: the pooled connection is reused
+        time.sleep(2.5)
+        ask()  # idle past --upstream-keepalive: a new connection
+    ports = standin.peers[first:]
+    assert len(ports) == 3 and ports[0] == ports[1] and ports[2] != ports[1]
+
+
 def test_a_client_that_leaves_before_its_answer_gets_no_turn(gateway: Gateway, standin: StandIn) -> None:
     standin.fail_next("slow", seconds=1.5)
     first = len(standin.ledger)

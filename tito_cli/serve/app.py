@@ -84,7 +84,9 @@ class Gateway:
         client = httpx.AsyncClient(
             timeout=httpx.Timeout(config.upstream_timeout, connect=config.connect_timeout),
             limits=httpx.Limits(
-                max_connections=config.max_connections, max_keepalive_connections=config.max_connections
+                max_connections=config.max_connections,
+                max_keepalive_connections=config.max_connections,
+                keepalive_expiry=config.upstream_keepalive,
             ),
         )
         try:
