@@ -226,8 +226,16 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 def proc_cpu_seconds(pid: int) -> float:
-    """A process's CPU time from outside it, in clock ticks (10 ms): for --context-cpu, whose gateway runs
-    without the debug metrics (their lag probe wakes every 5 ms and would add its own CPU to each turn)."""
+    """A process's CPU time from outside it: for --context-cpu, whose gateway runs without the debug metrics
+    (their lag probe wakes every 5 ms and would add its own CPU to each turn).
+
+    Linux's CPU clock of the process (nanoseconds, every thread's time, those that ended included), else
+    ``/proc/<pid>/stat``'s user and system time in clock ticks (10 ms: 40 turns of 6 ms read ±4 %).
+    """
+    try:
+        return time.clock_gettime(((~pid) << 3) | 2)  # the kernel's MAKE_PROCESS_CPUCLOCK(pid, CPUCLOCK_SCHED)
+    except (OSError, AttributeError):
+        pass
     with open(f"/proc/{pid}/stat", encoding="ascii") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
