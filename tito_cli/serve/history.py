@@ -389,9 +389,12 @@ def _continues(messages: Sequence[Message], turn: _Held) -> bool:
         return False
     # An echo equal to the held message (a dict comparison, in C) is the same message; only the others
     # (an assistant message echoed in the client's shape) go through the identity's rules.
-    return all(m == h or same_message(m, h) for m, h in zip(messages[:n], turn.messages, strict=True)) and (
-        messages[n] == turn.answer or same_message(messages[n], turn.answer)
-    )
+    echoed = messages[:n]
+    if echoed != turn.messages and not all(
+        m == h or same_message(m, h) for m, h in zip(echoed, turn.messages, strict=True)
+    ):
+        return False
+    return messages[n] == turn.answer or same_message(messages[n], turn.answer)
 
 
 def _text(content: Any) -> str:
