@@ -51,6 +51,8 @@ class ServeConfig:
     max_tokens_cap: int | None = None
     #: On SIGTERM/SIGINT: seconds in-flight requests get to finish before they are cut.
     grace_period: float = 30.0
+    #: Seconds with nothing in flight after which freed memory goes back to the system (0: never).
+    idle_trim: float = 1.0
     #: The writer's buffer is flushed at least this often (what a SIGKILL can lose), in seconds.
     flush_every: float = 10.0
 
