@@ -59,15 +59,12 @@ JSON_WHITESPACE = " \t\r\n"
 
 
 class PromptMessages:
-    """A prompt's messages with each one's JSON text, serialized once: what a caller that records a growing
-    conversation turn after turn hands :meth:`TurnLogWriter.record_turn` so that only new messages are
-    serialized (:meth:`extend`).
+    """A prompt's messages with each one's JSON text, for ``record_turn``: a growing conversation serialized once.
 
-    Made only by :meth:`of` and :meth:`extend`, which check each message as the writer would (an object
-    with a string ``role``, strict JSON, UTF-8): the writer trusts the texts.  A text is exactly
-    ``json.dumps(message, ensure_ascii=False)`` — what the writer makes of a list of dicts — so the log
-    holds the same bytes either way.  The messages must not be changed after they are given (the texts
-    would no longer say what they hold).
+    Made only by :meth:`of` and :meth:`extend` (only the new messages serialized), which check each
+    message as the writer would (an object with a string ``role``, strict JSON, UTF-8).  A text is
+    ``json.dumps(message, ensure_ascii=False)``, what the writer makes of a list of dicts: the log holds the
+    same bytes either way.  The messages must not be changed once given (the texts would no longer hold them).
     """
 
     __slots__ = ("_texts", "_values")
@@ -86,15 +83,11 @@ class PromptMessages:
     def extend(self, messages: Sequence[dict[str, Any]]) -> PromptMessages:
         """These messages followed by ``messages`` (only those are checked and serialized)."""
         values = tuple(messages)
-        start = len(self._values)
-        check_prompt_messages(values, offset=start)
+        check_prompt_messages(values, offset=len(self._values))
         texts = []
-        for index, message in enumerate(values, start):
-            what = f"prompt message {index}"
-            text = _json_text(message, what)
-            assert text is not None
-            _check_text(text, what, required=True)
-            texts.append(text)
+        for index, message in enumerate(values, len(self._values)):
+            texts.append(_json_text(message, f"prompt message {index}") or "")
+            _check_text(texts[-1], f"prompt message {index}", required=True)
         return PromptMessages(self._values + values, self._texts + tuple(texts), _CHECKED)
 
     @property
