@@ -305,10 +305,13 @@ def test_a_worker_writes_each_sessions_rows_before_it_rebuilds_the_next(tmp_path
     folder = tempfile.mkdtemp(dir=scratch)
     outputs = handoff.Handoff.write(watched(), folder)
     assert len(outputs) == 5 and all(o.table is None for o in outputs)
-    # The writer reads them back one at a time, when each is handed on: the next is not read yet.
+    # The writer reads them back one at a time, when each is handed on: the next is not read yet, and
+    # the batch's list lets go of each output it hands on (it held every table read until the batch's end).
+    held = list(outputs)
     back = []
     for k, output in enumerate(handoff.Handoff.read(outputs)):
-        assert k + 1 == len(outputs) or outputs[k + 1].table is None
+        assert k + 1 == len(held) or held[k + 1].table is None
+        assert len(outputs) == len(held) - k - 1 and output not in outputs
         back.append(output.table)
     assert [t.equals(u) for t, u in zip(back, tables, strict=True)] == [True] * 5
     assert list(Path(folder).iterdir()) == []  # unlinked once opened

@@ -90,16 +90,21 @@ class Handoff:
             return [handoff.add(output) for output in outputs]
 
     @staticmethod
-    def read(outputs: Iterable[SessionOutput | Reject]) -> Iterator[SessionOutput | Reject]:
+    def read(outputs: list[SessionOutput | Reject]) -> Iterator[SessionOutput | Reject]:
         """Each output with its rows read back from its handoff file (the writer's side), one at a time.
 
+        ``outputs`` is emptied as it goes: an output handed on is no longer the list's, so
+        its rows are freed once the caller is done with them, not when the batch is (a
+        batch's list kept every table it had read until its last session was written).
         Read, not mapped: a mapped file's pages stay resident in this process
         until the last of its tables is freed, that is the whole batch's rows.
         """
         readers: dict[str, pa.ipc.RecordBatchFileReader] = {}
         files: list[pa.NativeFile] = []
+        outputs.reverse()
         try:
-            for output in outputs:
+            while outputs:
+                output = outputs.pop()
                 if isinstance(output, SessionOutput) and output.handoff is not None:
                     path, first, count = output.handoff
                     if path not in readers:
