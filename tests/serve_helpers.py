@@ -16,9 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from .helpers import REPO
+from .helpers import REPO, needs
 
 __all__ = ["QWEN3_NAME", "Gateway", "free_port", "need_extras"]
 
@@ -26,17 +24,17 @@ __all__ = ["QWEN3_NAME", "Gateway", "free_port", "need_extras"]
 QWEN3_NAME = "fixtures/tokenizers/qwen3"
 
 
-def need_extras(*modules: str) -> None:
-    """Skip naming the extras when ``modules`` are missing; under ``CI`` fail instead."""
-    import importlib.util
+#: The extra installing each module the gateway tests need.
+_EXTRA_OF = {"starlette": "serve", "uvicorn": "serve", "httpx": "serve", "anthropic": "clients", "openai": "clients"}
 
-    missing = [m for m in modules if importlib.util.find_spec(m) is None]
-    if not missing:
-        return
-    message = f"needs the serve and clients extras (pip install -e '.[serve,clients]'): {', '.join(missing)} missing"
-    if os.environ.get("CI"):
-        pytest.fail(message)
-    pytest.skip(message)
+
+def need_extras(*modules: str) -> None:
+    """Each of ``modules`` importable, or a skip naming its extra (a failure under ``CI``).
+
+    Called at the top of a test module as well as inside a test.
+    """
+    for module in modules:
+        needs(module, _EXTRA_OF[module], module_level=True)
 
 
 def free_port() -> int:
