@@ -28,6 +28,7 @@ only, on a free port (or ``port``), in a background thread.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import secrets
 import socket
@@ -74,6 +75,13 @@ class Fault:
     seconds: float = 30.0
 
 
+@functools.lru_cache(maxsize=8)
+def _tokenizer(folder: Path) -> Any:
+    """The tokenizer in ``folder``, loaded once per test process (each load of Qwen3's takes about a second;
+    a stand-in only encodes and decodes with it)."""
+    return load(folder)
+
+
 class StandIn:
     """The stand-in server (a context manager); ``url`` is its base URL once entered."""
 
@@ -88,7 +96,7 @@ class StandIn:
     ) -> None:
         self.script = script
         self.model = model
-        self.tokenizer = load(Path(tokenizer))
+        self.tokenizer = _tokenizer(Path(tokenizer).resolve())
         self._backend = self.tokenizer.backend_tokenizer
         #: The model family whose outputs the script writes: its end marker ends an output that has none.
         self.profile = family_named(family)
