@@ -1,9 +1,16 @@
-"""The I/O floor: read the columns a rebuild reads, into memory, with pyarrow, and nothing else.
+"""The I/O floor: read the columns a rebuild reads, as it reads them, with pyarrow, and nothing else.
 
-    python benchmarks/bare_read.py LOGS [--threads]
+    python benchmarks/bare_read.py LOGS [--threads] [--whole]
 
+Decodes every turns file's columns row group by row group (a rebuild reads a
+row group when a session needs it and drops it after the batch's last session
+that does: ``tito_cli/read/rows.py``), each dropped before the next is read;
+sessions files are read whole, as the sessions table reads them.
 Single-threaded by default, like one rebuild worker (one worker, one core);
-``--threads`` lets pyarrow decode with all cores, for reference.
+``--threads`` lets pyarrow decode with all cores, for reference.  ``--whole``
+reads each file whole instead, the floor before 2026-12-02: it holds a whole
+format-1 file's decoded columns at once, which on the qwen3 workload cost
+about a second of system time (fresh pages) that no rebuild pays.
 """
 
 from __future__ import annotations
@@ -28,19 +35,26 @@ TURNS_COLUMNS = [
 ]
 
 
-def read_log(folder: Path, threads: bool = False) -> int:
+def read_log(folder: Path, threads: bool = False, whole: bool = False) -> int:
     """Decode every file of ``folder`` as a rebuild reads it (turns files: its columns); the rows read."""
     rows = 0
     for path in sorted(folder.rglob("*.parquet")):
-        parquet = pq.ParquetFile(path)
-        names = parquet.schema_arrow.names
-        columns = [c for c in TURNS_COLUMNS if c in names] if "prompt_ids" in names else None
-        rows += parquet.read(columns=columns, use_threads=threads).num_rows
+        with pq.ParquetFile(path) as parquet:
+            names = parquet.schema_arrow.names
+            if "prompt_ids" not in names:
+                rows += parquet.read(use_threads=threads).num_rows  # a sessions file
+                continue
+            columns = [c for c in TURNS_COLUMNS if c in names]
+            if whole:
+                rows += parquet.read(columns=columns, use_threads=threads).num_rows
+                continue
+            for group in range(parquet.metadata.num_row_groups):
+                rows += parquet.read_row_group(group, columns=columns, use_threads=threads).num_rows
     return rows
 
 
 def main() -> None:
-    print(read_log(Path(sys.argv[1]), threads="--threads" in sys.argv[2:]))
+    print(read_log(Path(sys.argv[1]), threads="--threads" in sys.argv[2:], whole="--whole" in sys.argv[2:]))
 
 
 if __name__ == "__main__":

@@ -16,9 +16,10 @@ For each concurrency the same workload runs twice in the same run: straight to t
 chat, the same bodies; generate, the very ``input_ids`` the gateway sent, read back from its log) and
 through the gateway. Reported, as medians over ``--runs``: latency p50/p99 of each path, the added latency
 (gateway minus baseline, per percentile) and the ratio; the gateway's event-loop lag p99 (measured inside it:
-``TITO_SERVE_DEBUG_METRICS=1``, ``GET /debug/metrics``), its CPU time per turn (``time.process_time`` inside it, from the same endpoint) and its
-resident memory after the phase's sessions finished (``/proc/<pid>/status``; flat across phases and runs
-means finished sessions leave nothing behind).
+``TITO_SERVE_DEBUG_METRICS=1``, ``GET /debug/metrics``), its CPU time per turn (``time.process_time``
+inside it, from the same endpoint) and its resident memory after the phase's sessions finished and it
+went idle (``/proc/<pid>/status``, read once its idle trim ran; flat across phases and runs means finished
+sessions leave nothing behind).
 """
 
 from __future__ import annotations
@@ -242,6 +243,19 @@ def gateway_cpu_seconds(gateway_url: str) -> float:
     return float(answer.json()["cpu_seconds"])
 
 
+def rss_once_idle(gateway_url: str, pid: int, trims_before: int, wait: float = 15.0) -> int:
+    """The gateway's RSS once it went idle after the phase and gave freed memory back (its idle trim), or
+    after ``wait`` seconds."""
+    import httpx
+
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        if httpx.get(f"{gateway_url}/debug/metrics", timeout=10).json()["idle_trims"] > trims_before:
+            break
+        time.sleep(0.2)
+    return proc_rss_bytes(pid)
+
+
 def proc_rss_bytes(pid: int) -> int:
     with open(f"/proc/{pid}/status", encoding="ascii") as f:
         for line in f:
@@ -403,7 +417,8 @@ def run_mode(upstream_api: str, args: argparse.Namespace, work: Path) -> list[li
                     if done.status_code != 200:
                         raise SystemExit(f"finish {sids[s]}: {done.status_code} {done.text[:300]}")
 
-                httpx.get(f"{gw}/debug/metrics", params={"reset": "1"}, timeout=10).raise_for_status()
+                before = httpx.get(f"{gw}/debug/metrics", params={"reset": "1"}, timeout=10)
+                before.raise_for_status()
                 httpx.get(f"{pr}/debug/metrics", params={"reset": "1"}, timeout=10).raise_for_status()
                 cpu0 = gateway_cpu_seconds(gw)
                 through = asyncio.run(run_phase(
@@ -413,7 +428,7 @@ def run_mode(upstream_api: str, args: argparse.Namespace, work: Path) -> list[li
                 metrics = httpx.get(f"{gw}/debug/metrics", timeout=10).json()
                 cpu = float(metrics["cpu_seconds"]) - cpu0
                 idle = httpx.get(f"{pr}/debug/metrics", timeout=10).json()
-                rss = proc_rss_bytes(gateway.pid)
+                rss = rss_once_idle(gw, gateway.pid, before.json()["idle_trims"])
                 if upstream_api == "chat":
                     direct = asyncio.run(run_phase(
                         lambda s: f"{up}/v1/chat/completions",

@@ -42,7 +42,9 @@ def one(logs: Path, out: Path) -> dict[str, float]:
     import importlib
 
     start = time.perf_counter()
-    from tito_cli.cli import main
+    from tito_cli.cli import _app, main
+
+    _app("rebuild")  # what ``tito rebuild`` imports before it starts (a command imports its own module)
 
     seconds = {"imports": time.perf_counter() - start, **{name: 0.0 for name in STAGES}}
     for name, (module_name, owner, attribute) in STAGES.items():

@@ -105,6 +105,8 @@ class StandIn:
         #: Seconds every generation request waits before it is answered.
         self.delay = 0.0
         self.faults_served: list[str] = []
+        #: The client port of each POST, in arrival order: which requests shared a connection.
+        self.peers: list[int] = []
         self._faults: deque[Fault] = deque()
         self._lock = threading.Lock()
         self._closing = threading.Event()
@@ -276,6 +278,8 @@ class StandIn:
                     self._send(404, {"object": "error", "message": "Not Found", "type": "NotFoundError", "code": 404})
 
             def do_POST(self) -> None:
+                with standin._lock:
+                    standin.peers.append(self.client_address[1])
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
                 if self.path not in ("/generate", "/v1/chat/completions"):
                     self._send(404, {"object": "error", "message": "Not Found", "type": "NotFoundError", "code": 404})

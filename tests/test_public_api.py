@@ -47,6 +47,37 @@ def test_a_rebuild_imports_no_slow_module_it_does_not_need(tmp_path) -> None:  #
     assert proc.stdout.strip() == "[]"
 
 
+def _modules_after_command(args: list[str], modules: list[str]) -> list[str]:
+    """``tito ARGS`` through the console script's ``main``, in a fresh interpreter: which of ``modules`` it loaded."""
+    code = (
+        "import sys\n"
+        f"sys.argv = ['tito', *{args!r}]\n"
+        "from tito_cli.cli import main\n"
+        "try:\n"
+        "    main()\n"
+        "except SystemExit as exc:\n"
+        "    assert not exc.code, exc.code\n"
+        f"print([m for m in {modules!r} if m in sys.modules])\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    return list(json.loads(proc.stdout.strip().splitlines()[-1].replace("'", '"')))
+
+
+def test_a_command_imports_its_own_module_not_every_commands(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # Start-up is part of every command's time (docs/performance.md, "Where the time goes").
+    from .helpers import REPO
+
+    others = ["tito_cli.cli.serve", "tito_cli.cli.view", "tito_cli.cli.simulate", "tito_cli.cli.inspect"]
+    # A command that reads no Parquet loads neither pyarrow nor numpy.
+    assert _modules_after_command(["serve", "--help"], ["pyarrow", "numpy", *others[1:]]) == []
+    # A rebuild loads what it reads with, and no other command, nor --drift-classes' tokenizer search.
+    rebuild = ["rebuild", str(REPO / "fixtures" / "logs"), "--out", str(tmp_path / "s.parquet"), "--workers", "1"]
+    loaded = _modules_after_command(rebuild, ["pyarrow", *others, "tito_cli.report.drift", "tito_cli.tokenizer"])
+    assert loaded == ["pyarrow"]
+    # Without a command, every command is there to be listed.
+    assert _modules_after_command(["--help"], others) == others
+
+
 def _options_when_libraries_load(statement: str, env: dict[str, str]) -> dict[str, str]:
     """Run ``statement`` in a fresh interpreter; the native options in the environment as each library began to load."""
     code = (
@@ -73,14 +104,25 @@ _CLEAN_ENV = {k: v for k, v in os.environ.items() if k not in NATIVE_OPTIONS}
 
 def test_the_command_line_sets_native_options_before_the_libraries_load() -> None:
     # Each library reads its option once, when it loads (tito_cli/cli/native_env.py).
+    # (The app with every command: ``import tito_cli.cli`` alone loads neither library.)
     expected = {"pyarrow": NATIVE_OPTIONS["MIMALLOC_PURGE_DELAY"], "numpy": "1"}
-    assert _options_when_libraries_load("import tito_cli.cli", _CLEAN_ENV) == expected
+    assert _options_when_libraries_load("from tito_cli.cli import app", _CLEAN_ENV) == expected
     # A value the user set wins.
     user = {**_CLEAN_ENV, "MIMALLOC_PURGE_DELAY": "250", "OPENBLAS_NUM_THREADS": "2"}
-    assert _options_when_libraries_load("import tito_cli.cli", user) == {"pyarrow": "250", "numpy": "2"}
+    assert _options_when_libraries_load("from tito_cli.cli import app", user) == {"pyarrow": "250", "numpy": "2"}
 
 
 def test_the_library_leaves_native_options_alone() -> None:
     assert _options_when_libraries_load("import tito_cli", _CLEAN_ENV) == {}
     loaded = _options_when_libraries_load("from tito_cli import rebuild", _CLEAN_ENV)
     assert loaded == {"pyarrow": "unset", "numpy": "unset"}
+
+
+def test_every_command_is_in_the_table_main_imports_it_from() -> None:
+    # tito COMMAND imports only COMMANDS[COMMAND]'s module (tito_cli/cli/__init__.py main).
+    import typer.main
+
+    from tito_cli.cli import COMMANDS, app
+
+    group = typer.main.get_command(app)
+    assert sorted(group.commands) == sorted(COMMANDS)  # type: ignore[attr-defined]

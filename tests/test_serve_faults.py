@@ -71,9 +71,15 @@ def standin() -> Iterator[StandIn]:
 def gateway(standin: StandIn, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     logs = tmp_path_factory.mktemp("fault-logs")
     extra = ["--upstream-timeout", "2", "--max-request-bytes", "200000", "--flush-every", "0.2"]
-    extra += ["--max-tokens-cap", "64"]
-    with Gateway(standin.url, logs, extra=extra) as gw:
-        yield gw
+    extra += ["--max-tokens-cap", "64", "--upstream-keepalive", "1"]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TITO_SERVE_DEBUG_METRICS", "1")  # GET /debug/metrics counts the idle trims
+        gateway = Gateway(standin.url, logs, extra=extra)
+        gateway.__enter__()
+    try:
+        yield gateway
+    finally:
+        gateway.__exit__(None, None, None)
 
 
 def test_the_upstreams_own_status_reaches_the_client(gateway: Gateway, standin: StandIn) -> None:
@@ -131,6 +137,58 @@ def test_a_refused_upstream_is_a_502(tmp_path: Path) -> None:
             answer = httpx.post(gw.url + path, json=body, headers={"x-api-key": "refused"}, timeout=30)
             assert "could not be reached" in check_error_shape(wire, answer, 502)
     assert all_turns(tmp_path / "logs") == {}
+
+
+def test_idle_upstream_connections_are_dropped_before_the_upstream_drops_them(
+    gateway: Gateway, standin: StandIn, tmp_path: Path
+) -> None:
+    # vLLM and SGLang (uvicorn) close a connection idle for 5 s; reusing one as it closes loses the request.
+    import uvicorn
+
+    from tito_cli.serve import ServeConfig
+
+    assert ServeConfig(logs=tmp_path, upstream="-").upstream_keepalive < uvicorn.Config(app=None).timeout_keep_alive
+    first = len(standin.peers)
+
+    def ask() -> None:
+        answer = httpx.post(gateway.url + "/v1/chat/completions", json=CHAT_BODY, headers={"x-api-key": "idle"},
+                            timeout=60)
+        assert answer.status_code == 200, answer.text
+
+    ask()
+    ask()  # at once: the pooled connection is reused
+    time.sleep(2.5)
+    ask()  # idle past --upstream-keepalive 1: a new connection
+    ports = standin.peers[first:]
+    assert len(ports) == 3 and ports[0] == ports[1] and ports[2] != ports[1]
+
+
+def test_freed_memory_goes_back_once_the_gateway_is_idle(gateway: Gateway, standin: StandIn) -> None:
+    # Never while a request is in flight or a turn is being recorded; once, after a second of idleness.
+    def trims() -> int:
+        return int(httpx.get(gateway.url + "/debug/metrics", timeout=30).json()["idle_trims"])
+
+    time.sleep(1.5)  # earlier tests' quiet spell has had its trim
+    base = trims()
+    standin.delay = 2.5
+    try:
+        slow = threading.Thread(
+            target=httpx.post,
+            args=(gateway.url + "/v1/chat/completions",),
+            kwargs={"json": CHAT_BODY, "headers": {"x-api-key": "idle-trim"}, "timeout": 60},
+        )
+        slow.start()
+        time.sleep(2.0)  # the request waits on the upstream: busy, never trimmed
+        assert trims() == base
+        slow.join()
+    finally:
+        standin.delay = 0.0
+    deadline = time.monotonic() + 20
+    while trims() == base and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert trims() == base + 1
+    time.sleep(1.5)
+    assert trims() == base + 1  # idle stays idle: one trim per quiet spell
 
 
 def test_a_client_that_leaves_before_its_answer_gets_no_turn(gateway: Gateway, standin: StandIn) -> None:

@@ -13,11 +13,9 @@ from ..errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_OUTPUT, EXIT_REJECTED
 from ..export.formats import format_names
 from ..plugins import options_help
 from ..render.summary import render_rebuild_summary
-from ..report.drift import drift_class_counter
 from ..run.plan import BATCHES_PER_WORKER
 from ..run.rebuild import DriftCounter, RebuildOptions, RebuildSummary, rebuild_with
 from ..run.runner import RUNNERS
-from ..tokenizer import parse_tokenizer_options
 from .app import app, err_console, exit_codes_help, guarded, progress_bar, state
 from .export import (
     FORKED,
@@ -213,6 +211,10 @@ def _drift_counter(logs: list[Path], tokenizer: str | None) -> DriftCounter:
     Opt-in: loading a tokenizer in every worker and decoding around each divergence costs more
     than the rebuild's speed target allows (docs/performance.md).
     """
+    # Imported here: only --drift-classes finds a tokenizer.
+    from ..report.drift import drift_class_counter
+    from ..tokenizer import parse_tokenizer_options
+
     log_dirs = [p if p.is_dir() else p.parent for p in logs]
     choice = parse_tokenizer_options([tokenizer]) if tokenizer is not None else None
     return functools.partial(drift_class_counter, log_dirs=log_dirs, choice=choice, strict=tokenizer is not None)

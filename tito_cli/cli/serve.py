@@ -56,6 +56,11 @@ def serve(
     upstream_timeout: float = typer.Option(
         600.0, "--upstream-timeout", min=0.1, help="Seconds to wait for the upstream's answer."
     ),
+    upstream_keepalive: float = typer.Option(
+        2.0, "--upstream-keepalive", min=0.0,
+        help="Seconds an idle upstream connection is kept for reuse; keep it below the upstream's own idle "
+        "timeout (5 s in vLLM and SGLang).",
+    ),
     max_tokens_cap: int = typer.Option(
         None, "--max-tokens-cap", min=1, help="Lower any request's max_tokens to this many new tokens."
     ),
@@ -82,6 +87,7 @@ def serve(
         grace_period=grace_period,
         flush_every=flush_every,
         upstream_timeout=upstream_timeout,
+        upstream_keepalive=upstream_keepalive,
         max_tokens_cap=max_tokens_cap,
     )
     try:

@@ -8,7 +8,6 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from ..report.drift import DRIFT_CLASSES
 from ..report.session_facts import FORK_PHRASES
 from ..run.export import ExportSummary
 from ..run.rebuild import RebuildSummary
@@ -18,6 +17,9 @@ __all__ = ["render_export_summary", "render_rebuild_summary"]
 
 
 def _class_order(name: str) -> tuple[int, int]:
+    # Imported here: drift classes are counted with --drift-classes only (the module finds tokenizers).
+    from ..report.drift import DRIFT_CLASSES
+
     kind, _, drift_class = name.partition(": ")
     rank = DRIFT_CLASSES.index(drift_class) if drift_class in DRIFT_CLASSES else len(DRIFT_CLASSES)
     return (0 if kind == "fork" else 1, rank)

@@ -35,6 +35,7 @@ from .debug_metrics import LoopLagMonitor
 from .dialects import DIALECTS, Dialect
 from .dialects.chat import openai_error
 from .exchange import ChatRequest, ClientError, Generation, UpstreamError
+from .idle import IdleTrim
 from .sessions import Sessions, check_session_id, session_from_headers
 from .template import ChatTemplate
 from .upstreams import UPSTREAMS, Upstream
@@ -66,6 +67,7 @@ class Gateway:
         self._template: ChatTemplate | None = template
         self._template_error: str | None = None
         self.pool: ThreadPoolExecutor | None = None
+        self.idle = IdleTrim(config.idle_trim, self.offload)
         self.writer: TurnLogWriter | None = None
         self.upstream: Upstream | None = None
         #: Opt-in measurements (TITO_SERVE_DEBUG_METRICS=1): the loop's lag, CPU, RSS at GET /debug/metrics.
@@ -84,7 +86,9 @@ class Gateway:
         client = httpx.AsyncClient(
             timeout=httpx.Timeout(config.upstream_timeout, connect=config.connect_timeout),
             limits=httpx.Limits(
-                max_connections=config.max_connections, max_keepalive_connections=config.max_connections
+                max_connections=config.max_connections,
+                max_keepalive_connections=config.max_connections,
+                keepalive_expiry=config.upstream_keepalive,
             ),
         )
         try:
@@ -99,6 +103,7 @@ class Gateway:
         finally:
             if self.metrics is not None:
                 await self.metrics.stop()
+            self.idle.cancel()
             await self.drain()
             if self.writer is not None:
                 await self.offload(self.writer.close)
@@ -158,7 +163,7 @@ class Gateway:
 
     async def _debug_metrics(self, request: Request) -> Response:
         assert self.metrics is not None
-        snapshot = self.metrics.snapshot()
+        snapshot = {**self.metrics.snapshot(), "idle_trims": self.idle.trims}
         if request.query_params.get("reset") == "1":
             self.metrics.reset()
         return JSONResponse(snapshot)
@@ -326,8 +331,10 @@ class Gateway:
         task = asyncio.get_running_loop().create_task(self._record(previous, session_id, generation, metadata))
         self._tails[session_id] = task
         self._pending.add(task)
+        self.idle.enter()
 
         def done(finished: asyncio.Task[None]) -> None:
+            self.idle.leave()
             self._pending.discard(finished)
             if self._tails.get(session_id) is finished:
                 del self._tails[session_id]
@@ -417,9 +424,11 @@ class _Exchange(Response):  # type: ignore[misc, unused-ignore]  # Response is A
                     return
 
         listener = asyncio.get_running_loop().create_task(listen())
+        self.gateway.idle.enter()
         try:
             await self._answer(send, gone)
         finally:
+            self.gateway.idle.leave()
             listener.cancel()
 
     async def _answer(self, send: Send, gone: asyncio.Event) -> None:

@@ -37,6 +37,9 @@ class ServeConfig:
     connect_timeout: float = 10.0
     #: The shared upstream client's connection pool.
     max_connections: int = 512
+    #: Seconds an idle upstream connection is kept for reuse. Below the upstream's own idle timeout (5 s in
+    #: vLLM's and SGLang's uvicorn), so the gateway never sends on a connection the server is closing.
+    upstream_keepalive: float = 2.0
     #: Request bodies larger than this are refused with 413 before they are parsed.
     max_request_bytes: int = 64 << 20
     #: Threads that render chat templates, tokenize, (de)serialise large bodies and record turns.
@@ -48,6 +51,8 @@ class ServeConfig:
     max_tokens_cap: int | None = None
     #: On SIGTERM/SIGINT: seconds in-flight requests get to finish before they are cut.
     grace_period: float = 30.0
+    #: Seconds with nothing in flight after which freed memory goes back to the system (0: never).
+    idle_trim: float = 1.0
     #: The writer's buffer is flushed at least this often (what a SIGKILL can lose), in seconds.
     flush_every: float = 10.0
 

@@ -8,6 +8,8 @@ answers a JSON object (``?reset=1`` also starts a new lag window) for ``benchmar
   ``max_ms`` over the window.
 * ``cpu_seconds``: the process's user + system CPU time so far (every thread: tokenizer workers too).
 * ``rss_bytes``: the resident set size now (``/proc/self/statm``; ``null`` where there is none).
+* ``idle_trims``: how many times freed memory went back to the system after the gateway went idle
+  (``tito_cli/serve/idle.py``).
 """
 
 from __future__ import annotations

@@ -1,0 +1,80 @@
+"""Give freed memory back to the system once the gateway goes idle.
+
+A burst of sessions (a GRPO step's 64 CLIs with 32k-token conversations) parses, serialises and records
+hundreds of MB of short-lived objects in the worker threads. glibc keeps what they free in its
+per-thread arenas, so without this the gateway's resident memory stays at the burst's high-water mark and
+creeps up with every burst (``benchmarks/serve.py`` prints the series). Once nothing has been in flight for
+``delay`` seconds — no request answering, no turn being recorded — ``malloc_trim(0)`` hands the free pages
+of every arena back. Off glibc (or where it cannot be loaded) this does nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import ctypes.util
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+__all__ = ["IdleTrim", "trim_freed_memory"]
+
+
+def _malloc_trim() -> Callable[[int], int] | None:
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return None
+    try:
+        function = ctypes.CDLL(name).malloc_trim
+    except (OSError, AttributeError):
+        return None
+    function.argtypes = [ctypes.c_size_t]
+    function.restype = ctypes.c_int
+    return function
+
+
+_TRIM = _malloc_trim()
+
+
+def trim_freed_memory() -> bool:
+    """Return glibc's free pages to the system; False where there is no glibc ``malloc_trim``."""
+    if _TRIM is None:
+        return False
+    _TRIM(0)  # ctypes releases the GIL for the call: the loop runs on meanwhile
+    return True
+
+
+class IdleTrim:
+    """Counts work in flight (``enter``/``leave``, on the event loop) and trims after ``delay`` idle seconds."""
+
+    def __init__(self, delay: float, offload: Callable[..., Awaitable[Any]]) -> None:
+        self.delay = delay
+        self.offload = offload
+        self.busy = 0
+        self.trims = 0
+        self._timer: asyncio.TimerHandle | None = None
+        self._running: asyncio.Task[None] | None = None
+
+    def enter(self) -> None:
+        self.busy += 1
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def leave(self) -> None:
+        self.busy -= 1
+        if self.busy == 0 and self.delay > 0 and _TRIM is not None:
+            self._timer = asyncio.get_running_loop().call_later(self.delay, self._fire)
+
+    def _fire(self) -> None:
+        self._timer = None
+        if self.busy == 0 and (self._running is None or self._running.done()):
+            self._running = asyncio.get_running_loop().create_task(self._trim())
+
+    async def _trim(self) -> None:
+        await self.offload(trim_freed_memory)
+        self.trims += 1
+
+    def cancel(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
