@@ -227,3 +227,86 @@ def test_json_whitespace_between_messages_is_still_parsed_incrementally() -> Non
     extended = first[:-1] + " \t\r\n, " + json.dumps(REPLY) + "]"
     turns = parse_session(SessionRows("s", [_row(0, first), _row(1, extended)]))
     assert turns[1].prompt_messages == [USER, REPLY] and turns[1].extends is not None
+
+
+# -- prompt messages serialized once (PromptMessages) ---------------------------------------------------
+
+
+def _grown_turns() -> list[tuple[list[int], list[int], list[dict[str, Any]], dict[str, Any]]]:
+    """Four turns of one conversation, each extending the last: (prompt ids, output ids, messages, answer)."""
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "Agent. Ünïcode ✓"}, USER]
+    ids = [1, 2, 3]
+    turns = []
+    for k in range(4):
+        output = [10 + k, 11 + k]
+        answer = {"role": "assistant", "content": f"step {k}",
+                  "tool_calls": [{"id": f"c{k}", "type": "function",
+                                  "function": {"name": "read", "arguments": {"path": f"é{k}.txt", "n": 1.0}}}]}
+        turns.append((list(ids), output, list(messages), answer))
+        messages = [*messages, answer, {"role": "tool", "tool_call_id": f"c{k}", "content": f"part {k}\n"}]
+        ids = [*ids, *output, 20 + k, 21 + k]
+    return turns
+
+
+@pytest.mark.parametrize("format", [1, 2])
+def test_prompt_messages_given_serialized_and_ids_as_an_int_array_log_the_same_bytes(
+    format: int, tmp_path: Path
+) -> None:
+    from array import array
+    from datetime import datetime, timezone
+
+    from tito_cli.capture.records import PromptMessages
+
+    when = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    tables = []
+    for name in ("values", "serialized"):
+        held: PromptMessages | None = None
+        with TurnLogWriter(tmp_path / name, max_age=None, format=format, name="run") as log:
+            for prompt_ids, output, messages, answer in _grown_turns():
+                given: Any = messages
+                ids: Any = prompt_ids
+                if name == "serialized":  # as the gateway's canonical history hands them over
+                    held = PromptMessages.of(messages) if held is None else held.extend(messages[len(held):])
+                    given, ids = held, array("i", prompt_ids)
+                log.record_turn("s", ids, output, [-0.5] * len(output), "stop", given, answer, timestamp=when)
+        tables.append(pq.read_table(tmp_path / name).to_pylist())
+    assert tables[0] == tables[1] and len(tables[0]) == 4
+    if format == 2:  # stored against the turn before (its prompt and answer shared), with only the new message
+        assert [row["shared_messages"] for row in tables[1]] == [None, 3, 5, 7]
+        assert [m["content"] for m in json.loads(tables[1][3]["prompt_messages"])] == ["part 2\n"]
+
+
+@pytest.mark.parametrize(
+    ("message", "reason", "writer_reason"),
+    [
+        (["not a message"], "prompt message 2 is not a JSON object", "prompt message 2 is not a JSON object"),
+        ({"content": "no role"}, "prompt message 2 has no string 'role'", "prompt message 2 has no string 'role'"),
+        ({"role": "user", "content": float("nan")}, "prompt message 2 cannot be stored as JSON",
+         "prompt_messages cannot be stored as JSON"),
+        ({"role": "user", "content": "\ud800"}, "prompt message 2 is not encodable as UTF-8",
+         "prompt_messages is not encodable as UTF-8"),
+    ],
+)
+def test_serialized_prompt_messages_refuse_what_the_writer_refuses_naming_the_message(
+    message: Any, reason: str, writer_reason: str, tmp_path: Path
+) -> None:
+    from tito_cli.capture.records import PromptMessages
+
+    held = PromptMessages.of([USER, REPLY])
+    with pytest.raises(ValueError, match=reason):
+        held.extend([message])
+    with TurnLogWriter(tmp_path / "log", max_age=None) as log, pytest.raises(ValueError, match=writer_reason):
+        log.record_turn("s", [1, 2], [3], [-0.5], "stop", [USER, REPLY, message], REPLY)
+    with pytest.raises(TypeError, match=r"PromptMessages\.of"):
+        PromptMessages((), (), object())
+
+
+def test_ids_given_as_an_int_array_are_copied_when_recorded(tmp_path: Path) -> None:
+    from array import array
+
+    ids = array("i", [1, 2, 3])
+    with TurnLogWriter(tmp_path / "log", max_age=None, format=1) as log:
+        log.record_turn("s", ids, [4], [-0.5], "stop", [USER], REPLY)
+        ids[0] = 99  # the caller reuses its array: the buffered row keeps what was recorded
+        ids.append(5)  # (and it may grow: nothing of it is held)
+    assert pq.read_table(tmp_path / "log").column("prompt_ids").to_pylist() == [[1, 2, 3]]

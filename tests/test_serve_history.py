@@ -139,7 +139,7 @@ def test_continued_turns_extend_the_held_ids_with_only_the_new_text(qwen3: Rende
     for (before, output, _, _), (after, _, messages, _) in zip(play.turns, play.turns[1:], strict=False):
         held = [*before.ids, *output]
         assert after.history == CANONICAL and after.reason is None
-        assert after.ids[: len(held)] == held and after.held == len(held)
+        assert list(after.ids[: len(held)]) == held and after.held == len(held)
         new_text = qwen3.decode(after.ids[len(held) :])
         assert new_text.endswith("<|im_start|>assistant\n")
         assert new_text.startswith("\n<|im_start|>user\n")
@@ -150,7 +150,7 @@ def test_continued_turns_extend_the_held_ids_with_only_the_new_text(qwen3: Rende
     )
     assert p3.metadata() == {"history": "canonical"}
     # The ids' JSON text, kept with the held turns, is the ids (what the generate upstream is sent).
-    assert [json.loads(p.ids_json or "") for p in (p1, p2, p3)] == [p1.ids, p2.ids, p3.ids]
+    assert [json.loads(p.ids_json or "") for p in (p1, p2, p3)] == [list(p1.ids), list(p2.ids), list(p3.ids)]
     assert p1.metadata() == {"history": "rendered", "history_reason": "no held turn"}
 
 
@@ -159,7 +159,7 @@ def test_render_drifts_where_canonical_continues(qwen3: Renderer) -> None:
     _coding_session(play)
     (p1, o1, _, _), (p2, _, _, _), (p3, _, _, _) = play.turns
     # Turn 2: the template re-serializes the arguments ({"cmd":"ls"} -> {"cmd": "ls"}); turn 3: it also drops reasoning.
-    assert p2.ids[: len(p1.ids) + len(o1)] != [*p1.ids, *o1]
+    assert list(p2.ids[: len(p1.ids) + len(o1)]) != [*p1.ids, *o1]
     assert "The test imports a.py." not in qwen3.decode(p3.ids)
 
 
@@ -202,7 +202,7 @@ def _fallback(qwen3: Renderer, messages: list[dict[str, Any]], tools: Any = TOOL
     _coding_session(play)
     prompt = history.prompt("s1", messages, tools)
     assert prompt.history == RENDERED
-    assert prompt.ids == RenderedHistory(qwen3).prompt("s1", messages, tools).ids  # exactly as render would
+    assert list(prompt.ids) == RenderedHistory(qwen3).prompt("s1", messages, tools).ids  # exactly as render would
     return prompt
 
 
@@ -287,12 +287,12 @@ def test_a_template_with_other_markers_that_trims_content_is_continued_generical
     follow = [*messages, {"role": "assistant", "content": "Seven."}, {"role": "user", "content": "Another?"}]
     p2 = history.prompt("s", follow, None)
     assert p2.history == CANONICAL
-    assert p2.ids[: p2.held] == [*p1.ids, *output]
+    assert list(p2.ids[: p2.held]) == [*p1.ids, *output]
     assert llama.decode(p2.ids[p2.held :]) == (
         "<|start_header_id|>user<|end_header_id|>\n\nAnother?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"
     )
     rendered = RenderedHistory(llama).prompt("s", follow, None)
-    assert rendered.ids[: p2.held] != p2.ids[: p2.held]  # render drifts: the whitespace is gone
+    assert list(rendered.ids[: p2.held]) != list(p2.ids[: p2.held])  # render drifts: the whitespace is gone
 
 
 def test_identity_ignores_what_clients_change_on_echo() -> None:
@@ -395,3 +395,31 @@ def test_the_new_text_from_the_window_is_the_new_text_of_the_whole_conversation(
         assert qwen3.decode(after.ids[after.held :]) == window
         checked += 1
     assert checked == 2
+
+
+def test_a_continued_prompt_serializes_only_its_new_messages(qwen3: Renderer) -> None:
+    """The held turn's message texts are reused (the same strings), so the writer's work follows the new text."""
+    play = Played(CanonicalHistory(qwen3, qwen3.end_of_turn), qwen3)
+    _coding_session(play)
+    for (before, _, _, _), (after, _, _, _) in itertools.pairwise(play.turns):
+        assert before.texts is not None and after.texts is not None and after.history == CANONICAL
+        assert after.recorded_messages() is after.texts and after.texts.values == after.messages
+        assert after.texts.texts == [json.dumps(m, ensure_ascii=False) for m in after.messages]
+        held = len(before.messages)
+        assert all(a is b for a, b in zip(after.texts.texts[:held], before.texts.texts, strict=True))
+
+
+def test_a_message_the_log_cannot_hold_still_gets_its_prompt_and_the_writer_says_why(
+    qwen3: Renderer, tmp_path: Path
+) -> None:
+    from tito_cli import TurnLogWriter
+
+    history = CanonicalHistory(qwen3, qwen3.end_of_turn)
+    # Python's JSON parser reads NaN (a client's tool-call arguments), which is not JSON.
+    call = {"id": "toolu_x", "type": "function", "function": {"name": "bash", "arguments": {"n": float("nan")}}}
+    messages = [{"role": "user", "content": "Go."}, {"role": "assistant", "content": "", "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": "toolu_x", "content": "done"}]
+    prompt = history.prompt("s", messages, None)
+    assert prompt.texts is None and prompt.recorded_messages() is prompt.messages and len(prompt.ids) > 0
+    with TurnLogWriter(tmp_path / "log", max_age=None) as log, pytest.raises(ValueError, match="cannot be stored"):
+        log.record_turn("s", prompt.ids, [1], [-0.5], "stop", prompt.recorded_messages(), _answer("", "ok"))

@@ -27,11 +27,13 @@ from typing import Any
 import numpy as np
 
 from .._arrow import common_prefix
+from .records import PromptMessages
 
 __all__ = ["Delta", "DeltaEncoder", "JsonValue", "message_texts"]
 
-#: A JSON column's value as a harness gives it: JSON text, or the parsed value.
-JsonValue = str | dict[str, Any] | list[Any] | None
+#: A JSON column's value as a harness gives it: JSON text, or the parsed value (or, for the prompt,
+#: its messages already serialized).
+JsonValue = str | dict[str, Any] | list[Any] | PromptMessages | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +86,10 @@ def message_texts(value: JsonValue) -> list[str] | None:
     The texts are what a reader's parse of the stored array gives back:
     ``json.loads`` of each is the message.  Messages are compared by these
     texts, so a shared message is stored exactly (key order, ``1`` vs ``1.0``).
+    :class:`~tito_cli.capture.records.PromptMessages` carry these texts already.
     """
+    if isinstance(value, PromptMessages):
+        return value.texts
     if isinstance(value, str):
         try:
             value = json.loads(value)
@@ -105,6 +110,9 @@ def _response_text(value: JsonValue) -> str | None:
 
 
 def _shared_count(a: list[str], b: list[str]) -> int:
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:  # the usual case, compared in C (the same strings, by identity first)
+        return n
     n = 0
     for x, y in zip(a, b, strict=False):
         if x is not y and x != y:
@@ -152,7 +160,7 @@ class DeltaEncoder:
             shared_messages = 0
             if texts is not None and candidate.messages is not None:
                 shared_messages = _shared_count(candidate.messages, texts)
-            saved = 4 * shared_ids + sum(len(t) for t in texts[:shared_messages]) if texts else 4 * shared_ids
+            saved = 4 * shared_ids + sum(map(len, texts[:shared_messages])) if texts else 4 * shared_ids
             if saved > 0 and (best is None or saved > best[0]):
                 best = (saved, candidate, shared_ids, shared_messages)
         if best is None or texts is None:
@@ -195,7 +203,7 @@ class DeltaEncoder:
             texts = texts if response is None else [*texts, response]
         ids = np.concatenate((prompt_ids, output_ids)).astype(np.int32, copy=False)
         # Counted as if no text were shared: an upper bound, and cheap.
-        nbytes = ids.nbytes + sum(len(t) for t in texts or ())
+        nbytes = ids.nbytes + sum(map(len, texts or ()))
         prompt_messages = 0 if texts is None else len(texts) - (response is not None)
         held.insert(0, _Held(seq, ids, len(prompt_ids), texts, prompt_messages, nbytes))
         self._bytes += nbytes

@@ -37,6 +37,7 @@ __all__ = [
     "INT64_MAX",
     "JSON_WHITESPACE",
     "JsonLike",
+    "PromptMessages",
     "TurnRow",
     "check_json_type",
     "check_logprob_count",
@@ -55,6 +56,59 @@ INT64_MAX = 2**63 - 1
 #: JSON's whitespace (RFC 8259: space, tab, line feed, carriage return).  ``str.strip()`` takes
 #: more (a form feed, a no-break space, any Unicode space), which no JSON parser skips.
 JSON_WHITESPACE = " \t\r\n"
+
+
+class PromptMessages:
+    """A prompt's messages with each one's JSON text, for ``record_turn``: a growing conversation serialized once.
+
+    Made only by :meth:`of` and :meth:`extend` (only the new messages serialized), which check each
+    message as the writer would (an object with a string ``role``, strict JSON, UTF-8).  A text is
+    ``json.dumps(message, ensure_ascii=False)``, what the writer makes of a list of dicts: the log holds the
+    same bytes either way.  The messages must not be changed once given (the texts would no longer hold them).
+    """
+
+    __slots__ = ("_texts", "_values")
+
+    def __init__(self, values: tuple[dict[str, Any], ...], texts: tuple[str, ...], _checked: object) -> None:
+        if _checked is not _CHECKED:
+            raise TypeError("make PromptMessages with PromptMessages.of() or .extend()")
+        self._values = values
+        self._texts = texts
+
+    @classmethod
+    def of(cls, messages: Sequence[dict[str, Any]]) -> PromptMessages:
+        """``messages`` checked and serialized (``ValueError`` naming the message that is not storable)."""
+        return _EMPTY.extend(messages)
+
+    def extend(self, messages: Sequence[dict[str, Any]]) -> PromptMessages:
+        """These messages followed by ``messages`` (only those are checked and serialized)."""
+        values = tuple(messages)
+        check_prompt_messages(values, offset=len(self._values))
+        texts = []
+        for index, message in enumerate(values, len(self._values)):
+            texts.append(_json_text(message, f"prompt message {index}") or "")
+            _check_text(texts[-1], f"prompt message {index}", required=True)
+        return PromptMessages(self._values + values, self._texts + tuple(texts), _CHECKED)
+
+    @property
+    def values(self) -> list[dict[str, Any]]:
+        return list(self._values)
+
+    @property
+    def texts(self) -> list[str]:
+        """Each message's JSON text, in order."""
+        return list(self._texts)
+
+    def text(self) -> str:
+        """The JSON array of the messages, as ``json.dumps(messages, ensure_ascii=False)`` writes it."""
+        return "[" + ", ".join(self._texts) + "]"
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+
+_CHECKED = object()
+_EMPTY = PromptMessages((), (), _CHECKED)
 
 #: A JSON cell as a caller gives it: JSON text, or the value itself.
 JsonLike = str | dict[str, Any] | list[Any] | None
@@ -133,16 +187,19 @@ def check_json_type(value: Any, what: str, expected: type) -> None:
         raise ValueError(f"{what} is not a JSON {'object' if expected is dict else 'array'}")
 
 
-def check_prompt_messages(messages: Any, start: int = 0) -> None:
-    """A prompt is a JSON array of objects, each with a string ``role`` (messages before ``start``: checked)."""
+def check_prompt_messages(messages: Any, start: int = 0, *, offset: int = 0) -> None:
+    """A prompt is a JSON array of objects, each with a string ``role`` (messages before ``start``: checked).
+
+    ``offset``: where ``messages`` stand in the prompt (the index an error names is ``offset`` more).
+    """
     if not isinstance(messages, (list, tuple)):
         raise ValueError("prompt_messages is not a JSON array")
     for index in range(start, len(messages)):
         message = messages[index]
         if not isinstance(message, dict):
-            raise ValueError(f"prompt message {index} is not a JSON object")
+            raise ValueError(f"prompt message {index + offset} is not a JSON object")
         if not isinstance(message.get("role"), str):
-            raise ValueError(f"prompt message {index} has no string 'role'")
+            raise ValueError(f"prompt message {index + offset} has no string 'role'")
 
 
 def check_logprob_count(logprobs: int, outputs: int, messages: int) -> None:
@@ -194,11 +251,15 @@ def _json_value(value: JsonLike, what: str) -> Any:
 
 
 def _one_dimensional(value: Sequence[float] | np.ndarray, what: str, items: str) -> np.ndarray:
-    """``value`` as a numpy array of one dimension (any dtype yet), or ``ValueError`` naming ``what``."""
+    """``value`` as a numpy array of one dimension (any dtype yet), or ``ValueError`` naming ``what``.
+
+    Anything but a numpy array is copied (a list is anyway; an ``array.array`` would otherwise be viewed,
+    and its owner could change the ids of a buffered row).
+    """
     if value is None:
         raise ValueError(f"{what} is null")
     try:
-        array = np.asarray(value)
+        array = np.asarray(value) if isinstance(value, np.ndarray) else np.array(value)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{what} is not a sequence of {items} ({exc})") from None
     if array.ndim != 1:
@@ -282,7 +343,7 @@ def turn_row(
     output_ids: Sequence[int] | np.ndarray,
     output_logprobs: Sequence[float] | np.ndarray | None,
     finish_reason: str,
-    prompt_messages: JsonLike,
+    prompt_messages: JsonLike | PromptMessages,
     response_message: JsonLike,
     tools: JsonLike = None,
     metadata: JsonLike = None,
@@ -314,8 +375,12 @@ def turn_row(
         timestamp=timestamp,
         ill_formed=ill_formed,
     )
-    messages = _json_value(prompt_messages, "prompt_messages")
-    check_prompt_messages(messages)
+    messages: Any
+    if isinstance(prompt_messages, PromptMessages):
+        messages = prompt_messages  # checked when it was made
+    else:
+        messages = _json_value(prompt_messages, "prompt_messages")
+        check_prompt_messages(messages)
     response = _json_value(response_message, "response_message")
     check_json_type(response, "response_message", dict)
     check_json_type(_json_value(tools, "tools"), "tools", list)
@@ -331,7 +396,7 @@ def stored_row(
     output_ids: Sequence[int] | np.ndarray,
     output_logprobs: Sequence[float] | np.ndarray | None,
     finish_reason: str,
-    prompt_messages: JsonLike,
+    prompt_messages: JsonLike | PromptMessages,
     response_message: JsonLike,
     tools: JsonLike = None,
     metadata: JsonLike = None,
@@ -364,13 +429,17 @@ def stored_row(
     if prompt_messages is None:
         raise ValueError("prompt_messages is required (an empty list is allowed)")
     texts = {
-        "prompt_messages": _json_text(prompt_messages, "prompt_messages"),
+        "prompt_messages": None,
         "response_message": _json_text(response_message, "response_message"),
         "tools": _json_text(tools, "tools"),
         "metadata": _json_text(metadata, "metadata"),
     }
+    if not isinstance(prompt_messages, PromptMessages):
+        texts["prompt_messages"] = _json_text(prompt_messages, "prompt_messages")
     for name, text in texts.items():
         _check_text(text, name, required=False)
+    if isinstance(prompt_messages, PromptMessages):
+        texts["prompt_messages"] = prompt_messages.text()  # its texts were checked when it was made
     size = 4 * (prompt.size + output.size) + (0 if logprobs is None else 4 * logprobs.size)
     size += sum(len(text or "") for text in texts.values())
     row: dict[str, Any] = {

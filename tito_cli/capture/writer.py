@@ -49,7 +49,7 @@ import pyarrow as pa
 
 from .delta import DeltaEncoder
 from .log_files import sessions_table, turns_table, write_new_file
-from .records import JsonLike, sessions_row, turn_row
+from .records import JsonLike, PromptMessages, sessions_row, turn_row
 from .row_groups import ROW_GROUP_BYTES, ROW_GROUP_ROWS
 
 __all__ = ["TurnLogWriter"]
@@ -183,7 +183,7 @@ class TurnLogWriter:
         output_ids: Sequence[int] | np.ndarray,
         output_logprobs: Sequence[float] | np.ndarray | None,
         finish_reason: str,
-        prompt_messages: JsonLike,
+        prompt_messages: JsonLike | PromptMessages,
         response_message: JsonLike,
         tools: JsonLike = None,
         metadata: JsonLike = None,

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from ..capture.records import PromptMessages
 
 __all__ = [
     "ChatRequest",
@@ -109,7 +111,8 @@ class OutputCall:
 class Generation:
     """One generation call as an upstream answered it, and what the turn records of it."""
 
-    prompt_ids: list[int]
+    #: A list, or an ``array('i')`` (canonical history's held ids, extended).
+    prompt_ids: Sequence[int]
     output_ids: list[int]
     logprobs: list[float]
     #: The upstream's own finish reason (SGLang's ``finish_reason.type``; vLLM's ``finish_reason``).
@@ -118,8 +121,9 @@ class Generation:
     reasoning: str | None
     tool_calls: list[OutputCall]
     ill_formed: bool
-    #: The chat-template messages and tools rendered (generate) or sent (chat).
-    prompt_messages: list[dict[str, Any]]
+    #: The chat-template messages and tools rendered (generate) or sent (chat); the messages may come
+    #: serialized already (a history's :class:`~tito_cli.capture.records.PromptMessages`).
+    prompt_messages: list[dict[str, Any]] | PromptMessages
     tools: list[dict[str, Any]] | None
     #: The parsed reply as a chat-template message, in the form the client's echo translates back to.
     response_message: dict[str, Any]

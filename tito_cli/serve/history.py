@@ -23,6 +23,12 @@ The template may render history as it likes (drop reasoning once a user message 
 arguments): only the text after the answer is taken, so such rewrites no longer reach the prompt.
 Anything else falls back to a full render, with the reason recorded (:data:`REASONS`).
 
+A turn's work follows its new text, not its context: the held ids are kept as an ``array('i')`` (a
+continued prompt's ids are the held array extended, and the writer takes it without converting 30k
+Python ints), with their JSON text (what the generate upstream is sent), and the held messages with
+their JSON texts (:class:`~tito_cli.capture.records.PromptMessages`: the writer serializes only the
+new messages).
+
 Held state is bounded: a few turns per session (a retry from the previous turn still continues), at
 most ``max_sessions`` sessions and ``max_held_tokens`` ids (least recently used forgotten first), and
 sessions idle for ``idle_seconds`` are forgotten; a finished session is forgotten at once.
@@ -33,10 +39,13 @@ from __future__ import annotations
 import json
 import threading
 import time
+from array import array
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
+
+from ..capture.records import PromptMessages
 
 __all__ = [
     "HISTORIES",
@@ -87,7 +96,9 @@ class Renderer(Protocol):
 class Prompt:
     """A prompt's ids and how they were made (``history``: ``canonical`` or ``rendered``)."""
 
-    ids: list[int]
+    #: The prompt's ids: a list under ``render``; an ``array('i')`` under ``canonical`` (held turns keep
+    #: theirs that way, and the writer reads one without converting each id).
+    ids: Sequence[int]
     history: str
     #: The conversation the ids hold, to record as the turn's ``prompt_messages``: a continued turn's
     #: is the held messages and answer (not the client's echo of them, which may differ in what
@@ -103,6 +114,14 @@ class Prompt:
     #: The request's tools as canonical JSON, when the history compared them (``remember`` reuses it:
     #: it runs on the event loop, and a coding agent's tools are tens of kilobytes).
     tools_key: str | None = None
+    #: ``messages`` with each one's JSON text (``None`` when one cannot be stored: the writer then
+    #: refuses the turn, saying why); a continued turn's extends the held turn's, so only its new
+    #: messages are serialized.
+    texts: PromptMessages | None = None
+
+    def recorded_messages(self) -> list[Message] | PromptMessages:
+        """What the turn records as its ``prompt_messages``: the texts when there are, else the messages."""
+        return self.texts if self.texts is not None else self.messages
 
     def metadata(self) -> dict[str, str]:
         """The turn metadata keys docs/spec.md §11 defines."""
@@ -123,7 +142,7 @@ class RenderedHistory:
 
     def prompt(self, session_id: str, messages: Sequence[Message], tools: Any) -> Prompt:
         text = self.renderer.render(list(messages), tools)
-        return Prompt(self.renderer.encode(text), RENDERED, list(messages))
+        return Prompt(self.renderer.encode(text), RENDERED, list(messages), texts=_texts(messages))
 
     def remember(self, session_id: str, prompt: Prompt, messages: Sequence[Message], tools: Any,
                  output_ids: Sequence[int], answer: Message) -> None:
@@ -140,10 +159,12 @@ class _Held:
     messages: list[Message]
     tools_key: str
     answer: Message
-    ids: list[int]
+    ids: array[int]
     ended: bool
     #: ``ids`` as compact JSON text.
     ids_json: str
+    #: ``messages`` and ``answer`` with their JSON texts (``None`` if one cannot be stored).
+    texts: PromptMessages | None
 
 
 @dataclass
@@ -213,18 +234,26 @@ class CanonicalHistory:
             break
         text = self.renderer.render(list(messages), tools)
         ids = self.renderer.encode(text)
-        return Prompt(ids, RENDERED, list(messages), reason, ids_json=_ids_json(ids), tools_key=tools_key)
+        return Prompt(
+            array("i", ids), RENDERED, list(messages), reason, ids_json=_ids_json(ids), tools_key=tools_key,
+            texts=_texts(messages),
+        )
 
     def remember(self, session_id: str, prompt: Prompt, messages: Sequence[Message], tools: Any,
                  output_ids: Sequence[int], answer: Message) -> None:
         """Hold an answered turn (call it before the client can send its next request)."""
         output = [int(i) for i in output_ids]
-        ids = [*prompt.ids, *output]
+        try:
+            ids = _id_array(prompt.ids) + array("i", output)
+        except OverflowError:  # not token ids (a broken upstream): nothing to continue from
+            return
         # The last few tokens are enough: an end-of-turn marker is one special token or a short text.
         ended = self.renderer.decode(output[-8:]).endswith(self.end_of_turn)
         text = _extend_json(prompt.ids_json if prompt.ids_json is not None else _ids_json(prompt.ids), output)
         tools_key = prompt.tools_key if prompt.tools_key is not None else _tools_key(tools)
-        turn = _Held(list(prompt.messages), tools_key, dict(answer), ids, ended, text)
+        held_answer = dict(answer)
+        texts = _texts([held_answer], prompt.texts) if prompt.texts is not None else None
+        turn = _Held(list(prompt.messages), tools_key, held_answer, ids, ended, text, texts)
         with self._lock:
             session = self._sessions.pop(session_id, None) or _Session()
             self._held_tokens -= session.tokens
@@ -264,9 +293,12 @@ class CanonicalHistory:
         if suffix is None:
             return NOT_APPEND_ONLY
         new_ids = self.renderer.encode(suffix)
-        ids = [*turn.ids, *new_ids]
+        ids = turn.ids + array("i", new_ids)
         messages = [*turn.messages, turn.answer, *new]
-        return Prompt(ids, CANONICAL, messages, None, len(turn.ids), _extend_json(turn.ids_json, new_ids))
+        texts = _texts(new, turn.texts) if turn.texts is not None else None
+        return Prompt(
+            ids, CANONICAL, messages, None, len(turn.ids), _extend_json(turn.ids_json, new_ids), texts=texts
+        )
 
     def _new_text(self, turn: _Held, new: list[Message], tools: Any) -> str | None:
         """What the template renders after the held answer: the new messages and the generation prompt.
@@ -355,9 +387,14 @@ def _continues(messages: Sequence[Message], turn: _Held) -> bool:
     n = len(turn.messages)
     if len(messages) <= n:
         return False
-    return all(same_message(m, h) for m, h in zip(messages[:n], turn.messages, strict=True)) and same_message(
-        messages[n], turn.answer
-    )
+    # An echo equal to the held message (a dict comparison, in C) is the same message; only the others
+    # (an assistant message echoed in the client's shape) go through the identity's rules.
+    echoed = messages[:n]
+    if echoed != turn.messages and not all(
+        m == h or same_message(m, h) for m, h in zip(echoed, turn.messages, strict=True)
+    ):
+        return False
+    return messages[n] == turn.answer or same_message(messages[n], turn.answer)
 
 
 def _text(content: Any) -> str:
@@ -385,7 +422,19 @@ def _calls(calls: Any) -> list[tuple[str, Any]]:
 
 
 def _ids_json(ids: Sequence[int]) -> str:
-    return json.dumps(list(ids), separators=(",", ":"))
+    return json.dumps(ids if isinstance(ids, list) else list(ids), separators=(",", ":"))
+
+
+def _id_array(ids: Sequence[int]) -> array[int]:
+    return ids if isinstance(ids, array) else array("i", ids)
+
+
+def _texts(messages: Sequence[Message], before: PromptMessages | None = None) -> PromptMessages | None:
+    """``before`` (or nothing) followed by ``messages``, serialized; ``None`` when one cannot be stored."""
+    try:
+        return before.extend(messages) if before is not None else PromptMessages.of(messages)
+    except ValueError:  # the writer refuses the turn, and says why
+        return None
 
 
 def _extend_json(text: str, more: Sequence[int]) -> str:

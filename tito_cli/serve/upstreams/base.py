@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from abc import ABC, abstractmethod
+from array import array
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
@@ -164,15 +166,30 @@ def tool_arguments_object(value: Any) -> Any:
     return value
 
 
+#: Argument texts up to this many characters are remembered once canonicalised (see :func:`tool_arguments_text`).
+_CACHED_ARGUMENTS_CHARS = 8 << 10
+
+
 def tool_arguments_text(value: Any) -> str:
     """Tool-call arguments as one canonical JSON text (what an OpenAI-compatible server takes)."""
     if isinstance(value, str):
-        try:
-            parsed = json.loads(value)
-        except ValueError:
-            return value
-        return json.dumps(parsed, ensure_ascii=False)
+        # Every request replays every earlier tool call: remember the small texts (2,048 of at most
+        # 8 Ki characters) rather than parse and re-serialise the whole history's arguments each turn.
+        if len(value) <= _CACHED_ARGUMENTS_CHARS:
+            return _canonical_text(value)
+        return _canonicalise(value)
     return json.dumps(value, ensure_ascii=False)
+
+
+def _canonicalise(text: str) -> str:
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        return text
+    return json.dumps(parsed, ensure_ascii=False)
+
+
+_canonical_text = functools.lru_cache(maxsize=2048)(_canonicalise)
 
 
 def with_arguments(messages: list[dict[str, Any]], form: Callable[[Any], Any]) -> list[dict[str, Any]]:
@@ -191,8 +208,11 @@ def with_arguments(messages: list[dict[str, Any]], form: Callable[[Any], Any]) -
 
 
 def check_lengths(prompt: Any, output: Any, logprobs: Any, what: str) -> None:
-    """The ids and logprobs an upstream returned are lists of the right types and lengths, or UpstreamError."""
-    if not isinstance(prompt, list) or not prompt:
+    """The ids and logprobs an upstream returned are lists of the right types and lengths, or UpstreamError.
+
+    The prompt ids may be an ``array('i')`` (canonical history's, which the gateway made itself).
+    """
+    if not isinstance(prompt, (list, array)) or not prompt:
         raise UpstreamError(f"the upstream returned no prompt ids ({what})")
     if not isinstance(output, list) or not isinstance(logprobs, list) or len(output) != len(logprobs):
         raise UpstreamError(f"the upstream's output ids and logprobs do not match ({what})")

@@ -78,7 +78,7 @@ class GenerateUpstream(Upstream):
         if request.stop:
             sampling["stop"] = request.stop
         body = {
-            "input_ids": prompt_ids,
+            "input_ids": prompt_ids if isinstance(prompt_ids, list) else list(prompt_ids),
             "sampling_params": sampling,
             "return_logprob": True,
             "logprob_start_len": -1,
@@ -124,7 +124,7 @@ class GenerateUpstream(Upstream):
             reasoning=reasoning,
             tool_calls=calls,
             ill_formed=parsed.ill_formed,
-            prompt_messages=prompt.messages,
+            prompt_messages=prompt.recorded_messages(),
             tools=tools,
             response_message=response,
             upstream_id=str(meta["id"]) if "id" in meta else None,
