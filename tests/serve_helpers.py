@@ -82,11 +82,20 @@ class Gateway:
         self.stderr_path = self.logs.parent / f"gateway-{self.port}.stderr"
 
     def __enter__(self) -> Gateway:
+        self.start()
+        return self.ready()
+
+    def start(self) -> None:
+        """Launch the process without waiting for it (several gateways can start side by side)."""
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+        self._stderr = open(self.stderr_path, "wb")  # noqa: SIM115  (closed by __exit__)
+        self.process = subprocess.Popen(self.args, cwd=REPO, env=env, stdout=self._stderr, stderr=subprocess.STDOUT)
+
+    def ready(self) -> Gateway:
+        """Wait until the started gateway answers /healthz (killed and RuntimeError if it does not)."""
         import httpx
 
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-        self._stderr = open(self.stderr_path, "wb")
-        self.process = subprocess.Popen(self.args, cwd=REPO, env=env, stdout=self._stderr, stderr=subprocess.STDOUT)
+        assert self.process is not None, "start() first"
         deadline = time.monotonic() + self.startup_timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
