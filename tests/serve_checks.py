@@ -3,6 +3,10 @@
 * :func:`turns_by_session`: the log read back through tito's reader (format-2 deltas rebuilt), every row.
 * :func:`assert_turns_are_the_ledger`: every recorded turn's prompt ids are ids the upstream received and
   its output ids and logprobs are what the upstream generated for them, one ledger entry per turn.
+* :func:`assert_turns_are_the_ledger_in_order`: the same for one session's turns, in the order the upstream
+  answered them.
+* :func:`assert_rebuild_trains_each_output_once`: ``tito rebuild`` trains each generated output, with its
+  logprobs, exactly once.
 * :func:`assert_rebuild_trains_the_generated_tokens`: ``tito rebuild`` of the log trains exactly the
   output ids of the turns each sample packs (``tito inspect --json`` names them).
 * :func:`assert_view_shows`: ``tito view`` writes a page holding the sessions and their samples.
@@ -25,6 +29,7 @@ from typer.testing import CliRunner
 from tito_cli.cli import app
 from tito_cli.read.turnlog import TurnLog
 from tito_cli.read.validate import parse_session
+from tito_cli.run.rebuild import rebuild
 from tito_cli.turns import Turn
 
 
@@ -42,18 +47,65 @@ def _key(prompt: Iterable[int], output: Iterable[int]) -> tuple[tuple[int, ...],
     return tuple(int(i) for i in prompt), tuple(int(i) for i in output)
 
 
+def _assert_turn_is_the_entry(turn: Turn, entry: dict[str, Any]) -> None:
+    """The turn's logprobs are what the upstream generated (its prompt and output ids already matched)."""
+    assert turn.output_logprobs is not None, f"seq {turn.seq}: no logprobs recorded"
+    # The turns column is float32: the stand-in's values are compared at that precision.
+    assert turn.output_logprobs.tolist() == np.asarray(entry["logprobs"], np.float32).tolist(), f"seq {turn.seq}"
+
+
 def assert_turns_are_the_ledger(turns: Sequence[Turn], ledger: Sequence[dict[str, Any]]) -> None:
     """One ledger entry per turn: same prompt ids received, same output ids and logprobs generated."""
     recorded = Counter(_key(t.prompt_ids, t.output_ids) for t in turns)
     served = Counter(_key(e["prompt_ids"], e["output_ids"]) for e in ledger)
     assert len(turns) == len(ledger), f"{len(turns)} turns recorded, the upstream answered {len(ledger)}"
     assert recorded == served, "recorded (prompt ids, output ids) pairs differ from what the upstream saw"
-    logprobs = {_key(e["prompt_ids"], e["output_ids"]): e["logprobs"] for e in ledger}
+    by_key = {_key(e["prompt_ids"], e["output_ids"]): e for e in ledger}
     for t in turns:
-        expected = logprobs[_key(t.prompt_ids, t.output_ids)]
-        assert t.output_logprobs is not None, f"seq {t.seq}: no logprobs recorded"
-        # The turns column is float32: the stand-in's values are compared at that precision.
-        assert t.output_logprobs.tolist() == np.asarray(expected, np.float32).tolist(), f"seq {t.seq}"
+        _assert_turn_is_the_entry(t, by_key[_key(t.prompt_ids, t.output_ids)])
+
+
+def assert_turns_are_the_ledger_in_order(
+    turns: Sequence[Turn], entries: Sequence[dict[str, Any]], api: str
+) -> None:
+    """One session's turns are the stand-in's ``api`` answers, one each, in the order it answered them."""
+    assert len(turns) == len(entries), f"{len(turns)} turns recorded, the upstream answered {len(entries)}"
+    for turn, entry in zip(turns, entries, strict=True):
+        assert entry["api"] == api
+        assert _key(turn.prompt_ids, turn.output_ids) == _key(entry["prompt_ids"], entry["output_ids"]), (
+            f"seq {turn.seq}: the recorded ids are not what the upstream saw and generated"
+        )
+        _assert_turn_is_the_entry(turn, entry)
+
+
+def trained_runs(samples: Path, session_id: str) -> Counter[tuple[tuple[int, ...], tuple[float, ...]]]:
+    """Each maximal run of trained tokens (loss mask 1) of the session's samples, with its logprobs."""
+    runs: Counter[tuple[tuple[int, ...], tuple[float, ...]]] = Counter()
+    for row in pq.read_table(samples).to_pylist():
+        if row["session_id"] != session_id:
+            continue
+        response = row["tokens"][len(row["tokens"]) - row["response_length"] :]
+        mask, logprobs = row["loss_mask"], row["rollout_log_probs"]
+        i = 0
+        while i < len(mask):
+            if mask[i]:
+                j = i
+                while j < len(mask) and mask[j]:
+                    j += 1
+                runs[(tuple(response[i:j]), tuple(logprobs[i:j]))] += 1
+                i = j
+            else:
+                i += 1
+    return runs
+
+
+def assert_rebuild_trains_each_output_once(
+    logs: Path, out: Path, session_id: str, entries: Sequence[dict[str, Any]]
+) -> None:
+    """``tito rebuild``: the session's trained runs are exactly the generated outputs with their logprobs, each once."""
+    rebuild([logs], out, overwrite=True, workers=1)
+    generated = Counter((tuple(e["output_ids"]), tuple(np.float32(x).item() for x in e["logprobs"])) for e in entries)
+    assert trained_runs(out, session_id) == generated
 
 
 @dataclass(frozen=True)

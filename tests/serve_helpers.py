@@ -16,9 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from .helpers import REPO
+from .helpers import REPO, needs
 
 __all__ = ["QWEN3_NAME", "Gateway", "free_port", "need_extras"]
 
@@ -26,17 +24,17 @@ __all__ = ["QWEN3_NAME", "Gateway", "free_port", "need_extras"]
 QWEN3_NAME = "fixtures/tokenizers/qwen3"
 
 
-def need_extras(*modules: str) -> None:
-    """Skip naming the extras when ``modules`` are missing; under ``CI`` fail instead."""
-    import importlib.util
+#: The extra installing each module the gateway tests need.
+_EXTRA_OF = {"starlette": "serve", "uvicorn": "serve", "httpx": "serve", "anthropic": "clients", "openai": "clients"}
 
-    missing = [m for m in modules if importlib.util.find_spec(m) is None]
-    if not missing:
-        return
-    message = f"needs the serve and clients extras (pip install -e '.[serve,clients]'): {', '.join(missing)} missing"
-    if os.environ.get("CI"):
-        pytest.fail(message)
-    pytest.skip(message)
+
+def need_extras(*modules: str) -> None:
+    """Each of ``modules`` importable, or a skip naming its extra (a failure under ``CI``).
+
+    Called at the top of a test module as well as inside a test.
+    """
+    for module in modules:
+        needs(module, _EXTRA_OF[module], module_level=True)
 
 
 def free_port() -> int:
@@ -84,11 +82,20 @@ class Gateway:
         self.stderr_path = self.logs.parent / f"gateway-{self.port}.stderr"
 
     def __enter__(self) -> Gateway:
+        self.start()
+        return self.ready()
+
+    def start(self) -> None:
+        """Launch the process without waiting for it (several gateways can start side by side)."""
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+        self._stderr = open(self.stderr_path, "wb")  # noqa: SIM115  (closed by __exit__)
+        self.process = subprocess.Popen(self.args, cwd=REPO, env=env, stdout=self._stderr, stderr=subprocess.STDOUT)
+
+    def ready(self) -> Gateway:
+        """Wait until the started gateway answers /healthz (killed and RuntimeError if it does not)."""
         import httpx
 
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-        self._stderr = open(self.stderr_path, "wb")
-        self.process = subprocess.Popen(self.args, cwd=REPO, env=env, stdout=self._stderr, stderr=subprocess.STDOUT)
+        assert self.process is not None, "start() first"
         deadline = time.monotonic() + self.startup_timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

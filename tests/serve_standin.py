@@ -28,6 +28,7 @@ only, on a free port (or ``port``), in a background thread.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import secrets
 import socket
@@ -44,6 +45,7 @@ from tito_cli.families import family_named
 from tito_cli.tokenizer import load
 
 from .helpers import REPO
+from .vllm_wire import ChatAnswer, assistant_message
 
 __all__ = ["QWEN3", "Fault", "StandIn", "qwen3_output"]
 
@@ -73,6 +75,13 @@ class Fault:
     seconds: float = 30.0
 
 
+@functools.lru_cache(maxsize=8)
+def _tokenizer(folder: Path) -> Any:
+    """The tokenizer in ``folder``, loaded once per test process (each load of Qwen3's takes about a second;
+    a stand-in only encodes and decodes with it)."""
+    return load(folder)
+
+
 class StandIn:
     """The stand-in server (a context manager); ``url`` is its base URL once entered."""
 
@@ -87,7 +96,7 @@ class StandIn:
     ) -> None:
         self.script = script
         self.model = model
-        self.tokenizer = load(Path(tokenizer))
+        self.tokenizer = _tokenizer(Path(tokenizer).resolve())
         self._backend = self.tokenizer.backend_tokenizer
         #: The model family whose outputs the script writes: its end marker ends an output that has none.
         self.profile = family_named(family)
@@ -210,8 +219,8 @@ class StandIn:
             chunks.append({"text": self.decode(output[:n], skip), "output_ids": output[:n], "meta_info": chunk_meta})
         return chunks
 
-    def chat(self, body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-        """vLLM's chat answer with return_token_ids (response, ledger entry, parts for streaming)."""
+    def chat(self, body: dict[str, Any]) -> tuple[ChatAnswer, dict[str, Any]]:
+        """vLLM's chat answer with return_token_ids, and its ledger entry."""
         messages, tools = body["messages"], body.get("tools")
         text = self.tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False)
         prompt = self.encode(text)
@@ -230,71 +239,20 @@ class StandIn:
             for c in parsed.tool_calls
         ]
         finish = "length" if cut else ("tool_calls" if calls else "stop")
-        message = {
-            "role": "assistant",
-            "content": parsed.content or None,
-            "refusal": None,
-            "annotations": None,
-            "audio": None,
-            "function_call": None,
-            "tool_calls": calls,
-            "reasoning_content": parsed.reasoning,
-        }
-        content = [
-            {"token": f"token_id:{t}", "logprob": lp, "bytes": None, "top_logprobs": []}
-            for t, lp in zip(output, logprobs, strict=True)
-        ]
-        want_ids, want_logprobs = bool(body.get("return_token_ids")), bool(body.get("logprobs"))
-        choice: dict[str, Any] = {
-            "index": 0,
-            "message": message,
-            "logprobs": {"content": content} if want_logprobs else None,
-            "finish_reason": finish,
-            "stop_reason": None,
-        }
-        response: dict[str, Any] = {
-            "id": f"chatcmpl-{secrets.token_hex(8)}",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": body.get("model", self.model),
-            "choices": [choice],
-            "usage": {
-                "prompt_tokens": len(prompt),
-                "completion_tokens": len(output),
-                "total_tokens": len(prompt) + len(output),
-            },
-            "prompt_logprobs": None,
-        }
-        if want_ids:
-            response["prompt_token_ids"] = prompt
-            choice["token_ids"] = output
-        return response, entry, {"content": content, "finish": finish, "ids": want_ids, "lp": want_logprobs}
-
-    def chat_chunks(self, response: dict[str, Any], parts: dict[str, Any]) -> list[dict[str, Any]]:
-        """vLLM's streamed chat: the prompt ids on the first chunk, one token (id delta) per chunk."""
-        base = {k: response[k] for k in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
-        first: dict[str, Any] = {
-            **base,
-            "choices": [
-                {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
-            ],
-        }
-        if parts["ids"]:
-            first["prompt_token_ids"] = response["prompt_token_ids"]
-        chunks = [first]
-        output = response["choices"][0].get("token_ids") or [int(c["token"][9:]) for c in parts["content"]]
-        for i, token in enumerate(output):
-            last = i == len(output) - 1
-            choice: dict[str, Any] = {
-                "index": 0,
-                "delta": {"content": "" if last else self.decode([token])},
-                "logprobs": {"content": [parts["content"][i]]} if parts["lp"] else None,
-                "finish_reason": parts["finish"] if last else None,
-            }
-            if parts["ids"]:
-                choice["token_ids"] = [token]
-            chunks.append({**base, "choices": [choice]})
-        return chunks
+        answer = ChatAnswer(
+            id=f"chatcmpl-{secrets.token_hex(8)}",
+            created=int(time.time()),
+            model=body.get("model", self.model),
+            prompt=prompt,
+            output=output,
+            tokens=[f"token_id:{t}" for t in output],
+            logprobs=logprobs,
+            message=assistant_message(parsed.content or None, calls, parsed.reasoning),
+            finish=finish,
+            want_ids=bool(body.get("return_token_ids")),
+            want_logprobs=bool(body.get("logprobs")),
+        )
+        return answer, entry
 
     # -- HTTP --------------------------------------------------------------------------------
 
@@ -342,11 +300,11 @@ class StandIn:
                     else:
                         self._send(200, answer)
                 else:
-                    response, _, parts = standin.chat(body)
+                    chat, _ = standin.chat(body)
                     if body.get("stream"):
-                        self._stream(standin.chat_chunks(response, parts))
+                        self._stream(chat.chunks(standin.decode))
                     else:
-                        self._send(200, response)
+                        self._send(200, chat.response())
 
             def _fail(self, fault: Fault) -> None:
                 if fault.kind == "status":

@@ -9,6 +9,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from .helpers import REPO, needs
 
 needs("uvicorn", "serve", module_level=True)  # skipped without the serve extra, failed under CI
@@ -17,30 +19,36 @@ COLUMNS = ["sessions", "direct p50", "p99", "gateway p50", "p99", "added p50", "
            "idle lag p99", "cpu/turn", "rss MB"]
 
 
-def test_quick_mode_measures_both_paths_and_the_gateway() -> None:
+#: Each upstream kind's table title (one benchmark run per kind: each starts its own gateway).
+TITLES = {"chat": "upstream chat", "generate": "upstream generate --history render"}
+
+
+@pytest.mark.parametrize("upstream_api", ["chat", "generate"])
+def test_quick_mode_measures_both_paths_and_the_gateway(upstream_api: str) -> None:
     done = subprocess.run(
-        [sys.executable, "benchmarks/serve.py", "--quick"],
+        [sys.executable, "benchmarks/serve.py", "--quick", "--upstream-api", upstream_api],
         cwd=REPO, capture_output=True, text=True, timeout=600,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    blocks = [block.splitlines() for block in done.stdout.strip().split("\n\n")]
-    assert [block[0].split(":")[0] for block in blocks] == ["upstream chat", "upstream generate --history render"]
-    for block in blocks:
-        assert "2 turns a session, prompts growing to ~1,000 tokens, 1 run(s), medians (ms)" in block[0]
-        header = block[1]
-        assert [column for column in COLUMNS if column in header] == COLUMNS
-        rows = [line.split() for line in block[2:4]]
-        assert [row[0] for row in rows] == ["1", "2"]
-        for row in rows:
-            values = [float(v) for v in row[1:]]
-            direct_p50, gateway_p50, lag, idle_lag, cpu, rss = values[0], values[2], *values[7:11]
-            assert direct_p50 > 0 and gateway_p50 > 0
-            assert lag >= 0 and idle_lag >= 0 and cpu > 0 and rss > 10
-        assert block[4].startswith("gateway RSS after each phase, in order (MB): ")
-        assert len(block[4].split(": ")[1].split()) == 2
-    # The generate upstream's prompts are the gateway's own renders, counted in real tokens.
-    assert blocks[1][5].startswith("longest prompt the gateway rendered: ")
-    assert len(blocks[0]) == 5
+    [block] = [block.splitlines() for block in done.stdout.strip().split("\n\n")]
+    assert block[0].split(":")[0] == TITLES[upstream_api]
+    assert "2 turns a session, prompts growing to ~1,000 tokens, 1 run(s), medians (ms)" in block[0]
+    header = block[1]
+    assert [column for column in COLUMNS if column in header] == COLUMNS
+    rows = [line.split() for line in block[2:4]]
+    assert [row[0] for row in rows] == ["1", "2"]
+    for row in rows:
+        values = [float(v) for v in row[1:]]
+        direct_p50, gateway_p50, lag, idle_lag, cpu, rss = values[0], values[2], *values[7:11]
+        assert direct_p50 > 0 and gateway_p50 > 0
+        assert lag >= 0 and idle_lag >= 0 and cpu > 0 and rss > 10
+    assert block[4].startswith("gateway RSS after each phase, in order (MB): ")
+    assert len(block[4].split(": ")[1].split()) == 2
+    if upstream_api == "generate":
+        # The generate upstream's prompts are the gateway's own renders, counted in real tokens.
+        assert block[5].startswith("longest prompt the gateway rendered: ")
+    else:
+        assert len(block) == 5
 
 
 def test_context_cpu_mode_measures_both_histories_at_each_context() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
 
@@ -113,40 +114,62 @@ def test_a_folder_without_parquet_logs_is_an_error_and_nothing_is_written(tmp_pa
     assert list(tmp_path.iterdir()) == [logs]
 
 
-def test_dump_into_existing_goldens_is_refused_without_update(tmp_path: Path) -> None:
-    logs = REPO / "fixtures" / "logs"
-    golden = tmp_path / "golden"
-    first = runner.invoke(app, ["dump", str(logs), "--out", str(golden), "-s", "qwen3-0-0000", "-s", "qwen3-0-0001"])
+DEMO_LOGS = REPO / "fixtures" / "logs"
+STALE = "tito golden dump (format 1, style full)\nsession: gone\n"
+
+
+@pytest.fixture(scope="module")
+def two_dumps(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Goldens of two of the demo sessions."""
+    golden = tmp_path_factory.mktemp("two") / "golden"
+    two = ["-s", "qwen3-0-0000", "-s", "qwen3-0-0001"]
+    first = runner.invoke(app, ["dump", str(DEMO_LOGS), "--out", str(golden), *two])
     assert first.exit_code == 0, first.output
+    return golden
+
+
+@pytest.fixture
+def edited(two_dumps: Path, tmp_path: Path) -> Path:
+    """Those goldens with one edited, a stale dump of a session the log lacks, and a file that is no dump."""
+    golden = tmp_path / "golden"
+    shutil.copytree(two_dumps, golden)
     changed = golden / "qwen3-0-0000.txt"
     changed.write_text(changed.read_text(encoding="utf-8") + "edited\n", encoding="utf-8")
-    stale = golden / "gone.txt"
-    stale.write_text("tito golden dump (format 1, style full)\nsession: gone\n", encoding="utf-8")
-    notes = golden / "notes.md"
-    notes.write_text("not a dump\n", encoding="utf-8")
-    before = {p.name: p.read_bytes() for p in golden.iterdir()}
+    (golden / "gone.txt").write_text(STALE, encoding="utf-8")
+    (golden / "notes.md").write_text("not a dump\n", encoding="utf-8")
+    return golden
 
-    refused = runner.invoke(app, ["dump", str(logs), "--out", str(golden)])
+
+def test_dump_into_existing_goldens_is_refused_without_update(edited: Path) -> None:
+    before = {p.name: p.read_bytes() for p in edited.iterdir()}
+    refused = runner.invoke(app, ["dump", str(DEMO_LOGS), "--out", str(edited)])
     assert refused.exit_code == EXIT_OUTPUT
     assert refused.stderr.splitlines()[0] == (
-        f"ERROR {golden}: the folder holds golden dumps that this log would change (qwen3-0-0000 changed); "
+        f"ERROR {edited}: the folder holds golden dumps that this log would change (qwen3-0-0000 changed); "
         "nothing written"
     )
     assert "--update" in refused.stderr
-    assert {p.name: p.read_bytes() for p in golden.iterdir()} == before
+    assert {p.name: p.read_bytes() for p in edited.iterdir()} == before
 
-    updated = runner.invoke(app, ["dump", str(logs), "--out", str(golden), "--update"])
+
+def test_dump_update_rewrites_changed_goldens_and_removes_stale_ones(edited: Path) -> None:
+    updated = runner.invoke(app, ["dump", str(DEMO_LOGS), "--out", str(edited), "--update"])
     assert updated.exit_code == 0, updated.output
-    assert updated.stderr.strip() == f"wrote 31 of 32 dumps to {golden} (1 already identical, 1 stale removed)"
-    assert not stale.exists() and notes.exists()
-    assert "edited" not in changed.read_text(encoding="utf-8")
-    check = runner.invoke(app, ["check", str(logs), "--golden", str(golden)])
+    assert updated.stderr.strip() == f"wrote 31 of 32 dumps to {edited} (1 already identical, 1 stale removed)"
+    assert not (edited / "gone.txt").exists() and (edited / "notes.md").exists()
+    assert "edited" not in (edited / "qwen3-0-0000.txt").read_text(encoding="utf-8")
+    check = runner.invoke(app, ["check", str(DEMO_LOGS), "--golden", str(edited)])
     assert check.exit_code == 0, check.output
-    again = runner.invoke(app, ["dump", str(logs), "--out", str(golden)])  # changes nothing: allowed
+
+
+def test_dump_into_identical_goldens_is_allowed_but_not_with_a_stale_one(tmp_path: Path) -> None:
+    golden = tmp_path / "golden"
+    assert runner.invoke(app, ["dump", str(DEMO_LOGS), "--out", str(golden)]).exit_code == 0
+    again = runner.invoke(app, ["dump", str(DEMO_LOGS), "--out", str(golden)])  # changes nothing: allowed
     assert again.exit_code == 0, again.output
     assert again.stderr.strip() == f"wrote 0 of 32 dumps to {golden} (32 already identical)"
-    stale.write_text("tito golden dump (format 1, style full)\nsession: gone\n", encoding="utf-8")
-    left_stale = runner.invoke(app, ["dump", str(logs), "--out", str(golden)])
+    (golden / "gone.txt").write_text(STALE, encoding="utf-8")
+    left_stale = runner.invoke(app, ["dump", str(DEMO_LOGS), "--out", str(golden)])
     assert left_stale.exit_code == EXIT_OUTPUT
     assert "(gone.txt stale)" in left_stale.stderr
 

@@ -13,6 +13,8 @@ import difflib
 import importlib.util
 import os
 import re
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -50,65 +52,146 @@ def test_every_command_is_in_the_readme_and_has_a_docs_page() -> None:
         assert f"tito {name}" in docs, name
 
 
-#: A shown command that writes slime's torch files (needs the optional torch).
 #: Shown commands that need an optional dependency: (what they look like, the module, the extra installing it).
 #: A document showing one is skipped without it, naming the extra, and fails under CI (which installs every extra).
 _NEEDS_EXTRA = [
     (re.compile(r"--(?:to|format) slime\b"), "torch", "slime"),  # slime dumps are torch files
     (re.compile(r"--engine ray\b"), "ray", "ray"),
+    # The capture gateway's web stack.
+    *((re.compile(r"\btito serve\b"), module, "serve") for module in ("starlette", "uvicorn", "httpx")),
 ]
 
 
-@pytest.mark.parametrize("document", DOCUMENTS, ids=lambda p: str(p.relative_to(REPO)))
-def test_shown_commands_run_and_print_what_is_shown(
-    document: Path, tmp_path: Path, request: pytest.FixtureRequest
-) -> None:
-    text = document.read_text(encoding="utf-8")
-    name = document.relative_to(REPO)
-    assert not doc_examples.unlabelled_commands(text), (
-        f"{name}: blocks at lines {doc_examples.unlabelled_commands(text)} show `$ ` commands: tag them `console`"
-    )
-    blocks = doc_examples.parse(text)
-    if not blocks:
-        return
-    shown = [command.text for block in blocks for command in block.commands]
-    for pattern, module, extra in _NEEDS_EXTRA:
-        if importlib.util.find_spec(module) is None and any(pattern.search(text) for text in shown):
-            needs(module, extra)
-    npm = str(doc_examples.NPM_PACKAGES)
-    if not (REPO / npm).is_dir() and any(npm in text for text in shown):
-        # As the family tests do: the tokenizers tito does not ship come from the README's set-up.
-        message = f"{name} shows commands using {npm}: run `npm ci --prefix tests/npm` (the README's set-up)"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
-    sandbox = doc_examples.Sandbox(REPO, tmp_path)
-    differences: list[str] = []  # console commands printing other than shown
-    failures: list[str] = []  # sh commands that did not exit 0
-    printed: dict[int, list[str]] = {}
-    for block in blocks:
+@dataclass
+class _Shown:
+    """One shown command the test runs: a ``console`` command (compared) or an ``sh`` command's runnable part."""
+
+    command: doc_examples.Command
+    console: bool
+
+    @property
+    def runs(self) -> str:
+        if self.console:
+            return self.command.text
+        runnable = doc_examples.runnable_part(self.command.text)
+        assert runnable is not None
+        return runnable
+
+
+def _shown(document: Path) -> list[_Shown]:
+    """What ``document`` shows that runs, in page order (an ``sh`` line of install steps alone runs nothing)."""
+    shown = []
+    for block in doc_examples.parse(document.read_text(encoding="utf-8")):
         for command in block.commands:
-            where = f"{name}:{command.line}: {command.text}"
-            if block.lang == "console":
-                assert not doc_examples.is_exempt(command.text), f"{where}: not run here; show it in an sh block"
-                assert command.expected is not None
-                _, actual = sandbox.run(command.text)
-                if not doc_examples.matches(command.expected, actual):
-                    printed[command.line] = actual
-                    diff = difflib.unified_diff(command.expected, actual, "shown", "printed", lineterm="")
-                    differences.append(f"{where}\n" + "\n".join(diff))
-                continue
-            runnable = doc_examples.runnable_part(command.text)
-            if runnable is not None:
-                status, actual = sandbox.run(runnable)
-                if status != 0:
-                    failures.append(f"{where}\nexit {status}:\n" + "\n".join(actual))
-    if printed and request.config.getoption("tito_update_docs"):
-        document.write_text(doc_examples.rewrite(text, printed), encoding="utf-8")
-        differences = []
-    if differences:
-        differences.append("after an intended change: python -m pytest tests/test_docs.py --tito-update-docs")
-    assert not failures + differences, "\n\n".join(failures + differences)
+            if block.lang == "console" or doc_examples.runnable_part(command.text) is not None:
+                shown.append(_Shown(command, block.lang == "console"))
+    return shown
+
+
+#: Every shown command, as (document, index among the document's shown commands): one test each, run in page order.
+_SHOWN_COMMANDS = [(document, i) for document in DOCUMENTS for i in range(len(_shown(document)))]
+
+
+class _Page:
+    """One document's scratch copy of the repository, shared by the tests of its commands in page order."""
+
+    def __init__(self, document: Path, scratch: Path) -> None:
+        self.document = document
+        self.name = document.relative_to(REPO)
+        self.shown = _shown(document)
+        self._scratch = scratch
+        self._sandbox: doc_examples.Sandbox | None = None
+        self.ran = 0  # how many of ``shown`` have run
+        self.printed: dict[int, list[str]] = {}  # console commands printing other than shown, by line
+
+    def skip_without_what_it_needs(self) -> None:
+        texts = [s.command.text for s in self.shown]
+        for pattern, module, extra in _NEEDS_EXTRA:
+            if importlib.util.find_spec(module) is None and any(pattern.search(text) for text in texts):
+                needs(module, extra)
+        npm = str(doc_examples.NPM_PACKAGES)
+        if not (REPO / npm).is_dir() and any(npm in text for text in texts):
+            # As the family tests do: the tokenizers tito does not ship come from the README's set-up.
+            message = f"{self.name} shows commands using {npm}: run `npm ci --prefix tests/npm` (the README's set-up)"
+            if os.environ.get("CI"):
+                pytest.fail(message)
+            pytest.skip(message)
+
+    def run(self, index: int) -> tuple[int, list[str]]:
+        """Run shown command ``index``, after those before it that have not run (when tests are picked out)."""
+        if self._sandbox is None:
+            self._sandbox = doc_examples.Sandbox(REPO, self._scratch)
+        while self.ran < index:  # their own tests report them; here they only set up what ``index`` reads
+            self._sandbox.run(self.shown[self.ran].runs)
+            self.ran += 1
+        self.ran = index + 1
+        return self._sandbox.run(self.shown[index].runs)
+
+
+class _Pages:
+    """The documents' pages, made on first use; at the end, ``--tito-update-docs`` rewrites what printed otherwise."""
+
+    def __init__(self, scratch: pytest.TempPathFactory) -> None:
+        self._scratch = scratch
+        self._pages: dict[Path, _Page] = {}
+
+    def __getitem__(self, document: Path) -> _Page:
+        if document not in self._pages:
+            self._pages[document] = _Page(document, self._scratch.mktemp(document.stem))
+        return self._pages[document]
+
+    def rewrite(self) -> None:
+        for page in self._pages.values():
+            if page.printed:
+                text = page.document.read_text(encoding="utf-8")
+                page.document.write_text(doc_examples.rewrite(text, page.printed), encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def pages(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[_Pages]:
+    made = _Pages(tmp_path_factory)
+    yield made
+    if request.config.getoption("tito_update_docs"):
+        made.rewrite()
+
+
+@pytest.mark.parametrize("document", DOCUMENTS, ids=lambda p: str(p.relative_to(REPO)))
+def test_shown_commands_are_tagged(document: Path) -> None:
+    text = document.read_text(encoding="utf-8")
+    assert not doc_examples.unlabelled_commands(text), (
+        f"{document.relative_to(REPO)}: blocks at lines {doc_examples.unlabelled_commands(text)} show `$ ` commands:"
+        " tag them `console`"
+    )
+
+
+@pytest.mark.parametrize(
+    ("document", "index"),
+    _SHOWN_COMMANDS,
+    ids=[f"{d.relative_to(REPO)}:{_shown(d)[i].command.line}" for d, i in _SHOWN_COMMANDS],
+)
+def test_shown_command_runs_and_prints_what_is_shown(
+    document: Path, index: int, pages: _Pages, request: pytest.FixtureRequest
+) -> None:
+    page = pages[document]
+    page.skip_without_what_it_needs()
+    shown = page.shown[index]
+    where = f"{page.name}:{shown.command.line}: {shown.command.text}"
+    if not shown.console:
+        status, actual = page.run(index)
+        assert status == 0, f"{where}\nexit {status}:\n" + "\n".join(actual)
+        return
+    assert not doc_examples.is_exempt(shown.command.text), f"{where}: not run here; show it in an sh block"
+    expected = shown.command.expected
+    assert expected is not None
+    _, actual = page.run(index)
+    if doc_examples.matches(expected, actual):
+        return
+    page.printed[shown.command.line] = actual
+    if request.config.getoption("tito_update_docs"):
+        return  # the page is rewritten with what it printed when the module's tests are done
+    diff = difflib.unified_diff(expected, actual, "shown", "printed", lineterm="")
+    hint = "after an intended change: python -m pytest tests/test_docs.py --tito-update-docs"
+    pytest.fail(f"{where}\n" + "\n".join(diff) + f"\n{hint}", pytrace=False)
 
 
 def test_the_convention_is_parsed_and_compared_as_documented() -> None:

@@ -627,17 +627,28 @@ def test_a_golden_that_is_not_utf8_is_a_change_that_update_repairs(cases_log: Pa
     assert run("check", cases_log, "--golden", golden, "-s", "case-1.1").exit_code == EXIT_OK
 
 
-def test_dumps_are_byte_identical_across_worker_counts(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def serial_dumps() -> list[tuple[str, str, str]]:
+    """The demo log's dumps made by one worker: (session id, file name, text)."""
     from tito_cli.golden.compare import GoldenOptions, iter_dumps
 
-    from .helpers import REPO
+    dumps = [(d.session_id, d.file_name, d.text) for d in iter_dumps([DEMO_LOGS], GoldenOptions(workers=1))]
+    assert len(dumps) == 32
+    return dumps
 
-    logs = REPO / "fixtures" / "logs"
-    serial = [(d.session_id, d.file_name, d.text) for d in iter_dumps([logs], GoldenOptions(workers=1))]
-    parallel = [(d.session_id, d.file_name, d.text) for d in iter_dumps([logs], GoldenOptions(workers=2))]
-    assert len(serial) == 32 and parallel == serial
-    # And through the CLI with workers, into files: the serial dumps' bytes (each dump made twice, not four times).
-    result = CliRunner().invoke(app, ["dump", str(logs), "--out", str(tmp_path / "2"), "--workers", "2"])
+
+def test_dumps_are_byte_identical_across_worker_counts(serial_dumps: list[tuple[str, str, str]]) -> None:
+    from tito_cli.golden.compare import GoldenOptions, iter_dumps
+
+    parallel = [(d.session_id, d.file_name, d.text) for d in iter_dumps([DEMO_LOGS], GoldenOptions(workers=2))]
+    assert parallel == serial_dumps
+
+
+def test_dump_files_written_by_workers_are_the_serial_dumps(
+    serial_dumps: list[tuple[str, str, str]], tmp_path: Path
+) -> None:
+    # Through the CLI with workers, into files: the serial dumps' bytes.
+    result = CliRunner().invoke(app, ["dump", str(DEMO_LOGS), "--out", str(tmp_path / "2"), "--workers", "2"])
     assert result.exit_code == EXIT_OK, result.output
     two = {p.name: p.read_bytes() for p in (tmp_path / "2").iterdir()}
-    assert two == {name: text.encode("utf-8") for _, name, text in serial}
+    assert two == {name: text.encode("utf-8") for _, name, text in serial_dumps}

@@ -237,7 +237,8 @@ def _sweep_until(stop: Event, parent: str, ready: Any) -> None:
 
 def test_live_folders_survive_sweeps_running_alongside_them(scratch: Path) -> None:
     # No injection: two processes sweep without pause while folders come and go. With the
-    # .lock created free and locked next, about 3% of these folders were removed under their owner.
+    # .lock created free and locked next, about 3% of these folders were removed under their owner:
+    # some 30 of 1,000 (the chance that none of them is, about e**-30).
     context = multiprocessing.get_context("spawn")
     stop, ready = context.Event(), context.Queue()
     sweepers = [context.Process(target=_sweep_until, args=(stop, str(scratch), ready)) for _ in range(2)]
@@ -247,7 +248,7 @@ def test_live_folders_survive_sweeps_running_alongside_them(scratch: Path) -> No
     try:
         for _ in sweepers:
             ready.get(timeout=120)
-        for _ in range(3000):
+        for _ in range(1000):
             with handoff_folder() as folder:
                 try:
                     fd, _ = tempfile.mkstemp(prefix="batch-", suffix=".arrow", dir=folder)

@@ -9,20 +9,17 @@ from __future__ import annotations
 import itertools
 import json
 import time
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import pyarrow.parquet as pq
 import pytest
 
 from tito_cli.read.turnlog import TurnLog
 from tito_cli.read.validate import parse_session
-from tito_cli.run.rebuild import rebuild
 from tito_cli.turns import Turn
 
+from .serve_checks import assert_rebuild_trains_each_output_once, assert_turns_are_the_ledger_in_order
 from .serve_helpers import Gateway, need_extras
 from .serve_standin import StandIn, qwen3_output
 
@@ -111,47 +108,6 @@ def session_turns(logs: Path, session_id: str, expected: int, timeout: float = 2
                 return turns
         time.sleep(0.1)
     raise AssertionError(f"session {session_id}: {len(turns)} turns in the log, expected {expected}")
-
-
-def check_against_ledger(turns: list[Turn], entries: list[dict[str, Any]], api: str) -> None:
-    """Each turn's ids and logprobs are exactly what the stand-in received and generated, in order."""
-    assert len(turns) == len(entries)
-    for turn, entry in zip(turns, entries, strict=True):
-        assert entry["api"] == api
-        assert turn.prompt_ids.tolist() == entry["prompt_ids"]
-        assert turn.output_ids.tolist() == entry["output_ids"]
-        assert turn.output_logprobs is not None
-        assert turn.output_logprobs.tolist() == entry["logprobs"]
-
-
-def trained_runs(samples: Path, session_id: str) -> Counter[tuple[tuple[int, ...], tuple[float, ...]]]:
-    """Each maximal run of trained tokens (loss mask 1) of the session's samples, with its logprobs."""
-    table = pq.read_table(samples).to_pylist()
-    runs: Counter[tuple[tuple[int, ...], tuple[float, ...]]] = Counter()
-    for row in table:
-        if row["session_id"] != session_id:
-            continue
-        response = row["tokens"][len(row["tokens"]) - row["response_length"] :]
-        mask, logprobs = row["loss_mask"], row["rollout_log_probs"]
-        i = 0
-        while i < len(mask):
-            if mask[i]:
-                j = i
-                while j < len(mask) and mask[j]:
-                    j += 1
-                runs[(tuple(response[i:j]), tuple(logprobs[i:j]))] += 1
-                i = j
-            else:
-                i += 1
-    return runs
-
-
-def check_rebuild(logs: Path, tmp_path: Path, session_id: str, entries: list[dict[str, Any]]) -> None:
-    """``tito rebuild`` trains exactly the generated tokens with their logprobs, each once."""
-    out = tmp_path / f"samples-{session_id}.parquet"
-    rebuild([logs], out, overwrite=True, workers=1)
-    generated = Counter((tuple(e["output_ids"]), tuple(np.float32(x).item() for x in e["logprobs"])) for e in entries)
-    assert trained_runs(out, session_id) == generated
 
 
 # -- the SDK agents -------------------------------------------------------------------------------
@@ -327,7 +283,7 @@ def test_sdk_sessions_record_what_the_upstream_saw_and_generated(
     report = httpx.get(f"{gateway.url}/sessions/{session}").json()
     assert [t["seq"] for t in report["turns"]] == list(range(calls))
     turns = session_turns(gateway.logs, session, calls)
-    check_against_ledger(turns, entries, api)
+    assert_turns_are_the_ledger_in_order(turns, entries, api)
     for i, turn in enumerate(turns):
         assert turn.metadata["wire"] == wire
         assert turn.metadata["user_agent"].startswith("Anthropic/Python" if wire == "anthropic" else "OpenAI/Python")
@@ -343,7 +299,7 @@ def test_sdk_sessions_record_what_the_upstream_saw_and_generated(
         ]
     if wire == "responses":
         assert turns[0].metadata["dropped_tools"] == ["web_search"]
-    check_rebuild(gateway.logs, tmp_path, session, entries)
+    assert_rebuild_trains_each_output_once(gateway.logs, tmp_path / f"samples-{session}.parquet", session, entries)
 
 
 def read_log(logs: Path) -> TurnLog:
@@ -392,7 +348,7 @@ def test_claude_code_shapes_mid_list_system_moved_cache_control_and_count_tokens
     ]
     client.beta.messages.create(model="m", max_tokens=512, system=system, messages=messages, tools=ANTHROPIC_TOOLS)  # type: ignore[arg-type]
     turns = session_turns(gateway.logs, session, 2)
-    check_against_ledger(turns, standin.ledger[first : first + 2], gateway.api)  # type: ignore[attr-defined]
+    assert_turns_are_the_ledger_in_order(turns, standin.ledger[first : first + 2], gateway.api)  # type: ignore[attr-defined]
     assert turns[0].prompt_messages == [
         {"role": "system", "content": "You are Claude Code."},
         {"role": "user", "content": "Fix the build."},
@@ -487,7 +443,7 @@ def test_a_cut_output_and_an_unreadable_call(gateway: Gateway, standin: StandIn)
         # The parser could not read the call: answered as text, recorded ill-formed.
         assert [b.type for b in broken.content] == ["text"] and "<tool_call>" in broken.content[0].text  # type: ignore[union-attr]
         assert turns[2].ill_formed
-    check_against_ledger(turns[2:], standin.ledger[first:], api)
+    assert_turns_are_the_ledger_in_order(turns[2:], standin.ledger[first:], api)
 
 
 def test_models_and_health(gateway: Gateway) -> None:

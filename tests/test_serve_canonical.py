@@ -28,7 +28,8 @@ need_extras("starlette", "uvicorn", "httpx", "anthropic", "openai")
 import anthropic  # noqa: E402
 import openai  # noqa: E402
 
-from .test_serve import ANTHROPIC_TOOLS, OPENAI_TOOLS, check_against_ledger, check_rebuild, session_turns  # noqa: E402
+from .serve_checks import assert_rebuild_trains_each_output_once, assert_turns_are_the_ledger_in_order  # noqa: E402
+from .test_serve import ANTHROPIC_TOOLS, OPENAI_TOOLS, session_turns  # noqa: E402
 
 FOLLOW_UP = "Now run the tests."
 SUB_AGENT = "You are a sub-agent that lists files."
@@ -143,13 +144,14 @@ def test_canonical_history_removes_drift_forks_and_trains_exactly_the_generated_
             calls = anthropic_session(aclient)
     entries = standin.ledger[first:]
     turns = session_turns(gateway.logs, session, calls)
-    check_against_ledger(turns, entries, "generate")
+    assert_turns_are_the_ledger_in_order(turns, entries, "generate")
     if history == "render":
         assert all("history" not in t.metadata for t in turns)
         assert drift(gateway.logs, session) >= 2  # arguments re-serialized, reasoning dropped
         return
     assert drift(gateway.logs, session) == 0
-    check_rebuild(gateway.logs, tmp_path, session, entries)  # every generated token trained, once
+    # Every generated token trained, once.
+    assert_rebuild_trains_each_output_once(gateway.logs, tmp_path / f"samples-{session}.parquet", session, entries)
     main = [t for t in turns if SUB_AGENT not in json.dumps(t.prompt_messages)]
     assert [(t.metadata["history"], t.metadata.get("history_reason")) for t in main] == [
         ("rendered", "no held turn"),

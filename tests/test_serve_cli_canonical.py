@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import itertools
 import json
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -54,25 +56,45 @@ def _drift(logs: Path) -> int:
     return sum(result.report.forks.values()) + result.report.realigns
 
 
-@pytest.mark.parametrize("history", ["render", "canonical"])
-def test_claude_code_conversations_continue_the_held_tokens_under_canonical(tmp_path: Path, history: str) -> None:
+@dataclass
+class Conversation:
+    history: str
+    logs: Path
+    work: Path
+    ledger: list[dict[str, Any]]
+
+
+@pytest.fixture(scope="module", params=["render", "canonical"])
+def conversation(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Conversation:
+    """Claude Code asked twice in one conversation (``--continue``) through a gateway with ``--history``."""
     need_extras("starlette", "uvicorn", "httpx")
-    logs = tmp_path / "logs"
+    history = request.param
+    work = tmp_path_factory.mktemp(f"canonical-{history}")
+    logs = work / "logs"
     extra = ["--history", history, "--flush-every", "0.2"]
     with StandIn(model) as standin, Gateway(standin.url, logs, api="generate", extra=extra) as gateway:
-        first = run_claude(gateway.url, SESSION, FIRST, tmp_path / "claude", files=FILES)
+        first = run_claude(gateway.url, SESSION, FIRST, work / "claude", files=FILES)
         assert first.returncode == 0 and "marmalade-7f3a" in first.stdout, first.describe()
-        second = run_claude(gateway.url, SESSION, SECOND, tmp_path / "claude", continue_conversation=True)
+        second = run_claude(gateway.url, SESSION, SECOND, work / "claude", continue_conversation=True)
         assert second.returncode == 0 and "teal" in second.stdout, second.describe()
         ledger = list(standin.ledger)
-    turns = turns_by_session(logs)[SESSION]
-    assert len(turns) == len(ledger) == 4
-    assert_turns_are_the_ledger(turns, ledger)
-    if history == "render":
+    return Conversation(history, logs, work, ledger)
+
+
+def test_claude_code_conversations_record_what_the_upstream_saw(conversation: Conversation) -> None:
+    turns = turns_by_session(conversation.logs)[SESSION]
+    assert len(turns) == len(conversation.ledger) == 4
+    assert_turns_are_the_ledger(turns, conversation.ledger)
+
+
+def test_claude_code_conversations_continue_the_held_tokens_under_canonical(conversation: Conversation) -> None:
+    turns = turns_by_session(conversation.logs)[SESSION]
+    if conversation.history == "render":
         assert all("history" not in (t.metadata or {}) for t in turns)
-        assert _drift(logs) >= 2  # the arguments re-rendered (turns 2 and 4), the reasoning dropped (turn 3)
+        # The arguments re-rendered (turns 2 and 4), the reasoning dropped (turn 3).
+        assert _drift(conversation.logs) >= 2
         return
-    assert _drift(logs) == 0
+    assert _drift(conversation.logs) == 0
     assert [(t.metadata["history"], t.metadata.get("history_reason")) for t in turns] == [
         ("rendered", "no held turn"),
         ("canonical", None),
@@ -82,4 +104,10 @@ def test_claude_code_conversations_continue_the_held_tokens_under_canonical(tmp_
     for before, after in itertools.pairwise(turns):
         held = [*before.prompt_ids.tolist(), *before.output_ids.tolist()]
         assert after.prompt_ids.tolist()[: len(held)] == held
-    assert assert_rebuild_trains_the_generated_tokens(logs, tmp_path / "samples.parquet", {SESSION: turns}) == 1
+
+
+@pytest.mark.parametrize("conversation", ["canonical"], indirect=True)
+def test_a_canonical_conversation_trains_exactly_the_generated_tokens(conversation: Conversation) -> None:
+    turns = turns_by_session(conversation.logs)[SESSION]
+    samples = conversation.work / "samples.parquet"
+    assert assert_rebuild_trains_the_generated_tokens(conversation.logs, samples, {SESSION: turns}) == 1

@@ -4,6 +4,7 @@ what the client did not get, and the gateway serving on."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import threading
@@ -294,10 +295,14 @@ def test_sigkill_leaves_a_log_that_reads_cleanly(standin: StandIn, tmp_path: Pat
 def test_two_gateways_write_one_log_folder(standin: StandIn, tmp_path: Path) -> None:
     logs = tmp_path / "logs"
     first = len(standin.ledger)
-    with (
-        Gateway(standin.url, logs, extra=["--parser", "qwen3"]) as one,
-        Gateway(standin.url, logs, api="chat") as two,
-    ):
+    one = Gateway(standin.url, logs, extra=["--parser", "qwen3"])
+    two = Gateway(standin.url, logs, api="chat")
+    with contextlib.ExitStack() as running:
+        for gw in (one, two):  # both start at once: their start-ups overlap
+            gw.start()
+            running.callback(gw.__exit__, None, None, None)
+        one.ready()
+        two.ready()
         for k in range(3):
             for gw, name in ((one, "one"), (two, "two")):
                 answer = httpx.post(gw.url + "/v1/responses", json=RESPONSES_BODY, headers={"x-api-key": f"{name}-{k}"})

@@ -10,6 +10,7 @@ and records one turn per request; what the CLI's history carries (the mid-list `
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -58,15 +59,28 @@ def replay(url: str, recorded: dict[str, Any], session: str) -> list[tuple[str, 
     return events(response.text)
 
 
-@pytest.mark.parametrize("upstream_api", ["generate", "chat"])
-def test_recorded_claude_code_and_codex_requests(tmp_path: Path, upstream_api: str) -> None:
+@dataclass
+class Replayed:
+    claude: list[list[tuple[str, dict[str, Any]]]]  # each recorded Claude Code request's answer, as SSE events
+    codex: list[list[tuple[str, dict[str, Any]]]]
+    ledger: list[dict[str, Any]]
+    logs: Path
+
+
+@pytest.fixture(scope="module", params=["generate", "chat"])
+def replayed(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Replayed:
+    """The recorded requests of both CLIs, replayed through one gateway in front of the ``request.param`` upstream."""
     need_extras("starlette", "uvicorn", "httpx")
-    logs = tmp_path / "logs"
-    with StandIn(script) as standin, Gateway(standin.url, logs, api=upstream_api) as gateway:
+    logs = tmp_path_factory.mktemp(f"recorded-{request.param}") / "logs"
+    with StandIn(script) as standin, Gateway(standin.url, logs, api=request.param) as gateway:
         claude = [replay(gateway.url, case(f"claude_code_turn{n}.json"), "cc-1") for n in (1, 2)]
         codex = [replay(gateway.url, case(f"codex_turn{n}.json"), "cx-1") for n in (1, 2)]
         ledger = list(standin.ledger)
+    return Replayed(claude, codex, ledger, logs)
 
+
+def test_recorded_claude_code_requests_get_anthropic_streams(replayed: Replayed) -> None:
+    claude = replayed.claude
     # Claude Code: a tool_use block and stop_reason tool_use, then a text answer; message_stop closes each.
     first, second = ([name for name, _ in stream] for stream in claude)
     assert first[0] == "message_start" and first[-2:] == ["message_delta", "message_stop"]
@@ -75,6 +89,10 @@ def test_recorded_claude_code_and_codex_requests(tmp_path: Path, upstream_api: s
     assert [data["delta"]["stop_reason"] for name, data in claude[0] if name == "message_delta"] == ["tool_use"]
     assert [data["delta"]["stop_reason"] for name, data in claude[1] if name == "message_delta"] == ["end_turn"]
     assert second[-1] == "message_stop"
+
+
+def test_recorded_codex_requests_get_responses_streams(replayed: Replayed) -> None:
+    codex = replayed.codex
     # Codex: a function_call item, then a message; response.completed closes each.
     for stream, kind in zip(codex, ("function_call", "message"), strict=True):
         names = [name for name, _ in stream]
@@ -85,7 +103,11 @@ def test_recorded_claude_code_and_codex_requests(tmp_path: Path, upstream_api: s
     [call] = [item for item in items if item["type"] == "function_call"]
     assert call["name"] == "exec_command" and json.loads(call["arguments"]) == {"cmd": "cat notes.txt"}
 
-    turns = turns_by_session(logs)
+
+
+def test_recorded_requests_are_logged_as_the_upstream_saw_them(replayed: Replayed) -> None:
+    ledger = replayed.ledger
+    turns = turns_by_session(replayed.logs)
     assert sorted(turns) == ["cc-1", "cx-1"]
     assert_turns_are_the_ledger([t for ts in turns.values() for t in ts], ledger)
     for sid, wire, agent in (("cc-1", "anthropic", "claude-cli/2.1.197"), ("cx-1", "responses", "codex_exec/0.171.0")):

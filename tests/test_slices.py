@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -50,27 +51,56 @@ def demo_v1(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.fixture(scope="module")
+def unsliced(demo_v1: Path, tmp_path_factory: pytest.TempPathFactory) -> Callable[[int], tuple[Path, bytes]]:
+    """The demo log in ``format`` (one row group) and the samples an unsliced one-worker rebuild writes of it."""
+    made: dict[int, tuple[Path, bytes]] = {}
+
+    def of(format: int) -> tuple[Path, bytes]:
+        if format not in made:
+            log = DEMO if format == 2 else demo_v1
+            [turns_file] = log.glob("turns-*.parquet")
+            assert pq.ParquetFile(turns_file).metadata.num_row_groups == 1
+            expected = tmp_path_factory.mktemp("unsliced") / "whole.parquet"
+            rebuild([log], expected, workers=1)
+            assert not any(g.slice_rows for g in TurnLog.open([log]).index().row_groups)
+            made[format] = log, expected.read_bytes()
+        return made[format]
+
+    return of
+
+
+@pytest.mark.parametrize("rows", [1, 3, 50])
+@pytest.mark.parametrize("format", [1, 2])
+def test_a_one_row_group_log_is_read_in_slices_that_sessions_straddle(
+    format: int, rows: int, unsliced: Callable[[int], tuple[Path, bytes]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log, _ = unsliced(format)
+    [turns_file] = log.glob("turns-*.parquet")
+    _slice_rows_of(monkeypatch, rows)
+    index = TurnLog.open([log]).index()
+    assert len(index.row_groups) == -(-pq.ParquetFile(turns_file).metadata.num_rows // rows)
+    straddling = [p for p in index.in_log_order() if len(set(p.groups.tolist())) > 1]
+    assert len(straddling) >= (len(index.places) if rows == 1 else 5), rows
+
+
+@pytest.mark.parametrize(("workers", "batch_bytes"), [(1, None), (2, 1), (2, 40_000)])
+@pytest.mark.parametrize("rows", [1, 3, 50])
 @pytest.mark.parametrize("format", [1, 2])
 def test_sliced_reads_give_the_unsliced_samples_at_any_worker_count(
-    format: int, demo_v1: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    format: int,
+    rows: int,
+    workers: int,
+    batch_bytes: int | None,
+    unsliced: Callable[[int], tuple[Path, bytes]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    log = DEMO if format == 2 else demo_v1
-    [turns_file] = log.glob("turns-*.parquet")
-    assert pq.ParquetFile(turns_file).metadata.num_row_groups == 1
-    expected = tmp_path / "whole.parquet"
-    rebuild([log], expected, workers=1)
-    assert not any(g.slice_rows for g in TurnLog.open([log]).index().row_groups)
-
-    for rows in (1, 3, 50):
-        _slice_rows_of(monkeypatch, rows)
-        index = TurnLog.open([log]).index()
-        assert len(index.row_groups) == -(-pq.ParquetFile(turns_file).metadata.num_rows // rows)
-        straddling = [p for p in index.in_log_order() if len(set(p.groups.tolist())) > 1]
-        assert len(straddling) >= (len(index.places) if rows == 1 else 5), rows
-        for workers, batch_bytes in ((1, None), (2, 1), (2, 40_000)):
-            out = tmp_path / f"sliced-{rows}-{workers}-{batch_bytes}.parquet"
-            rebuild([log], out, workers=workers, batch_bytes=batch_bytes)
-            assert out.read_bytes() == expected.read_bytes(), (rows, workers, batch_bytes)
+    log, expected = unsliced(format)
+    _slice_rows_of(monkeypatch, rows)
+    out = tmp_path / "sliced.parquet"
+    rebuild([log], out, workers=workers, batch_bytes=batch_bytes)
+    assert out.read_bytes() == expected
 
 
 def test_format2_bases_in_other_slices_are_found(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -121,34 +121,63 @@ def test_hub_id_missing_from_the_cache_is_an_error_naming_what_was_tried(
     assert not (tmp_path / "g").exists()
 
 
-def test_check_passes_identically_from_two_folders_and_two_tokenizer_paths(
-    hub_log: tuple[Path, Path], no_hub_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Goldens name the tokenizer the log records, wherever it is found: they check everywhere."""
+@pytest.fixture(scope="module")
+def hub_goldens(hub_log: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str]:
+    """Goldens of the hub log dumped with the tokenizer from the hub cache, two copies of that tokenizer
+    in folders ``a/qwen3`` and ``b/tok`` (no hub cache from here on), and what ``check`` prints on them."""
     logs, cache = hub_log
-    golden = tmp_path / "golden"
-    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
-    assert run("dump", logs, "--out", golden).exit_code == EXIT_OK
+    root = tmp_path_factory.mktemp("goldens")
+    golden = root / "golden"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HF_HUB_CACHE", str(cache))
+        assert run("dump", logs, "--out", golden).exit_code == EXIT_OK
     header = (golden / "qwen3-3-0000.txt").read_text().splitlines()[3]
     assert header == f"tokenizer: {HUB_ID} (vocabulary 151669)"
-    monkeypatch.setenv("HF_HUB_CACHE", str(no_hub_cache))
+    shutil.copytree(QWEN3, root / "a" / "qwen3")
+    shutil.copytree(QWEN3, root / "b" / "tok")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HF_HUB_CACHE", str(root / "no-cache"))
+        mp.chdir(root / "a")
+        reference = run("check", logs, "--golden", golden, "--tokenizer", str(root / "b" / "tok"))
+    assert reference.exit_code == EXIT_OK, reference.output
+    assert "2 passed" in reference.stdout
+    return golden, root, reference.stdout
 
-    copy_a, copy_b = tmp_path / "a" / "qwen3", tmp_path / "b" / "tok"
-    shutil.copytree(QWEN3, copy_a)
-    shutil.copytree(QWEN3, copy_b)
-    outputs = []
-    for cwd in (tmp_path / "a", tmp_path / "b"):
-        monkeypatch.chdir(cwd)
-        for option in (f"{HUB_ID}={copy_a}", f"{HUB_ID}=../b/tok", str(copy_b)):
-            result = run("check", logs, "--golden", golden, "--tokenizer", option)
-            assert result.exit_code == EXIT_OK, result.output
-            outputs.append(result.stdout)
-    assert len(set(outputs)) == 1 and "2 passed" in outputs[0]
 
-    # A changed golden is still caught: the check compares, it does not just pass.
-    changed = golden / "qwen3-3-0001.txt"
+@pytest.mark.parametrize("folder", ["a", "b"])
+@pytest.mark.parametrize(
+    "option",
+    ["{hub}={root}/a/qwen3", "{hub}=../b/tok", "{root}/b/tok"],
+    ids=["id-to-absolute-folder", "id-to-relative-folder", "folder"],
+)
+def test_check_passes_identically_from_two_folders_and_two_tokenizer_paths(
+    hub_log: tuple[Path, Path],
+    hub_goldens: tuple[Path, Path, str],
+    no_hub_cache: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    folder: str,
+    option: str,
+) -> None:
+    """Goldens name the tokenizer the log records, wherever it is found: they check everywhere."""
+    logs, _ = hub_log
+    golden, root, reference = hub_goldens
+    monkeypatch.chdir(root / folder)
+    result = run("check", logs, "--golden", golden, "--tokenizer", option.format(hub=HUB_ID, root=root))
+    assert result.exit_code == EXIT_OK, result.output
+    assert result.stdout == reference
+
+
+def test_a_changed_hub_golden_is_caught(
+    hub_log: tuple[Path, Path], hub_goldens: tuple[Path, Path, str], no_hub_cache: Path, tmp_path: Path
+) -> None:
+    # The check above compares, it does not just pass.
+    logs, _ = hub_log
+    golden, root, _ = hub_goldens
+    mine = tmp_path / "golden"
+    shutil.copytree(golden, mine)
+    changed = mine / "qwen3-3-0001.txt"
     changed.write_text(changed.read_text().replace("reward", "REWARD", 1))
-    assert run("check", logs, "--golden", golden, "--tokenizer", str(copy_b)).exit_code == EXIT_CHECK_FAILED
+    assert run("check", logs, "--golden", mine, "--tokenizer", str(root / "b" / "tok")).exit_code == EXIT_CHECK_FAILED
 
 
 def test_relative_names_look_in_the_log_folder_and_above_before_the_working_directory(
@@ -221,15 +250,15 @@ def test_loading_never_runs_code_from_the_folder(tmp_path: Path) -> None:
     assert not (tmp_path / "ran").exists()
 
 
-def test_no_pytorch_advice_on_stderr(tmp_path: Path) -> None:
-    """transformers' "PyTorch was not found" line is silenced in every command that loads a tokenizer.
+@pytest.fixture(scope="module")
+def torch_hidden(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """An environment where torch is not found, and where transformers then prints its PyTorch advice.
 
     tito's users mostly have no torch on the machine that rebuilds; CI has it (for the slime
     export), so the commands run with torch hidden (``sys.modules["torch"] = None`` makes
     ``find_spec`` say it is not installed, as transformers asks).
     """
-    hide = tmp_path / "no-torch"
-    hide.mkdir()
+    hide = tmp_path_factory.mktemp("no-torch")
     (hide / "sitecustomize.py").write_text('import sys\nsys.modules["torch"] = None\n')
     # Not the variables tito (or an earlier test in this process) set: the commands must set them.
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRANSFORMERS_")}
@@ -237,15 +266,24 @@ def test_no_pytorch_advice_on_stderr(tmp_path: Path) -> None:
     env["PYTHONPATH"] = os.pathsep.join([str(hide), str(REPO), env.get("PYTHONPATH", "")])
     probe = [sys.executable, "-c", "import transformers"]
     assert "PyTorch was not found" in subprocess.run(probe, env=env, capture_output=True, text=True).stderr
-    commands = [
-        ["simulate", "--out", str(tmp_path / "sim"), "-n", "1"],
-        ["inspect", "qwen3-0-0000", "--logs", str(REPO / "fixtures" / "logs"), "--view", "samples"],
-        ["dump", str(REPO / "fixtures" / "logs"), "--out", "-", "--session", "qwen3-0-0000"],
-    ]
-    for args in commands:
-        done = subprocess.run([sys.executable, "-m", "tito_cli", *args], env=env, capture_output=True, text=True)
-        assert done.returncode == EXIT_OK, done.stderr
-        assert "PyTorch" not in done.stderr, args
+    return env
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["simulate", "--out", "{tmp}/sim", "-n", "1"],
+        ["inspect", "qwen3-0-0000", "--logs", "{repo}/fixtures/logs", "--view", "samples"],
+        ["dump", "{repo}/fixtures/logs", "--out", "-", "--session", "qwen3-0-0000"],
+    ],
+    ids=lambda args: args[0],
+)
+def test_no_pytorch_advice_on_stderr(torch_hidden: dict[str, str], tmp_path: Path, args: list[str]) -> None:
+    """transformers' "PyTorch was not found" line is silenced in every command that loads a tokenizer."""
+    command = [sys.executable, "-m", "tito_cli", *(a.format(tmp=tmp_path, repo=REPO) for a in args)]
+    done = subprocess.run(command, env=torch_hidden, capture_output=True, text=True)
+    assert done.returncode == EXIT_OK, done.stderr
+    assert "PyTorch" not in done.stderr
 
 
 def test_simulate_records_the_name_and_loads_the_mapped_folder(tmp_path: Path, no_hub_cache: Path) -> None:

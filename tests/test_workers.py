@@ -327,30 +327,50 @@ def _tiny_sessions_log(tmp_path: Path, sessions: int) -> Path:
     return logs
 
 
-@pytest.mark.parametrize("workers", [2, 4])
-def test_worker_handoff_under_stress_many_tiny_batches_repeated(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: int
-) -> None:
-    """``--batch-mb 0 -j N``: one session per batch, a handoff file each, run after run: same bytes, no file left."""
-    logs = _tiny_sessions_log(tmp_path, 240)
+@pytest.fixture(scope="module")
+def tiny_log(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, bytes]:
+    """240 tiny sessions over many small files, and the samples one worker writes of them."""
+    folder = tmp_path_factory.mktemp("tiny")
+    logs = _tiny_sessions_log(folder, 240)
+    one = folder / "one.parquet"
+    rebuild([logs], one, workers=1)
+    return logs, one.read_bytes()
+
+
+@pytest.fixture
+def own_tmpdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A ``$TMPDIR`` of the test's own, where the handoff folders go (and must not stay)."""
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
-    one = tmp_path / "one.parquet"
-    rebuild([logs], one, workers=1)
-    expected = one.read_bytes()
-    for attempt in range(4):
-        out = tmp_path / f"run-{attempt}.parquet"
-        summary = rebuild([logs], out, workers=workers, batch_bytes=0)
-        assert summary.sessions == 240
-        assert out.read_bytes() == expected, attempt
-        assert list(scratch.iterdir()) == [], attempt
-    # And through the command line, as the issue ran it.
-    result = CliRunner().invoke(
-        app, ["rebuild", str(logs), "--out", str(tmp_path / "cli.parquet"), "--batch-mb", "0", "-j", str(workers)]
-    )
+    return scratch
+
+
+@pytest.mark.parametrize("attempt", range(4))
+@pytest.mark.parametrize("workers", [2, 4])
+def test_worker_handoff_under_stress_many_tiny_batches_repeated(
+    tiny_log: tuple[Path, bytes], own_tmpdir: Path, tmp_path: Path, workers: int, attempt: int
+) -> None:
+    """``batch_bytes=0``: one session per batch, a handoff file each, run after run: same bytes, no file left."""
+    logs, expected = tiny_log
+    out = tmp_path / "run.parquet"
+    summary = rebuild([logs], out, workers=workers, batch_bytes=0)
+    assert summary.sessions == 240
+    assert out.read_bytes() == expected
+    assert list(own_tmpdir.iterdir()) == []
+
+
+@pytest.mark.parametrize("workers", [2, 4])
+def test_worker_handoff_of_many_tiny_batches_from_the_command_line(
+    tiny_log: tuple[Path, bytes], own_tmpdir: Path, tmp_path: Path, workers: int
+) -> None:
+    """``--batch-mb 0 -j N``, as the issue ran it."""
+    logs, expected = tiny_log
+    out = tmp_path / "cli.parquet"
+    result = CliRunner().invoke(app, ["rebuild", str(logs), "--out", str(out), "--batch-mb", "0", "-j", str(workers)])
     assert result.exit_code == 0, result.output
-    assert (tmp_path / "cli.parquet").read_bytes() == expected
+    assert out.read_bytes() == expected
+    assert list(own_tmpdir.iterdir()) == []
 
 
 def _index(groups_of_session: list[list[int]], rows_per_group: int, group_bytes: float) -> LogIndex:

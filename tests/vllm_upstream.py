@@ -23,6 +23,7 @@ from typing import Any
 from transformers import AutoTokenizer
 
 from .helpers import REPO
+from .vllm_wire import ChatAnswer, assistant_message
 
 __all__ = ["Upstream"]
 
@@ -111,17 +112,7 @@ class Upstream:
         logprobs = [self._logprob(i, t) for i, t in enumerate(output)]
         assert all(math.isfinite(x) for x in logprobs)
         finish = "tool_calls" if reply.get("tool_calls") else "stop"
-        message = {
-            "role": "assistant",
-            "content": reply.get("content"),
-            "refusal": None,
-            "annotations": None,
-            "audio": None,
-            "function_call": None,
-            "tool_calls": reply.get("tool_calls") or [],
-            "reasoning_content": None,
-        }
-        want_ids, want_logprobs = bool(body.get("return_token_ids")), bool(body.get("logprobs"))
+        message = assistant_message(reply.get("content"), reply.get("tool_calls") or [], None)
         with self._lock:
             self.calls.append(
                 {
@@ -135,73 +126,19 @@ class Upstream:
                     "stream": bool(body.get("stream")),
                 }
             )
-        content = [
-            {"token": self.tokenizer.convert_ids_to_tokens(t), "logprob": lp, "bytes": None, "top_logprobs": []}
-            for t, lp in zip(output, logprobs, strict=True)
-        ]
-        if body.get("stream"):
-            return self._chunks(body, prompt, output, content, message, finish, want_ids, want_logprobs)
-        choice: dict[str, Any] = {
-            "index": 0,
-            "message": message,
-            "logprobs": {"content": content} if want_logprobs else None,
-            "finish_reason": finish,
-            "stop_reason": None,
-        }
-        response: dict[str, Any] = {
-            "id": f"chatcmpl-{len(self.calls)}",
-            "object": "chat.completion",
-            "created": 1780000000,
-            "model": body.get("model", "fixture"),
-            "choices": [choice],
-            "usage": {
-                "prompt_tokens": len(prompt),
-                "completion_tokens": len(output),
-                "total_tokens": len(prompt) + len(output),
-            },
-            "prompt_logprobs": None,
-        }
-        if want_ids:
-            response["prompt_token_ids"] = prompt
-            choice["token_ids"] = output
-        return response
-
-    def _chunks(
-        self,
-        body: dict[str, Any],
-        prompt: list[int],
-        output: list[int],
-        content: list[dict[str, Any]],
-        message: dict[str, Any],
-        finish: str,
-        want_ids: bool,
-        want_logprobs: bool,
-    ) -> list[dict[str, Any]]:
-        base = {
-            "id": "chatcmpl-stream",
-            "object": "chat.completion.chunk",
-            "created": 1780000000,
-            "model": body.get("model"),
-        }
-        first: dict[str, Any] = {
-            **base,
-            "choices": [
-                {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
-            ],
-        }
-        if want_ids:
-            first["prompt_token_ids"] = prompt
-        chunks = [first]
-        for i, token in enumerate(output):
-            last = i == len(output) - 1
-            piece = "" if last else self.tokenizer.decode([token])
-            choice: dict[str, Any] = {
-                "index": 0,
-                "delta": {"content": piece},
-                "logprobs": {"content": [content[i]]} if want_logprobs else None,
-                "finish_reason": finish if last else None,
-            }
-            if want_ids:
-                choice["token_ids"] = [token]
-            chunks.append({**base, "choices": [choice]})
-        return chunks
+            calls = len(self.calls)
+        stream = bool(body.get("stream"))
+        answer = ChatAnswer(
+            id="chatcmpl-stream" if stream else f"chatcmpl-{calls}",
+            created=1780000000,
+            model=body.get("model") if stream else body.get("model", "fixture"),
+            prompt=prompt,
+            output=output,
+            tokens=self.tokenizer.convert_ids_to_tokens(output),
+            logprobs=logprobs,
+            message=message,
+            finish=finish,
+            want_ids=bool(body.get("return_token_ids")),
+            want_logprobs=bool(body.get("logprobs")),
+        )
+        return answer.chunks(self.tokenizer.decode) if stream else answer.response()
