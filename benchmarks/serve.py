@@ -403,7 +403,9 @@ def run_mode(upstream_api: str, args: argparse.Namespace, work: Path) -> list[li
     gateway = subprocess.Popen(
         [sys.executable, "-m", "tito_cli", "serve", "--logs", str(logs), "--upstream", f"http://127.0.0.1:{up_port}",
          "--upstream-api", upstream_api, "--tokenizer", str(QWEN3), "--port", str(gw_port),
-         *(["--history", args.history] if upstream_api == "generate" else [])],
+         *(["--history", args.history] if upstream_api == "generate" else []),
+         # --quick reads the log back right after its short phases: flush it within a second, not ten.
+         *(["--flush-every", "1"] if args.quick else [])],
         cwd=REPO, env=env,
     )
     up, gw = f"http://127.0.0.1:{up_port}", f"http://127.0.0.1:{gw_port}"
