@@ -52,12 +52,11 @@ def turn_values(turn: Turn) -> tuple[Any, ...]:
     )
 
 
-@settings(max_examples=max(10, settings.default.max_examples // 5))
-@given(st.lists(sessions(), min_size=1, max_size=3), st.integers(1, 4), st.integers(1, 7))
-def test_both_formats_give_the_same_turns_and_the_same_samples_file(
-    batch: list[dict[str, Any]], candidates: int, max_rows: int
-) -> None:
-    # Sessions recorded interleaved, so that their turns (and bases) spread over files.
+def _write_both_formats(
+    root: Path, batch: list[dict[str, Any]], candidates: int, max_rows: int
+) -> tuple[list[dict[str, Any]], SlimeV4]:
+    """The batch's sessions recorded interleaved (their turns and bases spread over files) as a format-1
+    log in ``root/v1`` and a format-2 log in ``root/v2``; the records and the batch's policy."""
     records = [
         {**row, "session_id": f"s{i}"}
         for step in range(max(len(s["rows"]) for s in batch))
@@ -66,20 +65,35 @@ def test_both_formats_give_the_same_turns_and_the_same_samples_file(
         for row in [s["rows"][step]]
     ]
     sessions_rows = [{"session_id": f"s{i}", "reward": s["reward"]} for i, s in enumerate(batch)]
-    policy = SlimeV4(fork_threshold=batch[0]["threshold"], reward_mode=batch[0]["reward_mode"])
+    write_log(root / "v1", records, sessions_rows, max_rows=max_rows, format=1)
+    write_log(root / "v2", records, sessions_rows, max_rows=max_rows, delta_candidates=candidates)
+    return records, SlimeV4(fork_threshold=batch[0]["threshold"], reward_mode=batch[0]["reward_mode"])
+
+
+@settings(max_examples=max(10, settings.default.max_examples // 5))
+@given(st.lists(sessions(), min_size=1, max_size=3), st.integers(1, 4), st.integers(1, 7))
+def test_both_formats_give_the_same_turns(batch: list[dict[str, Any]], candidates: int, max_rows: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        write_log(root / "v1", records, sessions_rows, max_rows=max_rows, format=1)
-        write_log(root / "v2", records, sessions_rows, max_rows=max_rows, delta_candidates=candidates)
+        records, _ = _write_both_formats(root, batch, candidates, max_rows)
         v1, v2 = read_turns(root / "v1"), read_turns(root / "v2")
         assert v1.keys() == v2.keys()
         for sid in v1:
             assert [turn_values(t) for t in v1[sid]] == [turn_values(t) for t in v2[sid]]
         stored = pq.read_table(sorted((root / "v2").glob("turns-*.parquet")), columns=["base_seq"])
+    assert len(stored) == len(records)
+
+
+# Fewer examples than the turns' test above (each rebuilds twice); equal turns make equal samples.
+@settings(max_examples=max(5, settings.default.max_examples // 10))
+@given(st.lists(sessions(), min_size=1, max_size=3), st.integers(1, 4), st.integers(1, 7))
+def test_both_formats_give_the_same_samples_file(batch: list[dict[str, Any]], candidates: int, max_rows: int) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        _, policy = _write_both_formats(root, batch, candidates, max_rows)
         rebuild([root / "v1"], root / "a.parquet", policy)
         rebuild([root / "v2"], root / "b.parquet", policy)
         assert (root / "a.parquet").read_bytes() == (root / "b.parquet").read_bytes()
-    assert len(stored) == len(records)
 
 
 def _messages(n: int, system: str = "main") -> list[dict[str, Any]]:
