@@ -74,18 +74,20 @@ def test_the_index_holds_a_string_per_session_and_no_other_object(logs: dict[int
     small, large = (logs[n].index() for n in (20, 400))
     assert len(small.row_groups) == len(large.row_groups) == 1
     assert python_objects(large) - python_objects(small) == 400 - 20
-    # What it hands out are views into its flat arrays.
+    # Its rows are one array of four bytes a row; a place's row groups and rows are made from it when asked.
+    assert large.log_rows.dtype == np.int32 and len(large.log_rows) == logs[400].num_turn_rows
     place = large.places["s00007"]
-    assert place.groups.base is not None and place.rows.base is not None
+    assert place.groups.tolist() == [0, 0] and place.rows.tolist() == [14, 15]
     assert [p.session_id for p in large.in_id_order()][:3] == ["s00000", "s00001", "s00002"]
 
 
 def test_the_sessions_table_holds_no_object_per_row(logs: dict[int, TurnLog]) -> None:
     small, large = (log.read_sessions() for log in (logs[20], logs[400]))
-    # Its ids are the index's strings (no second copy): nothing per session but numbers in arrays.
-    assert python_objects(large.infos) - python_objects(large.infos._ids) == python_objects(
-        small.infos
-    ) - python_objects(small.infos._ids)
+    # Its ids are the index's strings (no second copy): nothing per session but numbers in arrays and
+    # compressed text chunks (one chunk each here).  (The counts of rows held are ints, which Python
+    # shares below 257: the larger table may count one object more for each of its two text columns.)
+    held = [python_objects(t.infos) - python_objects(t.infos._ids) for t in (small, large)]
+    assert held[0] <= held[1] <= held[0] + 2
     index_ids = logs[400].index().session_ids
     assert all(a is b for a, b in zip(large.infos, index_ids, strict=True))
     info = large.infos["s00007"]

@@ -379,10 +379,16 @@ def _index(groups_of_session: list[list[int]], rows_per_group: int, group_bytes:
     per_row = group_bytes / rows_per_group
     row_groups = [RowGroup(0, g, g * rows_per_group, rows_per_group, per_row) for g in range(count)]
     places = {}
+    used = [0] * count  # rows of each row group given out so far
     for number, groups in enumerate(groups_of_session):
         sid = f"s{number:03d}"
         size = int(len(groups) * group_bytes / rows_per_group)
-        places[sid] = SessionPlace(sid, np.array(groups), np.arange(len(groups)), size)
+        rows = []
+        for g in groups:
+            rows.append(used[g])
+            used[g] += 1
+        assert max(used) <= rows_per_group
+        places[sid] = SessionPlace(sid, np.array(groups), np.array(rows), size)
     return LogIndex(row_groups, places)
 
 
@@ -408,7 +414,7 @@ def test_a_log_small_in_bytes_but_of_many_turns_gets_workers() -> None:
     # 100 sessions of 48 turns in 4 KiB (a format-2 log of short sessions stores a turn in little):
     # under 1 MiB of turn columns, but its 4,800 turns are work that two workers share (TURN_WORK_BYTES).
     many_turns = _index([[2 * n] * 24 + [2 * n + 1] * 24 for n in range(100)], rows_per_group=24, group_bytes=4 << 10)
-    assert many_turns.nbytes < 1 << 20 and len(many_turns.rows) == 4800
+    assert many_turns.nbytes < 1 << 20 and len(many_turns.log_rows) == 4800
     assert work_bytes(many_turns) > MIN_PARALLEL_BYTES
     assert workers_for(many_turns, 2) == 2 and worker_cap(many_turns, 2) is None
     # The same sessions with a tenth of the turns are rebuilt in-process.

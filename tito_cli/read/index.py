@@ -13,7 +13,16 @@ from typing import Any, overload
 
 import numpy as np
 
-__all__ = ["LogIndex", "ReadBatch", "RowGroup", "SessionPlace", "SessionPlaces"]
+__all__ = [
+    "LogIndex",
+    "ReadBatch",
+    "RowGroup",
+    "SessionPlace",
+    "SessionPlaces",
+    "groups_of",
+    "log_row_dtype",
+    "row_group_starts",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,8 +57,8 @@ class RowGroup:
 class SessionPlace:
     """Where one session's rows are, in ``seq`` order (ties: file, then row).
 
-    A view handed out by :class:`LogIndex`, made when asked for: the index
-    itself keeps no object per session (see :class:`LogIndex`).
+    Made by :class:`LogIndex` when asked for: the index itself keeps no
+    object per session (see :class:`LogIndex`).
     """
 
     session_id: str
@@ -70,23 +79,25 @@ class LogIndex:
     A log of many small sessions must not cost a Python object (and two
     numpy arrays) per session for the whole run: the index holds the sorted
     session ids (one ``str`` each) and, per session, an offset and a size;
-    its rows are two flat arrays, a session's rows contiguous and in ``seq``
-    order.  :class:`SessionPlace` values are made on demand, as views into
-    those arrays.  Sessions are named by their position in ``session_ids``.
+    its rows are one flat array of *log rows* (every row group's rows
+    numbered in turn, four bytes each), a session's rows contiguous and in
+    ``seq`` order.  :class:`SessionPlace` values, with each row's row group
+    and row inside it, are made on demand.  Sessions are named by their
+    position in ``session_ids``.
     """
 
-    __slots__ = ("_ids", "_session_bytes", "_starts", "groups", "row_groups", "rows")
+    __slots__ = ("_group_starts", "_ids", "_session_bytes", "_starts", "log_rows", "row_groups")
 
     def __init__(self, row_groups: list[RowGroup], places: Mapping[str, SessionPlace] | None = None) -> None:
         """An index of ``places`` (any order); :func:`assemble_index` builds the arrays directly."""
         chosen = sorted((places or {}).values(), key=lambda p: p.session_id)
         self.row_groups = row_groups
+        self._group_starts = row_group_starts(row_groups)
         self._ids: list[str] = [p.session_id for p in chosen]
         lengths = np.array([len(p.groups) for p in chosen], dtype=np.int64)
         self._starts = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
-        #: Per row, in session order: its global row-group number and its row inside that group.
-        self.groups = np.concatenate([p.groups for p in chosen]).astype(np.int32) if chosen else _NO_GROUPS
-        self.rows = np.concatenate([p.rows for p in chosen]).astype(np.int64) if chosen else _NO_ROWS
+        rows = [self._group_starts[p.groups] + p.rows for p in chosen]
+        self.log_rows = np.concatenate(rows).astype(log_row_dtype(row_groups)) if chosen else _NO_ROWS
         self._session_bytes = np.array([p.nbytes for p in chosen], dtype=np.int64)
 
     @classmethod
@@ -95,16 +106,14 @@ class LogIndex:
         row_groups: list[RowGroup],
         session_ids: Sequence[str],
         starts: np.ndarray,
-        groups: np.ndarray,
-        rows: np.ndarray,
+        log_rows: np.ndarray,
         session_bytes: np.ndarray,
     ) -> LogIndex:
-        """An index of sessions ``session_ids`` (sorted, unique) whose rows are ``[starts[k], starts[k + 1])``."""
+        """An index of ``session_ids`` (sorted, unique), session k's rows ``log_rows[starts[k]:starts[k + 1]]``."""
         index = cls(row_groups)
         index._ids = session_ids if isinstance(session_ids, list) else list(session_ids)
         index._starts = starts.astype(np.int64, copy=False)
-        index.groups = groups.astype(np.int32, copy=False)
-        index.rows = rows.astype(np.int64, copy=False)
+        index.log_rows = log_rows.astype(log_row_dtype(row_groups), copy=False)
         index._session_bytes = session_bytes.astype(np.int64, copy=False)
         return index
 
@@ -115,7 +124,7 @@ class LogIndex:
         # (slots, no __dict__: pickled through the flat arrays, for worker tasks)
         return (
             LogIndex.from_arrays,
-            (self.row_groups, self._ids, self._starts, self.groups, self.rows, self._session_bytes),
+            (self.row_groups, self._ids, self._starts, self.log_rows, self._session_bytes),
         )
 
     @property
@@ -139,9 +148,14 @@ class LogIndex:
 
     def place(self, position: int) -> SessionPlace:
         lo, hi = int(self._starts[position]), int(self._starts[position + 1])
-        return SessionPlace(
-            self._ids[position], self.groups[lo:hi], self.rows[lo:hi], int(self._session_bytes[position])
-        )
+        log_rows = self.log_rows[lo:hi]
+        groups = self.group_of(log_rows)
+        rows = log_rows - self._group_starts[groups]
+        return SessionPlace(self._ids[position], groups, rows, int(self._session_bytes[position]))
+
+    def group_of(self, log_rows: np.ndarray) -> np.ndarray:
+        """The row group (number into :attr:`row_groups`) holding each of ``log_rows``."""
+        return groups_of(self._group_starts, log_rows)
 
     def subset(self, positions: np.ndarray) -> LogIndex:
         """The index of the sessions at ``positions`` (increasing), with the same row groups."""
@@ -151,8 +165,7 @@ class LogIndex:
             self.row_groups,
             [self._ids[int(k)] for k in positions],
             np.concatenate(([0], np.cumsum(lengths))),
-            self.groups[rows],
-            self.rows[rows],
+            self.log_rows[rows],
             self._session_bytes[positions],
         )
 
@@ -182,7 +195,9 @@ class LogIndex:
         if not self._ids:
             return _NO_ROWS, _NO_ROWS
         starts = self._starts[:-1]
-        return np.minimum.reduceat(self.groups, starts), np.maximum.reduceat(self.groups, starts)
+        # Row groups are numbered in log-row order: a session's lowest row is in its lowest row group.
+        lowest, highest = np.minimum.reduceat(self.log_rows, starts), np.maximum.reduceat(self.log_rows, starts)
+        return self.group_of(lowest), self.group_of(highest)
 
     def batches(self, target_bytes: float, *, finish_together: int = 0, force_at: float = 4) -> list[ReadBatch]:
         """Cut the sessions, in log order, into batches of about ``target_bytes`` decoded bytes.
@@ -227,8 +242,23 @@ class LogIndex:
         return batches
 
 
-_NO_GROUPS = np.zeros(0, dtype=np.int32)
 _NO_ROWS = np.zeros(0, dtype=np.int64)
+
+
+def row_group_starts(row_groups: Sequence[RowGroup]) -> np.ndarray:
+    """Each row group's first log row, and the log's row count last (log rows: every row group's rows in turn)."""
+    return np.concatenate(([0], np.cumsum([g.num_rows for g in row_groups], dtype=np.int64))).astype(np.int64)
+
+
+def groups_of(starts: np.ndarray, log_rows: np.ndarray) -> np.ndarray:
+    """The row group holding each of ``log_rows``, given :func:`row_group_starts`."""
+    groups: np.ndarray = np.searchsorted(starts, log_rows, side="right").astype(np.int32) - 1
+    return groups
+
+
+def log_row_dtype(row_groups: Sequence[RowGroup]) -> type[np.signedinteger[Any]]:
+    """Four bytes a log row unless the log has more rows than that counts."""
+    return np.int32 if sum(g.num_rows for g in row_groups) <= np.iinfo(np.int32).max else np.int64
 
 
 def _concatenate_ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:

@@ -19,11 +19,12 @@ from .._arrow import NotUtf8, strings, validity
 from ..errors import SchemaError, UnreadableLogError
 from .columns import INT32_MAX, int64_values
 from .files import READ_COLUMNS, LogFile
-from .index import LogIndex, RowGroup
+from .index import LogIndex, RowGroup, groups_of, log_row_dtype, row_group_starts
 
 __all__ = ["FileIndex", "FileMap", "assemble_index", "build_index", "index_file", "index_parquet"]
 
 _ID_COLUMNS = ("prompt_ids", "output_ids")
+_NO_INTS = np.zeros(0, dtype=np.int32)
 
 
 #: Row groups decoding to more than twice this are indexed and read as slices of rows of
@@ -57,27 +58,34 @@ def build_index(
 
 
 def assemble_index(parts: Sequence[FileIndex]) -> LogIndex:
-    """The log's index from its turns files' parts, given in turn-file order."""
-    row_groups: list[RowGroup] = []
-    codes: dict[str, int] = {}
-    columns: list[tuple[np.ndarray, ...]] = []
-    for number, part in enumerate(parts):
-        to_global = np.array([codes.setdefault(sid, len(codes)) for sid in part.session_ids] or [0], dtype=np.int64)
-        columns.append(
-            (
-                to_global[part.local],
-                part.seq_null,
-                part.seq_values,
-                part.file_rows,
-                part.groups + len(row_groups),
-                part.rows,
-            )
-        )
-        row_groups.extend(RowGroup(number, *facts) for facts in part.row_groups)
-    if not columns:
+    """The log's index from its turns files' parts, given in turn-file order.
+
+    Each part's arrays are emptied once copied: opening a log of many sessions
+    peaks here, with every row's session, ``seq`` and place alive at once.
+    """
+    row_groups: list[RowGroup] = [
+        RowGroup(number, *facts) for number, part in enumerate(parts) for facts in part.row_groups
+    ]
+    total = sum(len(part.local) for part in parts)
+    if not total:
         return LogIndex(row_groups)
-    code, seq_null, seq_values, file_row, group, row = (np.concatenate(c) for c in zip(*columns, strict=True))
-    del columns
+    codes: dict[str, int] = {}
+    code = np.empty(total, dtype=np.int64)
+    seq_null = np.empty(total, dtype=bool)
+    seq_values = np.empty(total, dtype=np.int64)
+    # A log row numbers every row group's rows in turn (LogIndex): the file's rows before it, plus the file row.
+    log_row = np.empty(total, dtype=log_row_dtype(row_groups))
+    at = file_start = 0
+    for part in parts:
+        to_global = np.array([codes.setdefault(sid, len(codes)) for sid in part.session_ids] or [0], dtype=np.int64)
+        end = at + len(part.local)
+        code[at:end] = to_global[part.local]
+        seq_null[at:end] = part.seq_null
+        seq_values[at:end] = part.seq_values
+        log_row[at:end] = part.file_rows + file_start
+        file_start += part.num_rows
+        part.release()
+        at = end
     # Session codes (first-seen order) -> positions in code-point order of id, for the
     # sessions that kept a row (``only`` drops the others' rows, not their codes).
     names = list(codes)
@@ -92,16 +100,20 @@ def assemble_index(parts: Sequence[FileIndex]) -> LogIndex:
     session_ids = [names[c] for c in by_id.tolist()]
     del names, by_id, kept_codes
     position = position_of_code[code]
-    file_no = np.repeat(np.arange(len(parts)), [len(part.local) for part in parts])
-    # Rows in seq order (a null seq sorts last, where validation reports it), ties by file and row.
-    order = np.lexsort((file_row, file_no, seq_values, seq_null, position))
-    position, group, row = position[order], group[order], row[order]
-    bytes_per_row = np.array([g.bytes_per_row for g in row_groups] or [0.0])
+    del code, position_of_code
+    # Rows in seq order (a null seq sorts last, where validation reports it), ties by file and
+    # row: the rows are in log-row order here and lexsort is stable.
+    order = np.lexsort((seq_values, seq_null, position))
+    del seq_values, seq_null
     counts = np.bincount(position, minlength=len(session_ids))
+    del position
+    log_row = log_row[order]
+    del order
     starts = np.concatenate(([0], np.cumsum(counts)))
     # Per session, the sum of its rows' estimates, truncated as int(sum) was.
-    sums = np.add.reduceat(bytes_per_row[group], starts[:-1]) if len(session_ids) else np.zeros(0)
-    return LogIndex.from_arrays(row_groups, session_ids, starts, group, row, sums.astype(np.int64))
+    bytes_per_row = np.array([g.bytes_per_row for g in row_groups] or [0.0])
+    sums = np.add.reduceat(bytes_per_row[groups_of(row_group_starts(row_groups), log_row)], starts[:-1])
+    return LogIndex.from_arrays(row_groups, session_ids, starts, log_row, sums.astype(np.int64))
 
 
 @dataclass(slots=True)
@@ -117,10 +129,17 @@ class FileIndex:
     local: np.ndarray
     seq_null: np.ndarray
     seq_values: np.ndarray
+    #: Row numbers in the file.
     file_rows: np.ndarray
-    #: Row group, or slice (in this file's ``row_groups``), and row inside it.
-    groups: np.ndarray
-    rows: np.ndarray
+
+    @property
+    def num_rows(self) -> int:
+        """The file's rows, kept or not."""
+        return sum(facts[2] for facts in self.row_groups)
+
+    def release(self) -> None:
+        """Drop the per-row arrays (:func:`assemble_index` has copied them)."""
+        self.local = self.seq_null = self.seq_values = self.file_rows = _NO_INTS
 
 
 def index_file(log_file: LogFile, only: frozenset[str] | None) -> FileIndex:
@@ -141,10 +160,8 @@ def index_parquet(log_file: LogFile, parquet: pq.ParquetFile, only: frozenset[st
         raise UnreadableLogError(f"cannot read ({exc})", file=log_file.path) from None
     sids = table.column("session_id").combine_chunks()
     n = len(sids)
-    # Row groups (or slices) of this file, and each row's group and row inside it.
+    # Row groups (or slices) of this file, in row order.
     row_groups: list[tuple[int, int, int, float, bool, int, int]] = []
-    group_of_row = np.empty(n, dtype=np.int32)
-    row_in_group = np.empty(n, dtype=np.int64)
     first = 0
     for g in range(parquet.metadata.num_row_groups):
         meta = parquet.metadata.row_group(g)
@@ -152,9 +169,6 @@ def index_parquet(log_file: LogFile, parquet: pq.ParquetFile, only: frozenset[st
         rows = meta.num_rows
         per_row = size / max(rows, 1)
         step = _slice_rows(size, rows)
-        here = np.arange(rows)
-        group_of_row[first : first + rows] = len(row_groups) + here // step
-        row_in_group[first : first + rows] = here % step
         if step >= rows:
             row_groups.append((g, first, rows, per_row, ids_in_range, 0, 0))
         else:
@@ -176,7 +190,7 @@ def index_parquet(log_file: LogFile, parquet: pq.ParquetFile, only: frozenset[st
     local_of: dict[str, int] = {}
     local = np.fromiter(
         (0 if sid is None else local_of.setdefault(sid, len(local_of)) for sid in _session_ids(sids, log_file)),
-        dtype=np.int64,
+        dtype=np.int32 if n <= INT32_MAX else np.int64,
         count=n,
     )
     unique_ids = list(local_of)
@@ -184,11 +198,8 @@ def index_parquet(log_file: LogFile, parquet: pq.ParquetFile, only: frozenset[st
         wanted = np.array([sid in only for sid in unique_ids] or [False])
         keep &= wanted[local]
     seq_values, seq_valid = int64_values(table.column("seq").combine_chunks())
-    return FileIndex(
-        row_groups,
-        unique_ids,
-        *(a[keep] for a in (local, ~seq_valid, seq_values, np.arange(n, dtype=np.int64), group_of_row, row_in_group)),
-    )
+    file_rows = np.arange(n, dtype=np.int32 if n <= INT32_MAX else np.int64)
+    return FileIndex(row_groups, unique_ids, *(a[keep] for a in (local, ~seq_valid, seq_values, file_rows)))
 
 
 def _slice_rows(size: int, rows: int) -> int:

@@ -19,6 +19,7 @@ from ..errors import SchemaError, UnreadableLogError
 from ..turns import RowRef, SessionInfo, canonical_json
 from .columns import INT64_MAX
 from .files import LogFile
+from .packed import PackedStrings
 
 __all__ = ["SessionInfos", "SessionsTable", "read_sessions_table"]
 
@@ -45,8 +46,9 @@ class SessionInfos(Mapping[str, SessionInfo]):
     row for the whole run: this keeps the sorted session ids (one ``str``
     each), the numbers as numpy columns, and, for the text fields (label,
     metadata), the file and row to read them from in the sessions files'
-    Arrow columns, which stay loaded.  Every row here was checked when the
-    table was read; the metadata is parsed again when looked up.
+    columns, which stay loaded, compressed (:class:`~.packed.PackedStrings`).
+    Every row here was checked when the table was read; the metadata is
+    parsed again when looked up.
     """
 
     def __init__(
@@ -56,7 +58,7 @@ class SessionInfos(Mapping[str, SessionInfo]):
         file_numbers: np.ndarray,
         rows: np.ndarray,
         files: list[str],
-        texts: list[dict[str, pa.Array]],
+        texts: list[dict[str, PackedStrings]],
     ) -> None:
         self._ids = session_ids
         #: ``reward`` (float64); ``index``, ``group_index``, ``rollout_id`` (int64) with their
@@ -87,8 +89,7 @@ class SessionInfos(Mapping[str, SessionInfo]):
 
         def text(name: str) -> str | None:
             column = texts.get(name)
-            value: str | None = None if column is None else column[row].as_py()
-            return value
+            return None if column is None else column[row]
 
         metadata = text("metadata")
         return SessionInfo(
@@ -190,7 +191,8 @@ def read_sessions_table(session_files: Sequence[LogFile], known: Sequence[str]) 
         file_numbers[positions],
         rows[positions],
         names,
-        [{name: t.column(name).combine_chunks() for name in _TEXTS if name in t.column_names} for t in tables],
+        [{name: PackedStrings(t.column(name).combine_chunks()) for name in _TEXTS if name in t.column_names}
+         for t in tables],
     )
     return SessionsTable(infos, invalid)
 

@@ -132,7 +132,7 @@ def decoded_bytes(batches: list[ReadBatch]) -> float:
 
 def work_bytes(index: LogIndex) -> float:
     """A rebuild's work on the log, in decoded bytes: its turn columns, and :data:`TURN_WORK_BYTES` a turn."""
-    return index.nbytes + TURN_WORK_BYTES * len(index.rows)
+    return index.nbytes + TURN_WORK_BYTES * len(index.log_rows)
 
 
 def workers_for(index: LogIndex, cores: int) -> int:

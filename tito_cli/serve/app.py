@@ -103,8 +103,8 @@ class Gateway:
         finally:
             if self.metrics is not None:
                 await self.metrics.stop()
-            self.idle.cancel()
             await self.drain()
+            await self.idle.stop()
             if self.writer is not None:
                 await self.offload(self.writer.close)
             await client.aclose()

@@ -11,36 +11,12 @@ of every arena back. Off glibc (or where it cannot be loaded) this does nothing.
 from __future__ import annotations
 
 import asyncio
-import ctypes
-import ctypes.util
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-__all__ = ["IdleTrim", "trim_freed_memory"]
+from .._memory import trim_freed_memory, trims_here
 
-
-def _malloc_trim() -> Callable[[int], int] | None:
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return None
-    try:
-        function = ctypes.CDLL(name).malloc_trim
-    except (OSError, AttributeError):
-        return None
-    function.argtypes = [ctypes.c_size_t]
-    function.restype = ctypes.c_int
-    return function
-
-
-_TRIM = _malloc_trim()
-
-
-def trim_freed_memory() -> bool:
-    """Return glibc's free pages to the system; False where there is no glibc ``malloc_trim``."""
-    if _TRIM is None:
-        return False
-    _TRIM(0)  # ctypes releases the GIL for the call: the loop runs on meanwhile
-    return True
+__all__ = ["IdleTrim"]
 
 
 class IdleTrim:
@@ -53,6 +29,7 @@ class IdleTrim:
         self.trims = 0
         self._timer: asyncio.TimerHandle | None = None
         self._running: asyncio.Task[None] | None = None
+        self._stopped = False
 
     def enter(self) -> None:
         self.busy += 1
@@ -62,7 +39,7 @@ class IdleTrim:
 
     def leave(self) -> None:
         self.busy -= 1
-        if self.busy == 0 and self.delay > 0 and _TRIM is not None:
+        if self.busy == 0 and self.delay > 0 and not self._stopped and trims_here():
             self._timer = asyncio.get_running_loop().call_later(self.delay, self._fire)
 
     def _fire(self) -> None:
@@ -74,7 +51,11 @@ class IdleTrim:
         await self.offload(trim_freed_memory)
         self.trims += 1
 
-    def cancel(self) -> None:
+    async def stop(self) -> None:
+        """No trim from now on; one already running (on the offload pool) is awaited, so the pool can shut down."""
+        self._stopped = True
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        if self._running is not None:
+            await self._running
