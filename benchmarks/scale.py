@@ -2,6 +2,7 @@
 
     python benchmarks/scale.py                     # 1k, 8k, 10k, 32k, 100k sessions + the many-file layout
     python benchmarks/scale.py --sizes 10000 32000 --many-file 8000 32000
+    python benchmarks/scale.py --sizes --many-file --random-ids 10000 100000 --formats 2
     python benchmarks/scale.py --quick             # a tiny base, replicated a few times: checks that it runs
 
 The workload is the qwen3 profile (``tito simulate --profile qwen3``, the real
@@ -9,10 +10,14 @@ Qwen3 tokenizer and chat template): a base log of ``--base`` sessions (1,000),
 simulated once, converted to format 1 with ``tito compact --format 1``, and
 replicated with renamed session ids (copy k of session ``s`` is ``c{k}-{s}``,
 so the copies follow each other in id order as in log order) into logs of
-each size, cached under ``.benchmarks/scale/``.  Two layouts: **one log**,
+each size, cached under ``.benchmarks/scale/``.  Three layouts: **one log**,
 every copy's turns streamed into turns files of up to 65,536 rows (the base's
-row groups kept), and **many files**, each copy's files written as they are
-(the 1,000-session base has eight files: 256 files at 32,000 sessions).
+row groups kept); **many files**, each copy's files written as they are
+(the 1,000-session base has eight files: 256 files at 32,000 sessions); and
+**random ids**, one log whose session ids are hashes of those names, so
+unrelated to the order sessions finish in (as most harnesses' ids are): the
+rebuild hands sessions out in id order, and holds back nearly all of them
+until the first id comes.
 
 Each run is ``tito rebuild LOG --out OUT -j W`` in a process of its own; a
 thread samples every 20 ms the resident memory of that process and all its
@@ -83,9 +88,11 @@ def tito(*arguments: str) -> None:
         raise SystemExit(f"tito {' '.join(arguments)} failed ({done.returncode}):\n{done.stderr}")
 
 
-def replicated(folder: Path, base: Path, base_sessions: int, fmt: int, sessions: int, many_files: bool) -> Path:
-    """The base log replicated to ``sessions`` sessions (a multiple of the base's), cached."""
-    layout = "files" if many_files else "log"
+def replicated(folder: Path, base: Path, base_sessions: int, fmt: int, sessions: int, layout: str) -> Path:
+    """The base log replicated to ``sessions`` sessions (a multiple of the base's), cached.
+
+    ``layout``: ``log`` (one log), ``files`` (each copy's files as they are), ``random`` (one log,
+    session ids hashed: unrelated to the order sessions finish in, as most harnesses' ids are)."""
     out = folder / f"qwen3-{sessions}-v{fmt}-{layout}"
     if (out / "COMPLETE").exists():
         return out
@@ -94,22 +101,27 @@ def replicated(folder: Path, base: Path, base_sessions: int, fmt: int, sessions:
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     # In a process of its own: this one imports nothing of pyarrow (see measure()).
-    command = [sys.executable, __file__, "--replicate", str(base), str(out), str(sessions // base_sessions)]
-    subprocess.run([*command, "--many-files"] if many_files else command, check=True, env=ENV)
+    command = [sys.executable, __file__, "--replicate", str(base), str(out), str(sessions // base_sessions), layout]
+    subprocess.run(command, check=True, env=ENV)
     (out / "COMPLETE").write_text("")
     return out
 
 
-def write_replicas(base: Path, out: Path, copies: int, many_files: bool) -> None:
-    """Copy k of every session of ``base`` (renamed ``c{k:04d}-{id}``) into ``out``."""
+def write_replicas(base: Path, out: Path, copies: int, layout: str) -> None:
+    """Copy k of every session of ``base`` (renamed ``c{k:04d}-{id}``, or its sha256 for ``random``) into ``out``."""
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     sources = sorted(base.glob("*.parquet"))
+    many_files = layout == "files"
+    hashed: dict[str, str] = {}
 
     def renamed(table: pa.Table, copy: int) -> pa.Table:
         ids = pc.binary_join_element_wise(f"c{copy:04d}", table.column("session_id"), "-")
+        if layout == "random":
+            names = [hashed.setdefault(sid, hashlib.sha256(sid.encode()).hexdigest()[:32]) for sid in ids.to_pylist()]
+            ids = pa.array(names, pa.string())
         column = table.schema.get_field_index("session_id")
         return table.set_column(column, table.schema.field(column), ids)
 
@@ -216,14 +228,16 @@ def measure(log: Path, out: Path, workers: int, extra: list[str]) -> tuple[float
 
 
 def main() -> None:
-    if len(sys.argv) >= 5 and sys.argv[1] == "--replicate":
-        write_replicas(Path(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4]), "--many-files" in sys.argv)
+    if len(sys.argv) == 6 and sys.argv[1] == "--replicate":
+        write_replicas(Path(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
         return
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help=f"a {QUICK_BASE}-session base, {QUICK_SIZES} sessions")
     parser.add_argument("--base", type=int, default=1_000, help="sessions of the simulated base log")
     parser.add_argument("--sizes", type=int, nargs="*", default=None, help="sessions of the one-log runs")
     parser.add_argument("--many-file", type=int, nargs="*", default=None, help="sessions of the many-file runs")
+    parser.add_argument("--random-ids", type=int, nargs="*", default=None,
+                        help="sessions of one-log runs whose session ids are hashes (default: none; --quick: 24)")
     parser.add_argument("--formats", type=int, nargs="+", default=[1, 2], choices=[1, 2])
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--cache", type=Path, default=CACHE, help=f"where logs are kept (default {CACHE})")
@@ -231,6 +245,7 @@ def main() -> None:
     base_sessions = QUICK_BASE if args.quick else args.base
     sizes = args.sizes if args.sizes is not None else (QUICK_SIZES if args.quick else SIZES)
     many = args.many_file if args.many_file is not None else (QUICK_SIZES[-1:] if args.quick else MANY_FILE_SIZES)
+    random_ids = args.random_ids if args.random_ids is not None else (QUICK_SIZES[-1:] if args.quick else [])
     # A quick log is too small for workers unless its batches are made small.
     extra = ["--batch-mb", "0.2"] if args.quick else []
     args.cache.mkdir(parents=True, exist_ok=True)
@@ -239,7 +254,7 @@ def main() -> None:
     print(f"qwen3 base of {base_sessions} sessions, replicated; peak memory of the whole process tree")
     print(f"{'log':<10} {'fmt':>3} {'sessions':>9} {'workers':>7} {'wall s':>8} {'RSS MiB':>9} {'PSS MiB':>9}")
     with tempfile.TemporaryDirectory() as scratch:
-        for label, fmt, n, log in logs(args.cache, base_sessions, args.formats, sizes, many):
+        for label, fmt, n, log in logs(args.cache, base_sessions, args.formats, sizes, many, random_ids):
             for workers in args.workers:
                 out = Path(scratch) / f"{label}-{n}-v{fmt}-j{workers}.parquet"
                 seconds, rss, pss, digest = measure(log, out, workers, extra)
@@ -252,21 +267,22 @@ def main() -> None:
 
 
 def logs(cache: Path, base_sessions: int, formats: list[int], sizes: list[int],
-         many: list[int]) -> Iterator[tuple[str, int, int, Path]]:
+         many: list[int], random_ids: list[int]) -> Iterator[tuple[str, int, int, Path]]:
     for fmt in formats:
         base = base_log(cache, base_sessions, fmt)
-        for n in sorted(sizes):
-            yield "one log", fmt, n, replicated(cache, base, base_sessions, fmt, n, many_files=False)
-        for n in sorted(many):
-            yield "many files", fmt, n, replicated(cache, base, base_sessions, fmt, n, many_files=True)
+        for label, layout, counts in (("one log", "log", sizes), ("many files", "files", many),
+                                      ("random ids", "random", random_ids)):
+            for n in sorted(counts):
+                yield label, fmt, n, replicated(cache, base, base_sessions, fmt, n, layout)
 
 
 def report(runs: list[Run]) -> None:
     """The ratios, and a failure when a log's samples differ between runs of the same sessions."""
-    digests: dict[int, set[str]] = {}
+    # (Logs of hashed ids hold other session ids: their samples are compared among themselves.)
+    digests: dict[tuple[int, bool], set[str]] = {}
     for run in runs:
-        digests.setdefault(run.sessions, set()).add(run.digest)
-    different = sorted(n for n, found in digests.items() if len(found) > 1)
+        digests.setdefault((run.sessions, run.label == "random ids"), set()).add(run.digest)
+    different = sorted(n for (n, _), found in digests.items() if len(found) > 1)
     peak = {(r.label, r.fmt, r.sessions, r.workers): r for r in runs}
     print()
     print(f"{'ratio':<44} {'RSS':>6} {'PSS':>6}")
@@ -275,7 +291,7 @@ def report(runs: list[Run]) -> None:
         if workers != 1 and one is not None:
             name = f"{label}, v{fmt}, {n:,}: {workers} workers / 1"
             print(f"{name:<44} {run.rss / one.rss:>6.2f} {run.pss / one.pss:>6.2f}")
-    for label in ("one log", "many files"):
+    for label in ("one log", "many files", "random ids"):
         for fmt in (1, 2):
             for large, small in GROWTH:
                 a, b = peak.get((label, fmt, large, 1)), peak.get((label, fmt, small, 1))

@@ -20,12 +20,12 @@ def test_scale_quick_rebuilds_every_log_at_every_worker_count_and_prints_the_rat
     )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    runs = [line.split() for line in lines if line.startswith(("one log", "many files"))]
-    # (layout, format, sessions, workers) of every run: one-log 6 and 24 sessions, many files 24.
+    runs = [line.split() for line in lines if line.startswith(("one log", "many files", "random ids"))]
+    # (layout, format, sessions, workers) of every run: one-log 6 and 24 sessions, many files 24, hashed ids 24.
     seen = sorted((" ".join(r[:2]), r[2], r[3], r[4]) for r in runs if len(r) == 8)
     expected = sorted(
         (layout, fmt, n, w)
-        for layout, n in (("one log", "6"), ("one log", "24"), ("many files", "24"))
+        for layout, n in (("one log", "6"), ("one log", "24"), ("many files", "24"), ("random ids", "24"))
         for w in ("1", "2")
     )
     assert seen == expected, done.stdout
@@ -48,6 +48,7 @@ def test_scale_fails_when_a_logs_runs_write_different_samples() -> None:
     finally:
         del sys.modules["scale"]
     same = [scale.Run("one log", fmt, 8, w, 1.0, 1 << 20, 1 << 20, "aa") for fmt in (1, 2) for w in (1, 2)]
-    scale.report(same)
+    # A log of hashed ids holds other sessions: its samples are other bytes, compared among themselves.
+    scale.report([*same, scale.Run("random ids", 2, 8, 1, 1.0, 1 << 20, 1 << 20, "cc")])
     with pytest.raises(SystemExit, match=r"samples differ between runs of the same sessions: \[8\]"):
         scale.report([*same[:-1], scale.Run("one log", 2, 8, 2, 1.0, 1 << 20, 1 << 20, "bb")])

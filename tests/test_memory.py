@@ -19,17 +19,22 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from tito_cli.algorithm.session import SessionReport
 from tito_cli.capture.writer import TurnLogWriter
 from tito_cli.cli.native_env import NATIVE_OPTIONS
 from tito_cli.export.groups import GroupCounts
 from tito_cli.read.index import SessionPlaces
 from tito_cli.read.turnlog import TurnLog
 from tito_cli.report.facts import FIELDS, select_rows, sort_rows
+from tito_cli.run.corpus import SessionOutput
+from tito_cli.run.in_order import InOrder
 from tito_cli.run.plan import plan_batches
 from tito_cli.run.rebuild import rebuild
+from tito_cli.turns import Reject
 
 FIRST = [{"role": "user", "content": "hi"}]
 REPLY = {"role": "assistant", "content": "yo"}
@@ -94,6 +99,38 @@ def test_the_sessions_table_holds_no_object_per_row(logs: dict[int, TurnLog]) ->
     assert (info.reward, info.index, info.group_index, info.label, info.rollout_id) == (1.0, 7, 1, "l7", None)
     assert info.source is not None and info.source.row == 7
     assert "s00400" not in large.infos and large.infos.get("nope") is None
+
+
+def test_outputs_waiting_for_their_turn_hold_no_object_per_session(tmp_path: Path) -> None:
+    # Session ids unrelated to the order sessions finish in (random ids): everything arrives before
+    # the first id in code-point order, and waits on disk, not as objects in memory.
+    def waiting(count: int) -> tuple[int, InOrder, list[SessionOutput | Reject]]:
+        ids = [f"s{k:05d}" for k in range(count)]
+        in_order = InOrder(ids, tmp_path)
+        arrivals: list[SessionOutput | Reject] = [
+            Reject(sid, "bad", "f", 0)
+            if k % 5 == 0
+            else SessionOutput(sid, pa.table({"n": [k, k]}), SessionReport(turns=k))
+            for k, sid in enumerate(ids)
+        ]
+        arrivals.reverse()
+        for output in arrivals[:-1]:
+            assert list(in_order.push(output)) == []
+        return python_objects(in_order) - python_objects(ids), in_order, arrivals
+
+    small, first, _ = waiting(20)
+    first.close()
+    large, in_order, arrivals = waiting(400)
+    assert large == small
+    emitted = [*in_order.push(arrivals[-1]), *in_order.finish()]
+    in_order.close()
+    assert [o.session_id for o in emitted] == [f"s{k:05d}" for k in range(400)]
+    for k, output in enumerate(emitted):
+        if k % 5 == 0:
+            assert isinstance(output, Reject) and output.reason == "bad"
+        else:
+            assert isinstance(output, SessionOutput) and output.report.turns == k
+            assert output.table is not None and output.table.column("n").to_pylist() == [k, k]
 
 
 def test_a_batch_holds_positions_and_pickles_only_its_sessions(logs: dict[int, TurnLog]) -> None:

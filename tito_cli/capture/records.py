@@ -43,6 +43,7 @@ __all__ = [
     "check_logprob_count",
     "check_prompt_messages",
     "check_sessions_metadata",
+    "fast_json",
     "loads_json",
     "sessions_row",
     "stored_row",
@@ -129,8 +130,8 @@ FAST_JSON_BRACKETS = 256
 _fast_decode: Any = None
 
 
-def _fast_json() -> Any:
-    """msgspec's JSON decoder, imported on the first JSON cell (a harness that never reads pays nothing)."""
+def fast_json() -> Any:
+    """msgspec's JSON decoder (one a process), imported on first use (a harness that never reads pays nothing)."""
     global _fast_decode
     if _fast_decode is None:
         import msgspec.json
@@ -162,7 +163,7 @@ def loads_json(text: str, what: str) -> Any:
     """
     if text.count("[") + text.count("{") <= min(FAST_JSON_BRACKETS, sys.getrecursionlimit() // 4):
         try:
-            return _fast_json()(text)
+            return fast_json()(text)
         except (ValueError, RecursionError):
             pass  # msgspec's errors (DecodeError, ValidationError) are ValueErrors; json says what is wrong
     return strict_loads(text, what)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import bisect
 import os
+import pickle
 import tempfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO
 
+import numpy as np
 import pyarrow as pa
 
 from ..turns import Reject
@@ -19,20 +22,25 @@ __all__ = ["InOrder"]
 class InOrder:
     """Hands out outputs in session-id order, whatever order they arrive in.
 
-    An output that arrives before its turn is parked: its counts stay in
-    memory, its sample rows go to an anonymous spill file (Arrow IPC) and are
-    read back when its turn comes.  Logs whose sessions finish in id order
-    never touch the file.
+    An output that arrives before its turn is parked whole in an anonymous
+    spill file: its counts pickled, its sample rows as Arrow IPC.  Memory
+    keeps only where it is, in three arrays over every session (24 bytes a
+    session, made on the first park), not an object per parked session: a
+    log whose session ids are unrelated to the order sessions finish in
+    (random ids: most harnesses name sessions so) parks nearly every session
+    before the first id in code-point order arrives.  Logs whose sessions
+    finish in id order never touch the file.
     """
 
-    def __init__(self, order: Iterable[str], spill_dir: str | os.PathLike[str] | None) -> None:
-        # (The index's own list, not a copy: a string a session is all the run keeps of it.)
-        self._order = order if isinstance(order, Sequence) else list(order)
+    def __init__(self, order: Sequence[str], spill_dir: str | os.PathLike[str] | None) -> None:
+        """``order``: every session id, in code-point order (the index's own list, not a copy)."""
+        self._order = order
         self._next = 0
-        self._parked: dict[str, SessionOutput | Reject] = {}
-        self._spilled: dict[str, tuple[int, int]] = {}
         self._spill_dir = None if spill_dir is None else Path(spill_dir)
         self._spill: IO[bytes] | None = None
+        #: Per session (its position in ``order``): where its parked output starts (-1: not parked),
+        #: and the sizes of its pickled output and its rows' IPC stream.
+        self._offsets = self._heads = self._bodies = np.zeros(0, dtype=np.int64)
 
     def push(self, output: SessionOutput | Reject) -> Iterator[SessionOutput | Reject]:
         if self._next < len(self._order) and output.session_id == self._order[self._next]:
@@ -40,45 +48,64 @@ class InOrder:
             yield output
             yield from self._drain()
             return
-        if isinstance(output, SessionOutput) and output.table is not None:
-            self._park_table(output)
-        self._parked[output.session_id] = output
+        self._park(self._position(output.session_id), output)
 
     def finish(self) -> Iterator[SessionOutput | Reject]:
         yield from self._drain()
-        if self._parked:  # pragma: no cover - every indexed session produces exactly one output
-            raise RuntimeError(f"outputs of sessions not in the index: {sorted(self._parked)[:5]}")
+        if self._offsets.size and (self._offsets >= 0).any():  # pragma: no cover - one output a session
+            waiting = [self._order[k] for k in np.flatnonzero(self._offsets >= 0)[:5].tolist()]
+            raise RuntimeError(f"outputs parked but never handed out: {waiting}")
 
     def close(self) -> None:
         if self._spill is not None:
             self._spill.close()
             self._spill = None
 
+    def _position(self, session_id: str) -> int:
+        k = bisect.bisect_left(self._order, session_id)
+        if k == len(self._order) or self._order[k] != session_id or k < self._next:
+            raise RuntimeError(f"an output of session {session_id!r}, which is not in the index or was handed out")
+        return k
+
     def _drain(self) -> Iterator[SessionOutput | Reject]:
-        while self._next < len(self._order) and self._order[self._next] in self._parked:
-            output = self._parked.pop(self._order[self._next])
+        while self._next < self._offsets.size and self._offsets[self._next] >= 0:
+            output = self._unpark(self._next)
             self._next += 1
-            if isinstance(output, SessionOutput) and output.table is None:
-                output.table = self._unpark_table(output.session_id)
             yield output
 
-    def _park_table(self, output: SessionOutput) -> None:
-        assert output.table is not None
+    def _park(self, position: int, output: SessionOutput | Reject) -> None:
         if self._spill is None:
             # Anonymous (unlinked at once): nothing is left behind, whatever happens.
             self._spill = tempfile.TemporaryFile(prefix=".tito-spill-", dir=self._spill_dir)  # noqa: SIM115
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, output.table.schema) as stream:
-            stream.write_table(output.table)
-        data = sink.getvalue()
+            count = len(self._order)
+            self._offsets = np.full(count, -1, dtype=np.int64)
+            self._heads = np.zeros(count, dtype=np.int64)
+            self._bodies = np.zeros(count, dtype=np.int64)
+        table = output.table if isinstance(output, SessionOutput) else None
+        if isinstance(output, SessionOutput):
+            output.table = None
+        head = pickle.dumps(output, protocol=pickle.HIGHEST_PROTOCOL)
+        body = b"" if table is None else _ipc_bytes(table)
         offset = self._spill.seek(0, os.SEEK_END)
-        self._spill.write(data)
-        self._spilled[output.session_id] = (offset, data.size)
-        output.table = None
+        self._spill.write(head)
+        self._spill.write(body)
+        self._offsets[position] = offset
+        self._heads[position] = len(head)
+        self._bodies[position] = len(body)
 
-    def _unpark_table(self, session_id: str) -> pa.Table:
+    def _unpark(self, position: int) -> SessionOutput | Reject:
         assert self._spill is not None
-        offset, size = self._spilled.pop(session_id)
-        self._spill.seek(offset)
-        data = self._spill.read(size)
-        return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
+        self._spill.seek(int(self._offsets[position]))
+        output: SessionOutput | Reject = pickle.loads(self._spill.read(int(self._heads[position])))
+        body = int(self._bodies[position])
+        if body and isinstance(output, SessionOutput):
+            output.table = pa.ipc.open_stream(pa.py_buffer(self._spill.read(body))).read_all()
+        self._offsets[position] = -1
+        return output
+
+
+def _ipc_bytes(table: pa.Table) -> pa.Buffer:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as stream:
+        stream.write_table(table)
+    return sink.getvalue()

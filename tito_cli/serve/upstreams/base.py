@@ -9,8 +9,7 @@ from array import array
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
-import msgspec.json
-
+from ...capture.records import fast_json
 from ..exchange import ChatRequest, Generation, UpstreamError
 
 if TYPE_CHECKING:
@@ -35,7 +34,6 @@ T = TypeVar("T")
 #: Bodies up to this size are (de)serialised on the event loop; larger ones in a worker thread.
 INLINE_BYTES = 64 << 10
 
-_msgspec_decode = msgspec.json.Decoder().decode
 
 #: Runs a blocking function in the gateway's worker threads: ``await offload(fn, *args)``.
 Offload = Callable[..., Awaitable[Any]]
@@ -132,7 +130,7 @@ def loads_answer(content: bytes) -> Any:
     a little deeper before its recursion limit; an upstream's answer is a few levels deep.
     """
     try:
-        return _msgspec_decode(content)
+        return fast_json()(content)
     except (ValueError, RecursionError):
         return json.loads(content)
 
