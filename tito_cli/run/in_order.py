@@ -5,6 +5,7 @@ from __future__ import annotations
 import bisect
 import os
 import pickle
+import struct
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -17,6 +18,9 @@ from ..turns import Reject
 from .corpus import SessionOutput
 
 __all__ = ["InOrder"]
+
+#: A parked output's record in the spill file starts with the sizes of its two parts.
+_SIZES = struct.Struct("<QQ")
 
 
 class InOrder:
@@ -38,9 +42,10 @@ class InOrder:
         self._next = 0
         self._spill_dir = None if spill_dir is None else Path(spill_dir)
         self._spill: IO[bytes] | None = None
-        #: Per session (its position in ``order``): where its parked output starts (-1: not parked),
-        #: and the sizes of its pickled output and its rows' IPC stream.
-        self._offsets = self._heads = self._bodies = np.zeros(0, dtype=np.int64)
+        #: Per session (its position in ``order``): where its parked output starts in the spill
+        #: file (-1: not parked).  There, the sizes of its pickled output and of its rows' IPC stream
+        #: (:data:`_SIZES`) come first.
+        self._offsets = np.zeros(0, dtype=np.int64)
 
     def push(self, output: SessionOutput | Reject) -> Iterator[SessionOutput | Reject]:
         if self._next < len(self._order) and output.session_id == self._order[self._next]:
@@ -77,35 +82,33 @@ class InOrder:
         if self._spill is None:
             # Anonymous (unlinked at once): nothing is left behind, whatever happens.
             self._spill = tempfile.TemporaryFile(prefix=".tito-spill-", dir=self._spill_dir)  # noqa: SIM115
-            count = len(self._order)
-            self._offsets = np.full(count, -1, dtype=np.int64)
-            self._heads = np.zeros(count, dtype=np.int64)
-            self._bodies = np.zeros(count, dtype=np.int64)
+            self._offsets = np.full(len(self._order), -1, dtype=np.int64)
         table = output.table if isinstance(output, SessionOutput) else None
         if isinstance(output, SessionOutput):
             output.table = None
         head = pickle.dumps(output, protocol=pickle.HIGHEST_PROTOCOL)
-        body = b"" if table is None else _ipc_bytes(table)
-        offset = self._spill.seek(0, os.SEEK_END)
-        self._spill.write(head)
-        self._spill.write(body)
+        spill = self._spill
+        offset = spill.seek(0, os.SEEK_END)
+        spill.write(_SIZES.pack(len(head), 0))
+        spill.write(head)
+        if table is not None:
+            # Straight into the file: a buffer in between would come from pyarrow's pool, which keeps
+            # what it frees (cli/native_env.py), a stream of them per session parked.
+            with pa.ipc.new_stream(pa.PythonFile(spill, mode="w"), table.schema) as stream:
+                stream.write_table(table)
+            end = spill.tell()
+            spill.seek(offset)
+            spill.write(_SIZES.pack(len(head), end - offset - _SIZES.size - len(head)))
         self._offsets[position] = offset
-        self._heads[position] = len(head)
-        self._bodies[position] = len(body)
 
     def _unpark(self, position: int) -> SessionOutput | Reject:
         assert self._spill is not None
         self._spill.seek(int(self._offsets[position]))
-        output: SessionOutput | Reject = pickle.loads(self._spill.read(int(self._heads[position])))
-        body = int(self._bodies[position])
+        head, body = _SIZES.unpack(self._spill.read(_SIZES.size))
+        output: SessionOutput | Reject = pickle.loads(self._spill.read(head))
         if body and isinstance(output, SessionOutput):
-            output.table = pa.ipc.open_stream(pa.py_buffer(self._spill.read(body))).read_all()
+            # Read into pyarrow's pool (which the samples writer purges after each row group), not
+            # into a Python bytes object per session from the C heap.
+            output.table = pa.ipc.open_stream(pa.PythonFile(self._spill, mode="r")).read_all()
         self._offsets[position] = -1
         return output
-
-
-def _ipc_bytes(table: pa.Table) -> pa.Buffer:
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as stream:
-        stream.write_table(table)
-    return sink.getvalue()
