@@ -42,6 +42,7 @@ import dataclasses
 import hashlib
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -132,9 +133,9 @@ def write_replicas(base: Path, out: Path, copies: int, layout: str) -> None:
         for copy in range(copies):
             for source in sources:
                 table = pq.ParquetFile(source)
-                with writer(out / f"c{copy:04d}-{source.name}", table.schema_arrow) as sink:
+                with writer(out / f"c{copy:04d}-{source.name}", table.schema_arrow) as copied:
                     for group in range(table.num_row_groups):
-                        sink.write_table(renamed(table.read_row_group(group), copy), row_group_size=1 << 30)
+                        copied.write_table(renamed(table.read_row_group(group), copy), row_group_size=1 << 30)
         return
     # One log: every copy's turns in files of up to ROWS_PER_FILE rows, sessions rows in one file.
     turns = [p for p in sources if pq.read_schema(p).metadata.get(b"tito.table") == b"turns"]
@@ -240,6 +241,8 @@ def main() -> None:
                         help="sessions of one-log runs whose session ids are hashes (default: none; --quick: 24)")
     parser.add_argument("--formats", type=int, nargs="+", default=[1, 2], choices=[1, 2])
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="runs of each log and worker count; the row shows their medians (default 1)")
     parser.add_argument("--cache", type=Path, default=CACHE, help=f"where logs are kept (default {CACHE})")
     args = parser.parse_args()
     base_sessions = QUICK_BASE if args.quick else args.base
@@ -257,7 +260,13 @@ def main() -> None:
         for label, fmt, n, log in logs(args.cache, base_sessions, args.formats, sizes, many, random_ids):
             for workers in args.workers:
                 out = Path(scratch) / f"{label}-{n}-v{fmt}-j{workers}.parquet"
-                seconds, rss, pss, digest = measure(log, out, workers, extra)
+                repeats = [measure(log, out, workers, extra) for _ in range(args.repeat)]
+                seconds = statistics.median(r[0] for r in repeats)
+                rss = int(statistics.median(r[1] for r in repeats))
+                pss = int(statistics.median(r[2] for r in repeats))
+                if len({r[3] for r in repeats}) > 1:
+                    raise SystemExit(f"{log}: the samples differ between repeats at {workers} workers")
+                digest = repeats[0][3]
                 out.unlink()
                 run = Run(label, fmt, n, workers, seconds, rss, pss, digest)
                 runs.append(run)
