@@ -101,6 +101,12 @@ def test_the_sessions_table_holds_no_object_per_row(logs: dict[int, TurnLog]) ->
     assert "s00400" not in large.infos and large.infos.get("nope") is None
 
 
+def _report(k: int) -> SessionReport:
+    return SessionReport(
+        turns=k, seq_gaps=((k, k + 2),), drift_classes={"fork: other": k}, max_sample_tokens=k or None, no_samples="x"
+    )
+
+
 def test_outputs_waiting_for_their_turn_hold_no_object_per_session(tmp_path: Path) -> None:
     # Session ids unrelated to the order sessions finish in (random ids): everything arrives before
     # the first id in code-point order, and waits on disk, not as objects in memory.
@@ -110,7 +116,7 @@ def test_outputs_waiting_for_their_turn_hold_no_object_per_session(tmp_path: Pat
         arrivals: list[SessionOutput | Reject] = [
             Reject(sid, "bad", "f", 0)
             if k % 5 == 0
-            else SessionOutput(sid, pa.table({"n": [k, k]}), SessionReport(turns=k))
+            else SessionOutput(sid, pa.table({"n": [k, k]}), _report(k))
             for k, sid in enumerate(ids)
         ]
         arrivals.reverse()
@@ -129,7 +135,7 @@ def test_outputs_waiting_for_their_turn_hold_no_object_per_session(tmp_path: Pat
         if k % 5 == 0:
             assert isinstance(output, Reject) and output.reason == "bad"
         else:
-            assert isinstance(output, SessionOutput) and output.report.turns == k
+            assert isinstance(output, SessionOutput) and output.report == _report(k)
             assert output.table is not None and output.table.column("n").to_pylist() == [k, k]
 
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import bisect
+import dataclasses
+import json
 import os
-import pickle
 import struct
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -14,6 +15,7 @@ from typing import IO
 import numpy as np
 import pyarrow as pa
 
+from ..algorithm.session import SessionReport
 from ..turns import Reject
 from .corpus import SessionOutput
 
@@ -27,8 +29,8 @@ class InOrder:
     """Hands out outputs in session-id order, whatever order they arrive in.
 
     An output that arrives before its turn is parked whole in an anonymous
-    spill file: its counts pickled, its sample rows as Arrow IPC.  Memory
-    keeps only where it is, in three arrays over every session (24 bytes a
+    spill file: its counts as JSON, its sample rows as Arrow IPC.  Memory
+    keeps only where it is, in one array over every session (8 bytes a
     session, made on the first park), not an object per parked session: a
     log whose session ids are unrelated to the order sessions finish in
     (random ids: most harnesses name sessions so) parks nearly every session
@@ -43,7 +45,7 @@ class InOrder:
         self._spill_dir = None if spill_dir is None else Path(spill_dir)
         self._spill: IO[bytes] | None = None
         #: Per session (its position in ``order``): where its parked output starts in the spill
-        #: file (-1: not parked).  There, the sizes of its pickled output and of its rows' IPC stream
+        #: file (-1: not parked).  There, the sizes of its encoded counts and of its rows' IPC stream
         #: (:data:`_SIZES`) come first.
         self._offsets = np.zeros(0, dtype=np.int64)
 
@@ -86,7 +88,7 @@ class InOrder:
         table = output.table if isinstance(output, SessionOutput) else None
         if isinstance(output, SessionOutput):
             output.table = None
-        head = pickle.dumps(output, protocol=pickle.HIGHEST_PROTOCOL)
+        head = _encode(output)
         spill = self._spill
         offset = spill.seek(0, os.SEEK_END)
         spill.write(_SIZES.pack(len(head), 0))
@@ -105,10 +107,28 @@ class InOrder:
         assert self._spill is not None
         self._spill.seek(int(self._offsets[position]))
         head, body = _SIZES.unpack(self._spill.read(_SIZES.size))
-        output: SessionOutput | Reject = pickle.loads(self._spill.read(head))
+        output = _decode(self._spill.read(head))
         if body and isinstance(output, SessionOutput):
             # Read into pyarrow's pool (which the samples writer purges after each row group), not
             # into a Python bytes object per session from the C heap.
             output.table = pa.ipc.open_stream(pa.PythonFile(self._spill, mode="r")).read_all()
         self._offsets[position] = -1
         return output
+
+
+def _encode(output: SessionOutput | Reject) -> bytes:
+    """A parked output but its rows, as JSON (its fields are numbers, strings and their lists and maps)."""
+    if isinstance(output, Reject):
+        return json.dumps({"reject": dataclasses.asdict(output)}).encode()
+    report = {f.name: getattr(output.report, f.name) for f in dataclasses.fields(SessionReport)}
+    return json.dumps({"session": output.session_id, "report": report, "handoff": output.handoff}).encode()
+
+
+def _decode(data: bytes) -> SessionOutput | Reject:
+    record = json.loads(data)
+    if "reject" in record:
+        return Reject(**record["reject"])
+    report = record["report"]
+    report["seq_gaps"] = tuple(tuple(gap) for gap in report["seq_gaps"])
+    handoff = record["handoff"]
+    return SessionOutput(record["session"], None, SessionReport(**report), None if handoff is None else tuple(handoff))
