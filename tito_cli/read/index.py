@@ -97,7 +97,7 @@ class LogIndex:
         lengths = np.array([len(p.groups) for p in chosen], dtype=np.int64)
         self._starts = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
         rows = [self._group_starts[p.groups] + p.rows for p in chosen]
-        self.log_rows = np.concatenate(rows).astype(log_row_dtype(row_groups)) if chosen else _NO_ROWS
+        self.log_rows = np.concatenate(rows).astype(log_row_dtype(self._group_starts[-1])) if chosen else _NO_ROWS
         self._session_bytes = np.array([p.nbytes for p in chosen], dtype=np.int64)
 
     @classmethod
@@ -113,7 +113,7 @@ class LogIndex:
         index = cls(row_groups)
         index._ids = session_ids if isinstance(session_ids, list) else list(session_ids)
         index._starts = starts.astype(np.int64, copy=False)
-        index.log_rows = log_rows.astype(log_row_dtype(row_groups), copy=False)
+        index.log_rows = log_rows.astype(log_row_dtype(index._group_starts[-1]), copy=False)
         index._session_bytes = session_bytes.astype(np.int64, copy=False)
         return index
 
@@ -256,9 +256,9 @@ def groups_of(starts: np.ndarray, log_rows: np.ndarray) -> np.ndarray:
     return groups
 
 
-def log_row_dtype(row_groups: Sequence[RowGroup]) -> type[np.signedinteger[Any]]:
-    """Four bytes a log row unless the log has more rows than that counts."""
-    return np.int32 if sum(g.num_rows for g in row_groups) <= np.iinfo(np.int32).max else np.int64
+def log_row_dtype(log_rows: int) -> type[np.signedinteger[Any]]:
+    """Four bytes a log row unless a log of ``log_rows`` rows has more than that counts."""
+    return np.int32 if log_rows <= np.iinfo(np.int32).max else np.int64
 
 
 def _concatenate_ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:

@@ -74,7 +74,8 @@ def assemble_index(parts: Sequence[FileIndex]) -> LogIndex:
     seq_null = np.empty(total, dtype=bool)
     seq_values = np.empty(total, dtype=np.int64)
     # A log row numbers every row group's rows in turn (LogIndex): the file's rows before it, plus the file row.
-    log_row = np.empty(total, dtype=log_row_dtype(row_groups))
+    group_starts = row_group_starts(row_groups)
+    log_row = np.empty(total, dtype=log_row_dtype(group_starts[-1]))
     at = file_start = 0
     for part in parts:
         to_global = np.array([codes.setdefault(sid, len(codes)) for sid in part.session_ids] or [0], dtype=np.int64)
@@ -112,7 +113,7 @@ def assemble_index(parts: Sequence[FileIndex]) -> LogIndex:
     starts = np.concatenate(([0], np.cumsum(counts)))
     # Per session, the sum of its rows' estimates, truncated as int(sum) was.
     bytes_per_row = np.array([g.bytes_per_row for g in row_groups] or [0.0])
-    sums = np.add.reduceat(bytes_per_row[groups_of(row_group_starts(row_groups), log_row)], starts[:-1])
+    sums = np.add.reduceat(bytes_per_row[groups_of(group_starts, log_row)], starts[:-1])
     return LogIndex.from_arrays(row_groups, session_ids, starts, log_row, sums.astype(np.int64))
 
 
@@ -188,9 +189,10 @@ def index_parquet(log_file: LogFile, parquet: pq.ParquetFile, only: frozenset[st
     # string per turn, and importing pyarrow.compute would slow every command's
     # start-up (docs/performance.md).
     local_of: dict[str, int] = {}
+    row_dtype = np.int32 if n <= INT32_MAX else np.int64  # (sessions of a file: at most its rows)
     local = np.fromiter(
         (0 if sid is None else local_of.setdefault(sid, len(local_of)) for sid in _session_ids(sids, log_file)),
-        dtype=np.int32 if n <= INT32_MAX else np.int64,
+        dtype=row_dtype,
         count=n,
     )
     unique_ids = list(local_of)
@@ -198,7 +200,7 @@ def index_parquet(log_file: LogFile, parquet: pq.ParquetFile, only: frozenset[st
         wanted = np.array([sid in only for sid in unique_ids] or [False])
         keep &= wanted[local]
     seq_values, seq_valid = int64_values(table.column("seq").combine_chunks())
-    file_rows = np.arange(n, dtype=np.int32 if n <= INT32_MAX else np.int64)
+    file_rows = np.arange(n, dtype=row_dtype)
     return FileIndex(row_groups, unique_ids, *(a[keep] for a in (local, ~seq_valid, seq_values, file_rows)))
 
 

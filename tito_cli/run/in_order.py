@@ -120,7 +120,7 @@ def _encode(output: SessionOutput | Reject) -> bytes:
     """A parked output but its rows, as JSON (its fields are numbers, strings and their lists and maps)."""
     if isinstance(output, Reject):
         return json.dumps({"reject": dataclasses.asdict(output)}).encode()
-    report = {f.name: getattr(output.report, f.name) for f in dataclasses.fields(SessionReport)}
+    report = dataclasses.asdict(output.report)
     return json.dumps({"session": output.session_id, "report": report, "handoff": output.handoff}).encode()
 
 
