@@ -10,12 +10,14 @@ __all__ = [
     "META_FORMAT",
     "META_TABLE",
     "META_TOKENIZER",
+    "PROVENANCE_FIELDS",
     "PROVENANCE_KEY",
     "REFERENCE_COLUMNS",
     "SAMPLES_SCHEMA",
     "SESSIONS_SCHEMA",
     "TURNS_SCHEMA",
     "TURNS_SCHEMA_V2",
+    "samples_schema",
     "table_metadata",
 ]
 
@@ -58,6 +60,18 @@ TURNS_SCHEMA_V2 = pa.schema(
     ]
 )
 
+#: The optional provenance columns of a turns table (docs/spec.md §2), in either format; a file
+#: without any provenance has none of them.
+PROVENANCE_FIELDS = (
+    pa.field("weight_versions", pa.string()),
+    pa.field("sampling", pa.string()),
+    pa.field("call_kind", pa.string()),
+    pa.field("routed_experts", pa.large_binary()),
+    pa.field("routed_experts_start", pa.int64()),
+    pa.field("routed_experts_layers", pa.int64()),
+    pa.field("routed_experts_topk", pa.int64()),
+)
+
 SESSIONS_SCHEMA = pa.schema(
     [
         pa.field("session_id", pa.string(), nullable=False),
@@ -87,6 +101,19 @@ SAMPLES_SCHEMA = pa.schema(
         pa.field("metadata", pa.string(), nullable=False),
     ]
 )
+
+
+#: ``rebuild --routed-experts``: each sample's routed experts, ``[len(tokens) - 1, layers, topk]`` int32
+#: flattened, and that shape (docs/spec.md §5).
+ROUTED_EXPERTS_FIELDS = (
+    pa.field("routed_experts", pa.list_(pa.int32())),
+    pa.field("routed_experts_shape", pa.list_(pa.int32())),
+)
+
+
+def samples_schema(routed_experts: bool = False) -> pa.Schema:
+    """The samples table's schema: :data:`SAMPLES_SCHEMA`, and the routed-experts columns when asked for."""
+    return pa.schema([*SAMPLES_SCHEMA, *ROUTED_EXPERTS_FIELDS]) if routed_experts else SAMPLES_SCHEMA
 
 
 def table_metadata(table: str, tokenizer: str | None = None, *, format: str = FORMAT_VERSION) -> dict[bytes, bytes]:

@@ -73,6 +73,8 @@ class LinearizedSample:
     flags: dict[str, bool] | None = None
     #: Where ``max_sample_tokens`` cut the tokens (SPEC §8.7); ``None`` when nothing was cut.
     cut_at: int | None = None
+    #: ``[len(tokens) - 1, layers, topk]`` under ``rebuild --routed-experts`` (docs/spec.md §5).
+    routed_experts: npt.NDArray[np.int32] | None = None
 
 
 @dataclass(slots=True)

@@ -102,6 +102,10 @@ class Policy(ABC):
     fork_threshold: int = DEFAULT_FORK_THRESHOLD
     reward_mode: RewardMode | None = None
     max_sample_tokens: int | None = None
+    #: ``rebuild --routed-experts``: each sample carries its routed experts, or is rejected (docs/spec.md §5).
+    routed_experts: bool = dataclasses.field(default=False, metadata={"quiet": True})
+    #: ``rebuild --exclude-auxiliary``: calls recorded as ``auxiliary`` are dropped before routing.
+    exclude_auxiliary: bool = dataclasses.field(default=False, metadata={"quiet": True})
 
     def __post_init__(self) -> None:
         if self.fork_threshold < 0:
@@ -126,6 +130,8 @@ class Policy(ABC):
         """The name and every field (the reward mode as it applies): for sample metadata, dumps, reports."""
         described: dict[str, Any] = {"name": self.name}
         for f in dataclasses.fields(self):
+            if f.metadata.get("quiet") and not getattr(self, f.name):
+                continue  # an option that is off is not named (outputs made without it stay as they were)
             described[f.name] = getattr(self, f.name)
         described["reward_mode"] = self.effective_reward_mode
         return described

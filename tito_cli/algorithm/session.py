@@ -16,6 +16,7 @@ from itertools import pairwise
 from ..turns import SessionInfo, Turn
 from .linearize import Linearization, LinearizedSample, linearize
 from .policy import ForkCause, Policy
+from .provenance import ExpertsSource, MissingRow, sample_experts
 from .router import route
 from .tree import SessionTree
 
@@ -86,6 +87,10 @@ class SessionReport:
 
     #: Why the session has no samples (a :class:`NoSamples` value), ``None`` when it has some.
     no_samples: str | None = None
+    #: Samples left out by ``--routed-experts`` (a row no call computed), each as its reject reason; per session only.
+    rejected_samples: tuple[str, ...] = ()
+    #: Calls recorded as ``auxiliary`` (dropped under ``--exclude-auxiliary``).
+    auxiliary_calls: int = 0
 
     @classmethod
     def for_policy(cls, policy: Policy) -> SessionReport:
@@ -135,6 +140,7 @@ class SessionReport:
             "turns_context_only",
             "missing_seqs",
             "left_out_samples",
+            "auxiliary_calls",
         ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         for cause, count in other.forks.items():
@@ -163,11 +169,17 @@ class SessionResult:
 def rebuild_session(session_id: str, turns: Sequence[Turn], info: SessionInfo | None, policy: Policy) -> SessionResult:
     """Route and linearize one session's valid turns (in ``seq`` order)."""
     info = info if info is not None else SessionInfo(finished=False)
+    auxiliary = sum(1 for t in turns if t.provenance is not None and t.provenance.auxiliary)
+    if policy.exclude_auxiliary and auxiliary:
+        turns = [t for t in turns if t.provenance is None or not t.provenance.auxiliary]
     tree = route(turns, policy)
     lin = linearize(tree, policy)
 
+    rewards = policy.rewards(info.reward, len(lin.samples))
+    rejected_samples: list[str] = []
+    if policy.routed_experts:
+        rewards = _add_routed_experts(session_id, lin, rewards, turns, rejected_samples)
     samples = lin.samples
-    rewards = policy.rewards(info.reward, len(samples))
 
     gaps = seq_gaps([t.seq for t in turns])
     report = SessionReport.for_policy(policy)
@@ -181,6 +193,8 @@ def rebuild_session(session_id: str, turns: Sequence[Turn], info: SessionInfo | 
     report.rewrite_merges = len(tree.merges)
     report.ambiguous_rewrites = len(tree.ambiguous_rewrites)
     report.missing_sessions_row = not info.finished
+    report.auxiliary_calls = auxiliary
+    report.rejected_samples = tuple(rejected_samples)
     if lin.left_out:
         report.left_out_samples = len(lin.left_out)
         report.max_sample_tokens = policy.max_sample_tokens
@@ -203,6 +217,31 @@ def rebuild_session(session_id: str, turns: Sequence[Turn], info: SessionInfo | 
     report.turns_trained = len(trained_seqs)
     report.turns_context_only = len(attached) - len(trained_seqs)
     return SessionResult(session_id, info, tree, lin, rewards, report, policy)
+
+
+def _add_routed_experts(
+    session_id: str, lin: Linearization, rewards: list[float], turns: Sequence[Turn], rejected: list[str]
+) -> list[float]:
+    """Each sample's routed experts; a sample with a row no call computed is left out (its reason in ``rejected``).
+
+    The other samples keep the rewards they had with it (a trainer never sees a reward the samples were not given).
+    """
+    source = ExpertsSource(turns)
+    kept, kept_rewards = [], []
+    for number, (sample, reward) in enumerate(zip(lin.samples, rewards, strict=True)):
+        experts = sample_experts(sample.tokens, source)
+        if isinstance(experts, MissingRow):
+            rejected.append(
+                f"sample {number} (leaf {sample.leaf}, segment {sample.segment}): no call of the session computed "
+                f"the routed experts of token {experts.position} with this sample's prefix "
+                f"({experts.missing} of {len(sample.tokens) - 1} rows missing; --routed-experts)"
+            )
+            continue
+        sample.routed_experts = experts
+        kept.append(sample)
+        kept_rewards.append(reward)
+    lin.samples = kept
+    return kept_rewards
 
 
 def seq_gaps(seqs: Sequence[int]) -> list[tuple[int, int]]:

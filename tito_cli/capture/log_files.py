@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from .._arrow import list_array
 from .._atomic import fsync_directory
-from ..schema import SESSIONS_SCHEMA, TURNS_SCHEMA, TURNS_SCHEMA_V2, table_metadata
+from ..schema import PROVENANCE_FIELDS, SESSIONS_SCHEMA, TURNS_SCHEMA, TURNS_SCHEMA_V2, table_metadata
 from .row_groups import write_row_groups
 
 __all__ = ["sessions_table", "turns_table", "write_new_file"]
@@ -88,6 +88,11 @@ def turns_table(rows: list[dict[str, Any]], tokenizer: str | None, format: int =
         for name in ("base_seq", "shared_prompt_ids", "shared_messages"):
             columns[name] = pa.array([r[name] for r in rows], pa.int64())
         schema = TURNS_SCHEMA_V2
+    if any("call_kind" in r or "weight_versions" in r or "sampling" in r or "routed_experts" in r for r in rows):
+        # Only a file with provenance has its columns: a log without any reads (and is) as before.
+        for field in PROVENANCE_FIELDS:
+            columns[field.name] = pa.array([r.get(field.name) for r in rows], field.type)
+        schema = pa.schema([*schema, *PROVENANCE_FIELDS])
     schema = schema.with_metadata(table_metadata("turns", tokenizer, format=str(format)))
     return pa.Table.from_pydict(columns, schema=schema)
 

@@ -49,6 +49,7 @@ import pyarrow as pa
 
 from .delta import DeltaEncoder
 from .log_files import sessions_table, turns_table, write_new_file
+from .provenance import ExpertsLedger, compress_rows, experts_rows, provenance_cells
 from .records import JsonLike, PromptMessages, sessions_row, turn_row
 from .row_groups import ROW_GROUP_BYTES, ROW_GROUP_ROWS
 
@@ -123,6 +124,7 @@ class TurnLogWriter:
             if format == 2
             else None
         )
+        self._experts = ExpertsLedger(sessions=max_open_sessions)
 
         self._lock = threading.Lock()  # guards the buffers and counters
         self._write_lock = threading.Lock()  # one file written at a time
@@ -167,6 +169,7 @@ class TurnLogWriter:
             # Its turns are stored against its own turns only: a base buffered in the parent
             # reaches disk only if the parent lives to flush it.
             self._deltas.forget_all()
+        self._experts.forget_all()
         if self._name is None:
             self._run_id = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self._stop = threading.Event()
@@ -192,6 +195,11 @@ class TurnLogWriter:
         timestamp: datetime | None = None,
         ill_formed: bool = False,
         stamp_now: bool = True,
+        weight_versions: str | Sequence[Any] | None = None,
+        routed_experts: np.ndarray | Sequence[Any] | None = None,
+        routed_experts_start: int = 0,
+        sampling: JsonLike = None,
+        call_kind: str | None = None,
     ) -> int:
         """Buffer one generation call; returns the ``seq`` it was recorded with.
 
@@ -206,6 +214,16 @@ class TurnLogWriter:
         ``ill_formed``: the harness could not parse the output into a message
         (``response_message`` is then its best effort or null); slime-0.3 flags
         the samples of every leaf through the turn (docs/spec.md §8.6).
+
+        Provenance (docs/spec.md §2, all optional): ``weight_versions``, the
+        spans ``{version, start, end}`` over the output token indices that each
+        weight version generated (a str: one version for every output token);
+        ``routed_experts``, int rows ``[rows, layers, topk]`` for the call's
+        token positions ``[routed_experts_start, len(prompt) + len(output) - 1)``
+        (rows of positions an earlier call of the session stored for the same
+        prefix are not stored again); ``sampling``, the sampling parameters
+        sent upstream (a JSON object); ``call_kind``, ``agent`` or
+        ``auxiliary``.
         """
         checked = self._turn_row(
             session_id,
@@ -222,10 +240,17 @@ class TurnLogWriter:
             ill_formed=ill_formed,
         )
         row, size = checked.row, checked.size
+        outputs = int(row["output_ids"].size)
+        row.update(provenance_cells(outputs, weight_versions, sampling, call_kind))
+        experts = None
+        if routed_experts is not None:
+            experts = experts_rows(routed_experts, routed_experts_start, int(row["prompt_ids"].size) + outputs)
         if timestamp is None and stamp_now:
             row["timestamp"] = datetime.now(timezone.utc)
         with self._lock:
             self._check_open()
+            if experts is not None:
+                size += self._store_experts(row, *experts)
             if seq is None:
                 seq = self._next_seq.get(session_id, 0)
             self._next_seq[session_id] = max(self._next_seq.get(session_id, 0), seq + 1)
@@ -259,6 +284,7 @@ class TurnLogWriter:
             self._check_open()
             if self._deltas is not None:
                 self._deltas.forget(session_id)
+            self._experts.forget(session_id)
             self._sessions.append(row)
             full = self._grow(64 + len(session_id) + len(row["metadata"] or ""))
         if full:
@@ -338,6 +364,21 @@ class TurnLogWriter:
         row["prompt_ids"] = delta.new_ids
         row["prompt_messages"] = cell
         return 4 * int(delta.new_ids.size) + len(cell) - before
+
+    def _store_experts(self, row: dict[str, Any], rows: np.ndarray, start: int) -> int:
+        """Store the rows the session does not already hold (lock held); returns their buffered size."""
+        session_id = row["session_id"]
+        shape = (int(rows.shape[1]), int(rows.shape[2]))
+        self._experts.check_shape(session_id, shape)
+        tokens = np.concatenate([row["prompt_ids"], row["output_ids"]])
+        reach = min(self._experts.held_until(session_id, tokens, start), start + len(rows))
+        self._experts.add(session_id, tokens, start, start + len(rows))
+        self._experts.remember_shape(session_id, shape)
+        data = compress_rows(rows[reach - start :])
+        row["routed_experts"] = data
+        row["routed_experts_start"] = reach
+        row["routed_experts_layers"], row["routed_experts_topk"] = shape
+        return len(data)
 
     def _check_open(self) -> None:
         if self._closed:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from pathlib import Path
 from typing import NoReturn
@@ -126,9 +127,23 @@ def rebuild(
         "or as --tokenizer says) and decodes around each fork and realign. When it is not found the summary "
         "says so (and a --tokenizer that does not load is an error).",
     ),
+    routed_experts: bool = typer.Option(
+        False,
+        "--routed-experts",
+        help="Give each sample its routed experts ([len(tokens) - 1, layers, topk], for rollout routing "
+        "replay), assembled from the calls that computed each row with the sample's own prefix; a sample "
+        "with a row no call computed is rejected (the rejects report names it), its session's others kept.",
+    ),
+    exclude_auxiliary: bool = typer.Option(
+        False,
+        "--exclude-auxiliary",
+        help="Leave out the calls recorded as call_kind 'auxiliary' (titles, quota probes) before routing.",
+    ),
 ) -> None:
     check_format(format, format_names(), "--format")
     chosen = policy_from(policy, fork_threshold, reward_mode, max_sample_tokens)
+    if routed_experts or exclude_auxiliary:
+        chosen = dataclasses.replace(chosen, routed_experts=routed_experts, exclude_auxiliary=exclude_auxiliary)
     if from_format is not None and engine != "local":
         raise typer.BadParameter("--from works with the local engine only", param_hint="--from")
     if not drift_classes and tokenizer and from_format is None:

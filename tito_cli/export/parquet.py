@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 
 from .._atomic import StagedFile
 from ..errors import OutputError
-from ..schema import SAMPLES_SCHEMA, table_metadata
+from ..schema import samples_schema, table_metadata
 from .base import Sink, SinkContext
 from .samples import token_count
 
@@ -116,11 +116,12 @@ class SamplesWriter(StreamedParquetFile):
         # Token ids are nearly unique values: a dictionary is built and thrown away, so skip it.
         # Min/max statistics of the list columns (tokens, masks, logprobs) help no reader
         # and cost about a sixth of the write: keep them for the scalar columns only.
-        scalar_columns = [f.name for f in SAMPLES_SCHEMA if not pa.types.is_list(f.type)]
+        schema = samples_schema(context.policy.routed_experts)
+        scalar_columns = [f.name for f in schema if not pa.types.is_list(f.type)]
         super().__init__(
             out,
             context,
-            SAMPLES_SCHEMA.with_metadata(meta),
+            schema.with_metadata(meta),
             row_group_tokens=row_group_tokens,
             row_group_sessions=row_group_sessions,
             use_dictionary=["session_id", "label", "status"],

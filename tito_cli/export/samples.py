@@ -15,8 +15,9 @@ import pyarrow as pa
 
 from .._arrow import list_column, primitive_array, string_array
 from ..algorithm.linearize import LinearizedSample
+from ..algorithm.provenance import sample_versions
 from ..algorithm.session import SessionResult
-from ..schema import PROVENANCE_KEY, SAMPLES_SCHEMA
+from ..schema import PROVENANCE_KEY, samples_schema
 from ..turns import SessionInfo
 
 __all__ = ["provenance", "rollout_id", "sample_metadata", "session_table", "token_count"]
@@ -50,6 +51,10 @@ def sample_metadata(result: SessionResult, sample: LinearizedSample) -> str:
     if sample.flags is not None:
         meta.update(sample.flags)
     meta[PROVENANCE_KEY] = {**provenance(sample), "finished": result.info.finished}
+    versions = sample_versions(sample)
+    if versions is not None:
+        # Only a sample of turns that recorded weight versions names them (the others read as before).
+        meta[PROVENANCE_KEY]["weight_versions"], meta[PROVENANCE_KEY]["weight_version_spans"] = versions
     return _METADATA_JSON.encode(meta)
 
 
@@ -84,7 +89,15 @@ def session_table(result: SessionResult) -> pa.Table:
         "status": string_array(["completed"] * n),
         "metadata": string_array([sample_metadata(result, s) for s in samples]),
     }
-    return pa.table(columns, schema=SAMPLES_SCHEMA)
+    if result.policy.routed_experts:
+        # rebuild --routed-experts: every sample kept has its rows (the others were rejected).
+        experts = [s.routed_experts for s in samples]
+        assert all(e is not None for e in experts)
+        columns["routed_experts"] = list_column([e.reshape(-1) for e in experts if e is not None], pa.int32())
+        columns["routed_experts_shape"] = list_column(
+            [np.array(e.shape, dtype=np.int32) for e in experts if e is not None], pa.int32()
+        )
+    return pa.table(columns, schema=samples_schema(result.policy.routed_experts))
 
 
 def token_count(table: pa.Table) -> int:

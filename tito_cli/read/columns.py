@@ -32,6 +32,10 @@ _TEXT_COLUMNS = ("finish_reason", "prompt_messages", "response_message", "tools"
 #: not UTF-8), or a str (rows built by hand).
 Text = np.ndarray | str
 
+#: A row's provenance cells: weight versions, sampling and call kind texts; routed experts' bytes,
+#: start, layers and topk.
+ProvenanceCells = tuple[Text | None, Text | None, Text | None, bytes | None, int | None, int | None, int | None]
+
 
 @dataclass(slots=True)
 class RawTurn:
@@ -68,6 +72,9 @@ class RawTurn:
     #: (column, position) of the first null element inside a non-null list cell
     #: (``prompt_ids``, ``output_ids``, ``output_logprobs``): validation rejects the row.
     null_element: tuple[str, int] | None = None
+    #: The provenance cells (docs/spec.md §2) when the file has them: ``weight_versions``,
+    #: ``sampling`` and ``call_kind`` texts, the ``routed_experts`` bytes and its start, layers and topk.
+    provenance: ProvenanceCells | None = None
 
 
 
@@ -156,6 +163,9 @@ class Columns:
             if column is not None:
                 values, valid = int64_values(column)
                 self.references[name] = (values.tolist(), valid.tolist())
+        self.provenance: _ProvenanceColumns | None = None
+        if any(name in names for name in _PROVENANCE_COLUMNS):
+            self.provenance = _ProvenanceColumns(array)
         stamps = array("timestamp")
         self.timestamps: list[datetime | None] | None = None
         if stamps is not None:
@@ -199,8 +209,53 @@ class Columns:
             timestamp=None if self.timestamps is None else self.timestamps[r],
             ill_formed=r in self.ill_formed,
             null_element=null_element,
+            provenance=None if self.provenance is None else self.provenance.row(r),
         )
 
+
+
+_PROVENANCE_COLUMNS = (
+    "weight_versions",
+    "sampling",
+    "call_kind",
+    "routed_experts",
+    "routed_experts_start",
+    "routed_experts_layers",
+    "routed_experts_topk",
+)
+
+
+class _ProvenanceColumns:
+    """The optional provenance columns of a row group (docs/spec.md §2)."""
+
+    def __init__(self, array: Callable[[str], pa.Array | None]) -> None:
+        self.texts = {name: _Slices(array(name), _utf8_bytes) for name in _PROVENANCE_COLUMNS[:3]}
+        experts = array("routed_experts")
+        self.experts = None if experts is None or pa.types.is_null(experts.type) else experts
+        self.numbers: dict[str, tuple[list[int], list[bool]] | None] = {}
+        for name in _PROVENANCE_COLUMNS[4:]:
+            column = array(name)
+            if column is None:
+                self.numbers[name] = None
+            else:
+                values, valid = int64_values(column)
+                self.numbers[name] = (values.tolist(), valid.tolist())
+
+    def number(self, name: str, r: int) -> int | None:
+        column = self.numbers[name]
+        return None if column is None or not column[1][r] else column[0][r]
+
+    def row(self, r: int) -> ProvenanceCells:
+        data = None if self.experts is None else self.experts[r].as_py()
+        return (
+            self.texts["weight_versions"].get(r),
+            self.texts["sampling"].get(r),
+            self.texts["call_kind"].get(r),
+            data,
+            self.number("routed_experts_start", r),
+            self.number("routed_experts_layers", r),
+            self.number("routed_experts_topk", r),
+        )
 
 
 class _Slices:

@@ -47,6 +47,14 @@ _TURNS_COLUMNS: dict[str, tuple[str, bool]] = {
     "shared_prompt_ids": ("integer", False),
     "shared_messages": ("integer", False),
     "ill_formed": ("boolean", False),
+    # Provenance (docs/spec.md §2): optional, in either format.
+    "weight_versions": ("string", False),
+    "sampling": ("string", False),
+    "call_kind": ("string", False),
+    "routed_experts": ("binary", False),
+    "routed_experts_start": ("integer", False),
+    "routed_experts_layers": ("integer", False),
+    "routed_experts_topk": ("integer", False),
 }
 _SESSIONS_COLUMNS: dict[str, tuple[str, bool]] = {
     "session_id": ("string", True),
@@ -65,6 +73,7 @@ _TYPE_NAMES = {
     "float_list": "list<float32> or list<float64>",
     "timestamp": "timestamp",
     "boolean": "bool",
+    "binary": "binary",
 }
 
 
@@ -77,6 +86,8 @@ def _type_ok(kind: str, t: pa.DataType) -> bool:
         return bool(pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_null(t))
     if kind == "timestamp":
         return bool(pa.types.is_timestamp(t) or pa.types.is_null(t))
+    if kind == "binary":
+        return bool(pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_null(t))
     if kind == "boolean":
         return bool(pa.types.is_boolean(t) or pa.types.is_null(t))
     if pa.types.is_null(t):

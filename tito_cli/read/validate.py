@@ -14,9 +14,10 @@ from typing import Any
 import numpy as np
 
 from .._arrow import all_finite, same_values
+from ..capture.provenance import read_provenance
 from ..capture.records import JSON_WHITESPACE, check_json_type, check_logprob_count, check_prompt_messages, loads_json
 from ..errors import InvalidSessionError
-from ..turns import Message, MessageKey, RowRef, Turn, message_key
+from ..turns import Message, MessageKey, Provenance, RowRef, Turn, message_key
 from .columns import INT32_MAX, INT64_MAX, RawTurn, Text
 from .rows import SessionRows
 
@@ -197,6 +198,8 @@ def parse_session(rows: SessionRows, key: KeyFunction = message_key) -> list[Tur
     parser = _MessageParser(key)
     repeated = _RepeatedCells()
     seen: dict[int, RowRef] = {}
+    # The routed-experts row shape of the session's calls (one for all of them).
+    experts_shape: list[tuple[int, int] | None] = [None]
     # seq -> position of its first row, for base_seq (a duplicate seq is reported when its row comes).
     positions: dict[int, int] = {}
     if any(raw.base_seq is not None for raw in session_rows):
@@ -230,7 +233,10 @@ def parse_session(rows: SessionRows, key: KeyFunction = message_key) -> list[Tur
                     if base is None:
                         pending.append(target)
                         continue
-                turns[position] = _turn(raw, parser, repeated, position, turns, base, seen, key)
+                turn = _turn(raw, parser, repeated, position, turns, base, seen, key)
+                if raw.provenance is not None:
+                    turn.provenance, experts_shape[0] = _provenance(raw, turn, experts_shape[0])
+                turns[position] = turn
             except RecursionError:
                 # Parsed, but too deep to key (message_key recurses once per level).
                 raise InvalidSessionError(
@@ -321,6 +327,24 @@ def _turn(
     )
     turn.extends = extends
     return turn
+
+
+def _provenance(
+    raw: RawTurn, turn: Turn, shape: tuple[int, int] | None
+) -> tuple[Provenance | None, tuple[int, int] | None]:
+    """A row's provenance cells checked (docs/spec.md §2), and the session's routed-experts row shape."""
+    assert raw.provenance is not None
+    versions, sampling, kind, *experts = raw.provenance
+    outputs = len(turn.output_ids)
+    return read_provenance(
+        _text(versions, "weight_versions"),
+        _text(sampling, "sampling"),
+        _text(kind, "call_kind"),
+        (experts[0], experts[1], experts[2], experts[3]),  # type: ignore[arg-type]
+        turn.prompt_length + outputs,
+        outputs,
+        shape,
+    )
 
 
 def _shared_ids(raw: RawTurn, base: Turn) -> int:

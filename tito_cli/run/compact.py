@@ -18,6 +18,7 @@ import shutil
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -30,7 +31,7 @@ from ..read.files import LogFile, check_sessions_given, discover_files
 from ..read.rows import read_batch
 from ..read.turnlog import TurnLog
 from ..read.validate import parse_session
-from ..turns import Reject
+from ..turns import Reject, Turn
 
 __all__ = ["CompactSummary", "compact"]
 
@@ -135,6 +136,7 @@ def _write(
                             timestamp=raw.timestamp,
                             ill_formed=turn.ill_formed,
                             stamp_now=False,
+                            **provenance_arguments(turn),
                         )
                     summary.sessions += 1
                     summary.turns += len(turns)
@@ -153,6 +155,22 @@ def _write(
         summary.files_written.append(target)
     summary.carried.sort(key=lambda r: r.session_id)
     return summary
+
+
+def provenance_arguments(turn: Turn) -> dict[str, Any]:
+    """``record_turn``'s provenance arguments that record ``turn``'s provenance again (none without any)."""
+    provenance = turn.provenance
+    if provenance is None:
+        return {}
+    experts = provenance.routed_experts
+    return {
+        "weight_versions": None if provenance.weight_versions is None else list(provenance.weight_versions),
+        "sampling": provenance.sampling,
+        "call_kind": provenance.call_kind,
+        # The rows the log stored, from where it stored them (the writer drops none an earlier call holds).
+        "routed_experts": None if experts is None else experts.array(),
+        "routed_experts_start": 0 if experts is None else experts.start,
+    }
 
 
 def _copy_rows(log_file: LogFile, rows: list[int], target: Path) -> None:

@@ -9,7 +9,6 @@ from collections.abc import Iterable, Iterator
 
 import pyarrow as pa
 
-from ..schema import SAMPLES_SCHEMA
 from ..turns import Reject
 from .corpus import SessionOutput
 
@@ -52,7 +51,8 @@ class Handoff:
             )
             raise FileNotFoundError(errno.ENOENT, message, folder) from None
         self._sink = os.fdopen(fd, "wb")
-        self._stream = pa.ipc.new_file(self._sink, SAMPLES_SCHEMA)
+        # Opened with the first table's schema (the samples table's, with routed experts when asked for).
+        self._stream: pa.ipc.RecordBatchFileWriter | None = None
         self._batches = 0
         self._unreleased = 0
 
@@ -60,6 +60,8 @@ class Handoff:
         """Write ``output``'s rows to the file; ``output`` keeps where they are instead of its table."""
         if isinstance(output, SessionOutput) and output.table is not None:
             batches = output.table.to_batches()
+            if self._stream is None:
+                self._stream = pa.ipc.new_file(self._sink, output.table.schema)
             for record_batch in batches:
                 self._stream.write_batch(record_batch)
             output.handoff = (self.path, self._batches, len(batches))
@@ -73,7 +75,8 @@ class Handoff:
 
     def close(self) -> None:
         try:
-            self._stream.close()
+            if self._stream is not None:
+                self._stream.close()
         finally:
             self._sink.close()
 
@@ -113,7 +116,7 @@ class Handoff:
                         os.unlink(path)  # the open file stays readable; nothing is left behind
                     reader = readers[path]
                     output.table = pa.Table.from_batches(
-                        [reader.get_batch(i) for i in range(first, first + count)], schema=SAMPLES_SCHEMA
+                        [reader.get_batch(i) for i in range(first, first + count)], schema=reader.schema
                     )
                     output.handoff = None
                 yield output

@@ -38,7 +38,7 @@ import pyarrow.parquet as pq
 from .._arrow import list_array, primitive_array, string_array
 from ..algorithm.policy import Policy
 from ..algorithm.session import SessionReport
-from ..errors import MissingDependencyError
+from ..errors import ExportError, MissingDependencyError
 from ..read.files import READ_COLUMNS, LogFile
 from ..read.rows import rows_from_table
 from ..read.sessions import SessionsTable
@@ -118,6 +118,8 @@ class _RayLog:
         return self.log.session_ids()
 
     def outputs(self, policy: Policy, count_drift: SessionFacts | None) -> Iterator[SessionOutput | Reject]:
+        if policy.routed_experts:
+            raise ExportError("--routed-experts runs with the local runner only (not with the Ray runner yet)")
         table = self.sessions_table
         for rows in _rebuilt_sessions(self.ray, self.log, table.infos, table.invalid, policy, count_drift):
             sid = rows.column("session_id")[0].as_py()

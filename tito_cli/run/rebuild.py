@@ -271,6 +271,9 @@ def _rebuild_into(
                 with writing(summary.out):
                     sink.add(result.table)
                 summary.add_session(result.session_id, result.report)
+                # Samples --routed-experts could not complete: the session's others were written.
+                for reason in result.report.rejected_samples:
+                    rejected.append(Reject(result.session_id, reason, None, None))
             if progress is not None:
                 progress(done, total)
     except OSError as exc:
