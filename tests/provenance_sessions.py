@@ -25,9 +25,11 @@ from tito_cli.capture.writer import TurnLogWriter
 LAYERS = 3
 TOPK = 2
 EXPERTS = 64
-ROLE = {"system": 1000, "user": 2000, "assistant": 3000, "tool": 4000}
 END = 9009
 ASSISTANT = 9000
+#: An assistant message renders as the prompt's assistant prefix and then its output: a reply comes
+#: back in the next prompt as the ids it was generated as.
+ROLE = {"system": 1000, "user": 2000, "assistant": ASSISTANT, "tool": 4000}
 
 
 def word_id(word: str) -> int:

@@ -154,7 +154,7 @@ def compress_rows(rows: np.ndarray) -> bytes:
     raw = np.ascontiguousarray(rows, dtype="<i4").tobytes()
     if not raw:
         return b""
-    return bytes(pa.compress(raw, codec="zstd", asbytes=True, compression_level=_ZSTD_LEVEL))
+    return bytes(pa.Codec("zstd", compression_level=_ZSTD_LEVEL).compress(raw, asbytes=True))
 
 
 @dataclass(slots=True)
