@@ -25,7 +25,7 @@ from tito_cli.run.compact import compact
 from tito_cli.run.corpus import Corpus
 from tito_cli.turns import Reject
 
-from .helpers import write_log
+from .helpers import needs, write_log
 from .provenance_sessions import END, LAYERS, TOPK, Engine, Harness, check_rows, render, reply, routing
 
 SYSTEM = {"role": "system", "content": "you fix bugs"}
@@ -353,3 +353,68 @@ def test_rebuild_cli_writes_routed_experts_and_exits_ok(tmp_path: Path) -> None:
     [row] = pq.read_table(out).to_pylist()
     assert row["routed_experts_shape"] == [len(row["tokens"]) - 1, LAYERS, TOPK]
     check_rows(np.array(row["tokens"]), np.array(row["routed_experts"]).reshape(row["routed_experts_shape"]))
+
+
+# -- slime v0.3.1's routed-experts handling, as its training path applies it to a loaded dump ----------------
+# (slime/ray/rollout.py _convert_samples_to_train_data and _cpu_tensor; slime/backends/megatron_utils/cp_utils.py
+# prepare_routed_experts_for_routing_replay and _pad_routed_experts), written again here after its source.
+
+
+def _slime_cpu_tensor(value: Any) -> Any:
+    import torch
+
+    if isinstance(value, np.ndarray) and not value.flags.writeable:
+        value = value.copy()
+    return torch.as_tensor(value).detach().cpu().contiguous()
+
+
+def _slime_pad_routed_experts(experts: Any, pad: int, num_experts: int) -> Any:
+    import torch
+
+    if pad == 0:
+        return experts
+    _, num_layers, topk = experts.shape
+    padding = torch.arange(pad * num_layers * topk, dtype=experts.dtype).reshape((pad, num_layers, topk)) % num_experts
+    return torch.cat([experts, padding], dim=0)
+
+
+def _slime_routing_replay_rows(samples: list[dict[str, Any]], num_experts: int) -> Any:
+    """The routed experts slime's Megatron actor replays for these samples (tensor parallel 1, no CP)."""
+    import torch
+
+    assert samples[0]["rollout_routed_experts"] is not None  # slime takes them when the first sample has them
+    experts = [_slime_cpu_tensor(s["rollout_routed_experts"]) for s in samples]
+    tokens = [torch.as_tensor(s["tokens"], dtype=torch.long) for s in samples]
+    for rows, ids in zip(experts, tokens, strict=True):
+        assert rows.shape[0] == ids.shape[0] - 1, f"{rows.shape}, {ids.shape}"
+    padded = [_slime_pad_routed_experts(rows, 1, num_experts) for rows in experts]
+    return torch.cat(padded, dim=0)
+
+
+def test_slime_dump_carries_routed_experts_and_weight_versions_slime_accepts(tmp_path: Path) -> None:
+    torch = needs("torch", "slime")
+
+    log = tmp_path / "log"
+    harness = _clean(log)
+    with TurnLogWriter(log, max_age=None, name="q") as w:
+        other = Harness(w, "other", engine=Engine(version_every=3))
+        other.call([SYSTEM, USER], "one short reply")
+        w.finish_session("other", 0.5)
+    out = tmp_path / "dump.pt"
+    run = CliRunner().invoke(
+        app, ["rebuild", str(log), "-o", str(out), "--format", "slime", "--routed-experts", "-j", "1"]
+    )
+    assert run.exit_code == EXIT_OK, run.output
+    payload = torch.load(out, weights_only=False)
+    samples = payload["samples"]
+    assert [s["session_id"] for s in samples] == ["clean", "other"]
+    replayed = _slime_routing_replay_rows(samples, num_experts=64)
+    assert replayed.shape == (sum(len(s["tokens"]) for s in samples), LAYERS, TOPK)
+    for sample in samples:
+        assert sample["rollout_routed_experts"].dtype == torch.int32
+        check_rows(np.array(sample["tokens"]), sample["rollout_routed_experts"].numpy())
+        assert all(isinstance(v, str) for v in sample["weight_versions"])
+    clean = samples[0]
+    assert clean["weight_versions"] == [
+        harness.versions[seq][-1]["version"] for seq in clean["metadata"]["tito"]["trained_turns"]
+    ]

@@ -342,8 +342,10 @@ def _session_samples(table: pa.Table, keep_logprobs: bool) -> list[dict[str, Any
     """One session's rows as slime ``Sample.to_dict()`` records."""
     columns = table.to_pydict()
     rollout_ids = rollout_id_of(table)
+    experts = _routed_experts(table)
     samples = []
     for i in range(table.num_rows):
+        meta = json.loads(columns["metadata"][i])
         samples.append(
             {
                 "group_index": columns["group_index"][i],
@@ -359,13 +361,14 @@ def _session_samples(table: pa.Table, keep_logprobs: bool) -> list[dict[str, Any
                 "label": columns["label"][i],
                 "reward": columns["reward"][i],
                 "loss_mask": columns["loss_mask"][i],
-                "weight_versions": [],
+                # One per trained turn that recorded one, the version at the end of its call (slime's shape).
+                "weight_versions": list(meta.get("tito", {}).get("weight_versions", [])),
                 "rollout_log_probs": columns["rollout_log_probs"][i] if keep_logprobs else None,
-                "rollout_routed_experts": None,
+                "rollout_routed_experts": None if experts is None else experts[i],
                 "remove_sample": False,
                 "teacher_log_probs": None,
                 "status": columns["status"][i],
-                "metadata": json.loads(columns["metadata"][i]),
+                "metadata": meta,
                 "generate_function_path": None,
                 "train_metadata": None,
                 "session_id": columns["session_id"][i],
@@ -380,6 +383,21 @@ def _session_samples(table: pa.Table, keep_logprobs: bool) -> list[dict[str, Any
             }
         )
     return samples
+
+
+def _routed_experts(table: pa.Table) -> list[Any] | None:
+    """Each sample's routed experts as a torch int32 tensor ``[len(tokens) - 1, layers, topk]``, what slime's
+    ``Sample.rollout_routed_experts`` holds after its rollout (``None`` without ``rebuild --routed-experts``)."""
+    if "routed_experts" not in table.column_names:
+        return None
+    import torch
+
+    shapes = table.column("routed_experts_shape").to_pylist()
+    flat = table.column("routed_experts").to_pylist()
+    return [
+        torch.from_numpy(np.asarray(values, dtype=np.int32).reshape(shape))
+        for values, shape in zip(flat, shapes, strict=True)
+    ]
 
 
 def _ending_sample(samples: list[dict[str, Any]], split_reward: bool) -> dict[str, Any]:

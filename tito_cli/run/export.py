@@ -154,7 +154,8 @@ def export_samples(
     output.sweep()
     sink = output.open_sink(format, context)
     try:
-        columns = [c for c in (*SAMPLES_SCHEMA.names, "rollout_id") if c in file.schema_arrow.names]
+        wanted = (*SAMPLES_SCHEMA.names, "rollout_id", "routed_experts", "routed_experts_shape")
+        columns = [c for c in wanted if c in file.schema_arrow.names]
         for table in tables_by_session(_row_groups(source, file, columns)):
             summary.lengths.extend(check_sample_values(table, source, summary.samples_read).tolist())
             summary.sessions += 1
