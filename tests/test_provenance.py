@@ -418,3 +418,56 @@ def test_slime_dump_carries_routed_experts_and_weight_versions_slime_accepts(tmp
     assert clean["weight_versions"] == [
         harness.versions[seq][-1]["version"] for seq in clean["metadata"]["tito"]["trained_turns"]
     ]
+
+
+# -- views ----------------------------------------------------------------------------------------------------
+
+
+def _mixed_log(log: Path) -> None:
+    """A session with versions changing mid-call, an auxiliary call, and a call whose rows were never computed."""
+    with TurnLogWriter(log, max_age=None, name="v") as w:
+        harness = Harness(w, "mixed", engine=Engine(version_every=4))
+        prompts = _turns(*REPLIES[:2])
+        harness.call(prompts[0], REPLIES[0], call_kind="agent")
+        harness.call([{"role": "user", "content": "title please"}], "parser fix", call_kind="auxiliary", start=2)
+        harness.call(prompts[1], REPLIES[1], call_kind="agent")
+        w.finish_session("mixed", 1.0)
+
+
+def _cli(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(app, list(args), env={"NO_COLOR": "1", "COLUMNS": "200"})
+    return result.exit_code, result.stdout
+
+
+def test_inspect_shows_versions_call_kind_and_routed_experts(tmp_path: Path) -> None:
+    _mixed_log(tmp_path)
+    code, out = _cli("inspect", "mixed", "--logs", str(tmp_path), "--view", "turns", "--json")
+    assert code == EXIT_OK, out
+    facts = json.loads(out)
+    rows = {row["seq"]: row for row in facts["turns"]}
+    assert rows[0]["call_kind"] == "agent" and rows[1]["call_kind"] == "auxiliary"
+    assert len(set(rows[0]["versions"])) > 1  # a call spanning two versions
+    assert rows[0]["routed_experts"] == rows[2]["routed_experts"] == "complete"
+    # The title call shares no token with the others, and was asked for its rows from position 2 on.
+    assert rows[1]["routed_experts"] == "missing from token 0"
+    assert facts["session"]["auxiliary_calls"] == 1
+    # Both samples (the main line's and the title call's) were trained on two versions.
+    assert facts["session"]["stale_samples"] == 2
+    code, out = _cli("inspect", "mixed", "--logs", str(tmp_path), "--view", "turns")
+    assert code == EXIT_OK, out
+    assert "auxiliary" in out and "missing from token 0" in out and " → " in out
+
+
+def test_ls_and_stats_count_stale_samples_and_auxiliary_calls(tmp_path: Path) -> None:
+    _mixed_log(tmp_path)
+    _clean(tmp_path / "more", session_id="plain-versions")
+    code, out = _cli("ls", str(tmp_path), "--json")
+    assert code == EXIT_OK, out
+    rows = {row["session"]: row for row in json.loads(out)}
+    assert (rows["mixed"]["stale"], rows["mixed"]["auxiliary"]) == (2, 1)
+    assert (rows["plain-versions"]["stale"], rows["plain-versions"]["auxiliary"]) == (1, 0)
+    code, out = _cli("stats", str(tmp_path), "--json")
+    assert code == EXIT_OK, out
+    assert json.loads(out)["provenance"] == {"turns": 7, "auxiliary_calls": 1, "stale_samples": 3}
+    code, out = _cli("stats", str(tmp_path))
+    assert "auxiliary calls" in out and "stale samples" in out

@@ -24,7 +24,7 @@ from .._arrow import common_prefix
 from ..turns import RoutedExperts, Turn
 from .linearize import LinearizedSample
 
-__all__ = ["ExpertsSource", "MissingRow", "sample_experts", "sample_versions"]
+__all__ = ["ExpertsSource", "MissingRow", "sample_experts", "sample_versions", "stale"]
 
 
 def sample_versions(sample: LinearizedSample) -> tuple[list[str], list[dict[str, object]]] | None:
@@ -52,6 +52,12 @@ def sample_versions(sample: LinearizedSample) -> tuple[list[str], list[dict[str,
     if not versions:
         return None
     return versions, spans
+
+
+def stale(sample: LinearizedSample) -> bool:
+    """Whether more than one weight version generated the sample's trained tokens (an off-policy mix)."""
+    versions = sample_versions(sample)
+    return versions is not None and len({span["version"] for span in versions[1]}) > 1
 
 
 @dataclass(frozen=True, slots=True)

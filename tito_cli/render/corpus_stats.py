@@ -101,6 +101,13 @@ def render_corpus_stats(s: dict[str, Any]) -> RenderableType:
 
     if "capture_history" in s:
         parts.extend(_capture_history(s["capture_history"]))
+    if "provenance" in s:
+        p = s["provenance"]
+        grid = _grid()
+        grid.add_row("turns with provenance", _n(p["turns"]), "weight versions, routed experts, sampling, call kind")
+        grid.add_row("auxiliary calls", _n(p["auxiliary_calls"]), "left out by rebuild --exclude-auxiliary")
+        grid.add_row("stale samples", _n(p["stale_samples"]), "trained tokens from more than one weight version")
+        parts.extend([_section("provenance"), grid])
 
     zero = s["zero_sample_sessions"]
     parts.append(_section("sessions with no samples"))

@@ -62,6 +62,10 @@ def render_header(header: dict[str, Any]) -> RenderableType:
         extra.append(f"{plural(h['dropped_segments'], 'segment')} without trained tokens dropped")
     if h["ambiguous_rewrites"]:
         extra.append(f"{plural(h['ambiguous_rewrites'], 'ambiguous rewrite')} not merged")
+    if h.get("stale_samples"):
+        extra.append(f"{plural(h['stale_samples'], 'sample')} trained on more than one weight version")
+    if h.get("auxiliary_calls"):
+        extra.append(f"{plural(h['auxiliary_calls'], 'auxiliary call')}")
     line0 = Text(f"policy {policy_label(h['policy'])}", style="dim")
     parts: list[RenderableType] = [line1, line2, line0]
     if extra:
@@ -104,6 +108,11 @@ def _turns_table(rows: list[dict[str, Any]]) -> Table:
     histories = any("history" in row for row in rows)
     if histories:  # captured by tito serve --history canonical
         table.add_column("history", overflow="fold")
+    provenance = any("call_kind" in row for row in rows)
+    if provenance:  # a log that recorded provenance (docs/spec.md §2)
+        table.add_column("versions", overflow="fold")
+        table.add_column("kind")
+        table.add_column("experts", overflow="fold")
     for row in rows:
         d = row["decision"]
         style = None
@@ -128,8 +137,20 @@ def _turns_table(rows: list[dict[str, Any]]) -> Table:
             Text(decision_text(row), style=style or ""),
             trained,
             *([one_line(row.get("history") or "")] if histories else []),
+            *(_provenance_cells(row) if provenance else []),
         )
     return table
+
+
+def _provenance_cells(row: dict[str, Any]) -> list[RenderableType]:
+    """A turn's weight versions (a change mid-call in yellow), call kind and routed experts."""
+    if "call_kind" not in row:
+        return ["", "", ""]
+    versions = row["versions"]
+    shown = Text(one_line(" → ".join(versions)) or "—", style="yellow" if len(set(versions)) > 1 else "")
+    kind = Text(row["call_kind"], style="dim" if row["call_kind"] == "auxiliary" else "")
+    experts = row["routed_experts"] or "—"
+    return [shown, kind, Text(experts, style="red" if experts.startswith("missing") else "")]
 
 
 @dataclass(slots=True)

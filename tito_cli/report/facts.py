@@ -68,6 +68,9 @@ def session_row(item: SessionResult | Reject) -> dict[str, Any]:
         row["row"] = item.row
         return row
     r = item.report
+    # A session that recorded provenance (docs/spec.md §2) also says how many samples mix weight
+    # versions and how many auxiliary calls it made; other rows read as before.
+    provenance = {"stale": r.stale_samples, "auxiliary": r.auxiliary_calls} if r.provenance_turns else {}
     return {
         "session": item.session_id,
         "turns": r.turns,
@@ -83,6 +86,7 @@ def session_row(item: SessionResult | Reject) -> dict[str, Any]:
         "rejected": None,
         "file": None,
         "row": None,
+        **provenance,
     }
 
 
@@ -259,6 +263,17 @@ class CorpusStats:
             "output_tokens": percentiles(self.output_lengths),
             "groups": self.groups.to_dict(),
             **({"capture_history": self._capture_history()} if self.capture_history else {}),
+            **(
+                {
+                    "provenance": {
+                        "turns": t.provenance_turns,
+                        "auxiliary_calls": t.auxiliary_calls,
+                        "stale_samples": t.stale_samples,
+                    }
+                }
+                if t.provenance_turns
+                else {}
+            ),
         }
 
     def _capture_history(self) -> dict[str, Any]:

@@ -13,8 +13,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import numpy as np
+
 from ..algorithm.linearize import Decision, LinearizedSample
 from ..algorithm.policy import ForkCause
+from ..algorithm.provenance import ExpertsSource, MissingRow, sample_experts
 from ..algorithm.session import NoSamples, SessionResult
 from ..algorithm.tree import Node
 from ..turns import Turn
@@ -139,6 +142,12 @@ def session_header(result: SessionResult) -> dict[str, Any]:
         "realigns": r.realigns,
         "rewrite_merges": r.rewrite_merges,
         "ambiguous_rewrites": r.ambiguous_rewrites,
+        # Only a log that recorded provenance says these (docs/spec.md §2).
+        **(
+            {"auxiliary_calls": r.auxiliary_calls, "stale_samples": r.stale_samples}
+            if r.provenance_turns
+            else {}
+        ),
     }
 
 
@@ -170,6 +179,23 @@ def capture_history(turn: Turn) -> str | None:
     return str(metadata["history"]) + (f": {reason}" if isinstance(reason, str) else "")
 
 
+def turn_provenance(turn: Turn, experts: ExpertsSource) -> dict[str, Any]:
+    """A turn's weight versions (in output order), call kind, and whether the session holds its routed experts.
+
+    ``routed_experts`` is ``complete`` when some call of the session computed the row of every position of
+    this call's prompt + output (but the last) with this call's prefix, ``missing from token N`` otherwise,
+    ``None`` when the session recorded none.
+    """
+    provenance = turn.provenance
+    assert provenance is not None
+    versions = [span.version for span in provenance.weight_versions or ()]
+    state = None
+    if experts.shape is not None:
+        rows = sample_experts(np.concatenate([turn.prompt_ids, turn.output_ids]), experts)
+        state = f"missing from token {rows.position}" if isinstance(rows, MissingRow) else "complete"
+    return {"versions": versions, "call_kind": provenance.call_kind or "agent", "routed_experts": state}
+
+
 def turn_rows(result: SessionResult) -> list[dict[str, Any]]:
     """One row per turn in seq order: lengths, finish reason and the linearizer's decision."""
     tree = result.tree
@@ -188,6 +214,7 @@ def turn_rows(result: SessionResult) -> list[dict[str, Any]]:
         for seq in sample.seqs:
             (trained_in if seq in trained else context_in).setdefault(seq, []).append(i)
 
+    experts = ExpertsSource(tree.turns)
     # Skipped turns never reach the tree; they are listed with the others, in seq order.
     turns = {t.seq: t for t in tree.turns}
     rows: list[dict[str, Any]] = []
@@ -216,6 +243,8 @@ def turn_rows(result: SessionResult) -> list[dict[str, Any]]:
             history = capture_history(turn)
             if history is not None:  # only logs captured with --history canonical carry it
                 row["history"] = history
+            if turn.provenance is not None:  # only logs that recorded provenance carry it
+                row.update(turn_provenance(turn, experts))
         if seq in rewritten:
             by, tokens = rewritten[seq]
             row["rewritten_by"] = by
