@@ -7,6 +7,7 @@ every row of every sample is checked against the sample's own tokens, whatever c
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -471,3 +472,18 @@ def test_ls_and_stats_count_stale_samples_and_auxiliary_calls(tmp_path: Path) ->
     assert json.loads(out)["provenance"] == {"turns": 7, "auxiliary_calls": 1, "stale_samples": 3}
     code, out = _cli("stats", str(tmp_path))
     assert "auxiliary calls" in out and "stale samples" in out
+
+
+def test_view_page_carries_each_turns_provenance(tmp_path: Path) -> None:
+    _mixed_log(tmp_path / "log")
+    out = tmp_path / "page.html"
+    code, _ = _cli("view", "--all", "--logs", str(tmp_path / "log"), "--out", str(out))
+    assert code == EXIT_OK
+    page = out.read_text(encoding="utf-8")
+    found = re.search(r'<script type="application/json" id="tito-data">(.*?)</script>', page, re.S)
+    assert found is not None
+    session = json.loads(found[1])["sessions"]["mixed"]
+    rows = {row["seq"]: row for row in session["turns"]}
+    assert rows[1]["call_kind"] == "auxiliary" and rows[1]["routed_experts"] == "missing from token 0"
+    assert len(set(rows[0]["versions"])) == 2
+    assert "provenanceCells" in page  # the page's script shows them

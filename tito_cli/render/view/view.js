@@ -309,11 +309,26 @@
     return box;
   }
 
+  function provenanceCells(r) {
+    if (r.call_kind === undefined) return [el("td"), el("td"), el("td")];
+    // A call that spans two weight versions stands out, as does a turn whose routed experts are incomplete.
+    const mixed = new Set(r.versions).size > 1;
+    const experts = r.routed_experts || "—";
+    return [
+      el("td", { class: mixed ? "tag-realign" : "", text: r.versions.join(" → ") || "—" }),
+      el("td", { text: r.call_kind }),
+      el("td", { class: experts.startsWith("missing") ? "tag-fork" : "", text: experts }),
+    ];
+  }
+
   function turnsTable(s) {
     const t = el("table", { class: "data turns" });
     // "history": how tito serve --history canonical built the prompt; only such logs carry it.
     const histories = s.turns.some((r) => r.history !== undefined);
-    const heads = ["seq", "#", "finish", "prompt", "output", "lp", "decision", "trained in", ...(histories ? ["history"] : [])];
+    // "versions", "call_kind", "routed_experts": only logs that recorded provenance carry them.
+    const provenance = s.turns.some((r) => r.call_kind !== undefined);
+    const heads = ["seq", "#", "finish", "prompt", "output", "lp", "decision", "trained in", ...(histories ? ["history"] : []),
+      ...(provenance ? ["versions", "kind", "experts"] : [])];
     t.append(el("thead", {}, el("tr", {}, ...heads.map((h) => el("th", { text: h })))));
     const body = el("tbody");
     for (const r of s.turns) {
@@ -328,7 +343,8 @@
         el("td", { class: "num", text: String(r.seq) }), el("td", { class: "num", text: r.turn_index === null ? "" : String(r.turn_index) }),
         el("td", { text: r.finish_reason || "" }), el("td", { class: "num", text: fmt(r.prompt_tokens) }), el("td", { class: "num", text: fmt(r.output_tokens) }),
         el("td", { text: r.logprobs === null ? "" : r.logprobs ? "yes" : "no" }), decision, trained,
-        ...(histories ? [el("td", { text: r.history || "" })] : [])));
+        ...(histories ? [el("td", { text: r.history || "" })] : []),
+        ...(provenance ? provenanceCells(r) : [])));
     }
     t.append(body);
     return t;
