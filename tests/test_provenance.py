@@ -487,3 +487,52 @@ def test_view_page_carries_each_turns_provenance(tmp_path: Path) -> None:
     assert rows[1]["call_kind"] == "auxiliary" and rows[1]["routed_experts"] == "missing from token 0"
     assert len(set(rows[0]["versions"])) == 2
     assert "provenanceCells" in page  # the page's script shows them
+
+
+# -- the simulator's sessions (realigns, forks, sub-agents, compaction, retries) ------------------------------
+
+
+@pytest.fixture(scope="module")
+def simulated(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    from tito_cli.simulate import simulate
+
+    folder = tmp_path_factory.mktemp("simulated")
+    simulate(folder / "with", 10, 3, provenance=True)
+    simulate(folder / "without", 10, 3)
+    return folder / "with", folder / "without"
+
+
+def test_simulated_sessions_every_row_of_every_sample_is_its_prefixs(simulated: tuple[Path, Path]) -> None:
+    from tito_cli.simulate.provenance import routing_rows
+
+    log, _ = simulated
+    results = _results(log, routed_experts=True)
+    samples = 0
+    for result in results.values():
+        assert isinstance(result, SessionResult), result
+        assert result.report.rejected_samples == ()
+        for sample in result.samples:
+            assert sample.routed_experts is not None
+            assert np.array_equal(sample.routed_experts, routing_rows(sample.tokens, 0, len(sample.tokens) - 1))
+            samples += 1
+    reports = [r.report for r in results.values() if isinstance(r, SessionResult)]
+    assert samples > len(results)  # forks: sessions of several samples
+    assert sum(r.realigns for r in reports) and sum(r.fork_total for r in reports)
+    assert sum(r.stale_samples for r in reports)
+
+
+def test_simulated_provenance_changes_no_sample(simulated: tuple[Path, Path]) -> None:
+    log, plain = simulated
+    with_, without = _results(log), _results(plain)
+    assert with_.keys() == without.keys()
+    for sid, result in with_.items():
+        other = without[sid]
+        assert isinstance(result, SessionResult) and isinstance(other, SessionResult)
+        a, b = session_table(result), session_table(other)
+        for column in ("tokens", "loss_mask", "rollout_log_probs", "reward"):
+            assert a.column(column).equals(b.column(column))
+        for x, y in zip(a.column("metadata").to_pylist(), b.column("metadata").to_pylist(), strict=True):
+            mx, my = json.loads(x), json.loads(y)
+            assert "weight_versions" in mx["tito"] and "weight_versions" not in my["tito"]
+            del mx["tito"]["weight_versions"], mx["tito"]["weight_version_spans"]
+            assert mx == my

@@ -56,6 +56,13 @@ def simulate(
         "--overwrite",
         help="Replace the Parquet files already in --out (once the new log is complete: a failed run keeps them).",
     ),
+    provenance: bool = typer.Option(
+        False,
+        "--provenance",
+        help="The simulated server also reports weight versions (changing every 700 generated tokens) and "
+        "routed experts (4 layers x top-2, a function of the prefix alone), recorded with every turn "
+        "(docs/spec.md §2.1).",
+    ),
 ) -> None:
     # The simulator (and transformers, through it) is imported only when simulating.
     from ..render.simulation import render_simulation_summary
@@ -72,5 +79,6 @@ def simulate(
             tokenizer_dir=folder or None,
             overwrite=overwrite,
             progress=progress,
+            provenance=provenance,
         )
     err_console.print(render_simulation_summary(summary))

@@ -35,6 +35,7 @@ from ..tokenizer import resolve
 from .chat import Chat
 from .environment import Workspace
 from .profiles import FEATURES, PROFILES, Features, Profile, assign_features
+from .provenance import ProvenanceWriter
 from .session import SessionStats, play_session
 
 __all__ = [
@@ -96,6 +97,7 @@ def simulate(
     tokenizer_dir: str | os.PathLike[str] | None = None,
     overwrite: bool = False,
     progress: Callable[[int, int], None] | None = None,
+    provenance: bool = False,
 ) -> SimulationSummary:
     """Simulate ``sessions`` sessions into a turn log in ``out_dir``.
 
@@ -105,7 +107,8 @@ def simulate(
     that already holds Parquet files is refused unless ``overwrite``, which
     replaces those files once the new log is complete (a failed run leaves
     them as they were).  ``progress(done, total)`` is called after each
-    session.
+    session.  ``provenance``: the simulated server also reports weight versions and
+    routed experts (a function of the prefix, :mod:`.provenance`), recorded with each turn.
     """
     if profile not in PROFILES:
         raise ValueError(f"unknown profile {profile!r}; choose from {', '.join(PROFILES)}")
@@ -132,7 +135,7 @@ def simulate(
     staging = staging_folder(out)
     try:
         with writing(out):
-            summary = _simulate_into(staging, chat, spec, sessions, seed, profile, tokenizer, progress)
+            summary = _simulate_into(staging, chat, spec, sessions, seed, profile, tokenizer, progress, provenance)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -151,10 +154,12 @@ def _simulate_into(
     profile: str,
     tokenizer: str,
     progress: Callable[[int, int], None] | None,
+    provenance: bool = False,
 ) -> SimulationSummary:
     summary = SimulationSummary(out, profile, seed, tokenizer)
     features = assign_features(spec, sessions, random.Random(f"tito-simulate:{profile}:{seed}:features"))
-    with TurnLogWriter(out, tokenizer=tokenizer, max_age=None, name=f"{profile}-{seed}") as writer:
+    kind = ProvenanceWriter if provenance else TurnLogWriter
+    with kind(out, tokenizer=tokenizer, max_age=None, name=f"{profile}-{seed}") as writer:
         for index in range(sessions):
             # Sessions of a group share the repository; it has a long module if one of them rewrites it.
             group = index // spec.group_size
