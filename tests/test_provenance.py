@@ -536,3 +536,25 @@ def test_simulated_provenance_changes_no_sample(simulated: tuple[Path, Path]) ->
             assert "weight_versions" in mx["tito"] and "weight_versions" not in my["tito"]
             del mx["tito"]["weight_versions"], mx["tito"]["weight_version_spans"]
             assert mx == my
+
+
+def test_routed_experts_through_worker_processes_and_export(simulated: tuple[Path, Path], tmp_path: Path) -> None:
+    # Two workers and many batches: the rows travel through the handoff files in order, byte for byte.
+    from tito_cli.run.rebuild import rebuild
+
+    log, _ = simulated
+    policy = Policy.named("slime-v4", routed_experts=True)
+    one = rebuild([log], tmp_path / "one.parquet", policy, workers=1)
+    two = rebuild([log], tmp_path / "two.parquet", policy, workers=2, batch_bytes=0)
+    assert not one.rejected and not two.rejected
+    assert (tmp_path / "one.parquet").read_bytes() == (tmp_path / "two.parquet").read_bytes()
+    code, out = _cli("export", str(tmp_path / "one.parquet"), "--to", "slime", "--out", str(tmp_path / "r.pt"))
+    assert code == EXIT_OK, out
+    torch = needs("torch", "slime")
+    samples = torch.load(tmp_path / "r.pt", weights_only=False)["samples"]
+    table = pq.read_table(tmp_path / "one.parquet")
+    assert len(samples) == table.num_rows
+    for sample, row in zip(samples, table.to_pylist(), strict=True):
+        assert sample["rollout_routed_experts"].shape == tuple(row["routed_experts_shape"])
+        assert sample["rollout_routed_experts"].flatten().tolist() == row["routed_experts"]
+        assert sample["weight_versions"] == json.loads(row["metadata"])["tito"]["weight_versions"]
