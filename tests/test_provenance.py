@@ -558,3 +558,26 @@ def test_routed_experts_through_worker_processes_and_export(simulated: tuple[Pat
         assert sample["rollout_routed_experts"].shape == tuple(row["routed_experts_shape"])
         assert sample["rollout_routed_experts"].flatten().tolist() == row["routed_experts"]
         assert sample["weight_versions"] == json.loads(row["metadata"])["tito"]["weight_versions"]
+
+
+def test_rows_that_do_not_decompress_reject_their_session_when_used(tmp_path: Path) -> None:
+    import pyarrow as pa
+
+    log = tmp_path / "log"
+    with TurnLogWriter(log, max_age=None, name="p") as w:
+        Harness(w, "bad").call([SYSTEM, USER], "fine")
+        Harness(w, "ok").call([SYSTEM, USER], "fine")
+    path = log / "turns-p-000001.parquet"
+    table = pq.read_table(path)
+    assert table.column("session_id").to_pylist() == ["bad", "ok"]
+    blobs = table.column("routed_experts").to_pylist()
+    blobs[0] = blobs[0][: len(blobs[0]) // 2]  # truncated
+    column = table.schema.get_field_index("routed_experts")
+    pq.write_table(table.set_column(column, "routed_experts", pa.array(blobs, pa.large_binary())), path)
+    assert isinstance(_results(log)["bad"], SessionResult)  # the rows are not needed
+    results = _results(log, routed_experts=True)
+    bad = results["bad"]
+    assert isinstance(bad, Reject) and bad.row == 0 and "seq 0: routed_experts does not decompress" in bad.reason
+    assert isinstance(results["ok"], SessionResult)
+    summary = compact([log], tmp_path / "compacted")
+    assert [r.session_id for r in summary.carried] == ["bad"]

@@ -164,7 +164,9 @@ class RoutedExperts:
         try:
             raw = pa.decompress(self.data, decompressed_size=size, codec="zstd", asbytes=True)
         except (pa.ArrowException, OSError, ValueError) as exc:
-            raise ValueError(f"routed_experts cannot be decompressed ({exc})") from None
+            raise ValueError(
+                f"routed_experts does not decompress to {self.rows} rows of {self.layers} x {self.topk} ({exc})"
+            ) from None
         return np.frombuffer(raw, dtype="<i4").astype(np.int32, copy=False).reshape(self.rows, self.layers, self.topk)
 
 

@@ -21,10 +21,11 @@ import numpy as np
 import numpy.typing as npt
 
 from .._arrow import common_prefix
+from ..errors import InvalidSessionError
 from ..turns import RoutedExperts, Turn
 from .linearize import LinearizedSample
 
-__all__ = ["ExpertsSource", "MissingRow", "sample_experts", "sample_versions", "stale"]
+__all__ = ["ExpertsSource", "MissingRow", "sample_experts", "sample_versions", "stale", "turn_experts"]
 
 
 def sample_versions(sample: LinearizedSample) -> tuple[list[str], list[dict[str, object]]] | None:
@@ -89,12 +90,27 @@ class ExpertsSource:
         return experts.layers, experts.topk
 
     def calls(self) -> list[tuple[npt.NDArray[np.int32], RoutedExperts, npt.NDArray[np.int32]]]:
+        """Each call's tokens, stored rows and their values; :class:`InvalidSessionError` for rows that do not
+        decompress to their shape (the session is rejected, naming the row)."""
         if self._loaded is None:
             self._loaded = []
             for turn, experts in self._calls:
                 tokens = np.concatenate([turn.prompt_ids, turn.output_ids])
-                self._loaded.append((tokens, experts, experts.array()))
+                self._loaded.append((tokens, experts, turn_experts(turn)))
         return self._loaded
+
+
+def turn_experts(turn: Turn) -> npt.NDArray[np.int32]:
+    """A turn's stored routed-experts rows, decompressed (:class:`InvalidSessionError` naming its row if they
+    do not decompress to their shape)."""
+    assert turn.provenance is not None and turn.provenance.routed_experts is not None
+    try:
+        return turn.provenance.routed_experts.array()
+    except ValueError as exc:
+        source = turn.source
+        raise InvalidSessionError(
+            f"seq {turn.seq}: {exc}", file=source.file if source else None, row=source.row if source else None
+        ) from None
 
 
 def sample_experts(tokens: npt.NDArray[np.int32], source: ExpertsSource) -> npt.NDArray[np.int32] | MissingRow:

@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .._targets import check_target, log_files_in, publish_folder, staging_folder, writing
+from ..algorithm.provenance import turn_experts
 from ..capture.row_groups import ROW_GROUP_BYTES
 from ..capture.writer import TurnLogWriter
 from ..errors import InvalidSessionError, OutputError, UnreadableLogError
@@ -116,12 +117,14 @@ def _write(
             for rows in read_batch(log.turn_files, batch, timestamps=True):
                 try:
                     turns = parse_session(rows)
+                    # Routed experts decompressed before any turn is written (bad ones carry the session).
+                    provenance = [provenance_arguments(turn) for turn in turns]
                 except InvalidSessionError as exc:
                     summary.carried.append(Reject(rows.session_id, exc.message, exc.file, exc.row))
                     for raw in rows.rows:
                         carried_rows.setdefault(raw.source.file, []).append(raw.source.row)
                 else:
-                    for turn, raw in zip(turns, rows.rows, strict=True):
+                    for turn, raw, arguments in zip(turns, rows.rows, provenance, strict=True):
                         writer.record_turn(
                             rows.session_id,
                             turn.prompt_ids,
@@ -136,7 +139,7 @@ def _write(
                             timestamp=raw.timestamp,
                             ill_formed=turn.ill_formed,
                             stamp_now=False,
-                            **provenance_arguments(turn),
+                            **arguments,
                         )
                     summary.sessions += 1
                     summary.turns += len(turns)
@@ -168,7 +171,7 @@ def provenance_arguments(turn: Turn) -> dict[str, Any]:
         "sampling": provenance.sampling,
         "call_kind": provenance.call_kind,
         # The rows the log stored, from where it stored them (the writer drops none an earlier call holds).
-        "routed_experts": None if experts is None else experts.array(),
+        "routed_experts": None if experts is None else turn_experts(turn),
         "routed_experts_start": 0 if experts is None else experts.start,
     }
 

@@ -162,6 +162,9 @@ def rebuild_rows(
         return Reject(sid, exc.message, exc.file, exc.row)
     try:
         return rebuild_session(sid, turns, infos.get(sid), policy)
+    except InvalidSessionError as exc:
+        # Found only when used: routed experts that do not decompress (rebuild --routed-experts).
+        return Reject(sid, exc.message, exc.file, exc.row)
     except RecursionError:
         # JSON that parsed but nests deeper than the router's recursion can follow.
         first = rows.rows[0].source if rows.rows else None
