@@ -581,3 +581,34 @@ def test_rows_that_do_not_decompress_reject_their_session_when_used(tmp_path: Pa
     assert isinstance(results["ok"], SessionResult)
     summary = compact([log], tmp_path / "compacted")
     assert [r.session_id for r in summary.carried] == ["bad"]
+
+
+def test_a_forgotten_session_stores_more_rows_never_a_wrong_one(tmp_path: Path) -> None:
+    # One open session at a time: interleaved sessions forget each other, and each call stores the rows
+    # it was given (from its start) again; the samples are the same.
+    with TurnLogWriter(tmp_path, max_age=None, name="p", max_open_sessions=1) as w:
+        a, b = Harness(w, "a"), Harness(w, "b")
+        prompts = _turns(*REPLIES)
+        for prompt, content in zip(prompts, REPLIES, strict=True):
+            a.call(prompt, content)
+            b.call(prompt, content)
+    table = pq.read_table(tmp_path)
+    starts = dict(zip(zip(table.column("session_id").to_pylist(), table.column("seq").to_pylist(), strict=True),
+                      table.column("routed_experts_start").to_pylist(), strict=True))
+    # The harness asked from the held prefix: nothing to drop, and nothing dropped wrongly.
+    assert starts[("a", 1)] == len(a.calls[0]) - 1
+    for sid in ("a", "b"):
+        [sample] = _session(tmp_path, sid, routed_experts=True).samples
+        assert sample.routed_experts is not None
+        check_rows(sample.tokens, sample.routed_experts)
+    with TurnLogWriter(tmp_path / "whole", max_age=None, name="p", max_open_sessions=1) as w:
+        a, b = Harness(w, "a"), Harness(w, "b")
+        for prompt, content in zip(prompts, REPLIES, strict=True):
+            a.call(prompt, content, start=0)
+            b.call(prompt, content, start=0)
+    starts_whole = pq.read_table(tmp_path / "whole").column("routed_experts_start").to_pylist()
+    assert starts_whole == [0] * 2 * len(REPLIES)  # forgotten each time: stored whole
+    for sid in ("a", "b"):
+        [sample] = _session(tmp_path / "whole", sid, routed_experts=True).samples
+        assert sample.routed_experts is not None
+        check_rows(sample.tokens, sample.routed_experts)
