@@ -14,6 +14,7 @@ from enum import Enum
 from itertools import pairwise
 
 from ..turns import SessionInfo, Turn
+from .call_order import call_order_tree
 from .linearize import Linearization, LinearizedSample, linearize
 from .policy import ForkCause, Policy
 from .router import route
@@ -163,7 +164,7 @@ class SessionResult:
 def rebuild_session(session_id: str, turns: Sequence[Turn], info: SessionInfo | None, policy: Policy) -> SessionResult:
     """Route and linearize one session's valid turns (in ``seq`` order)."""
     info = info if info is not None else SessionInfo(finished=False)
-    tree = route(turns, policy)
+    tree = route(turns, policy) if policy.routing == "messages" else call_order_tree(turns)
     lin = linearize(tree, policy)
 
     samples = lin.samples
