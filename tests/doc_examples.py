@@ -15,8 +15,9 @@ The convention (README.md, docs/*.md):
 Not run, in ``sh`` blocks only (a ``console`` block must run in full):
 
 * install steps: ``pip install …``, ``python -m pip install …``, ``pip download …`` (set-up that
-  fetches, never at test time), ``python3 -m venv …`` and activating a venv (``. .venv/bin/activate``). In a line joining steps with ``&&`` only those
-  steps are dropped; the rest runs (``tito`` and ``python`` already mean this checkout).
+  fetches, never at test time), ``python3 -m venv …`` and activating a venv
+  (``. .venv/bin/activate``). In a line joining steps with ``&&`` only those steps are dropped;
+  the rest runs (``tito`` and ``python`` already mean this checkout).
 * the test suite (``python -m pytest …``): this check is part of the suite it would start.
 * ``python benchmarks/…``: minutes long, and what they print are measurements.
 

@@ -24,11 +24,14 @@ import pytest
 from typer.testing import CliRunner
 
 from tito_cli.algorithm.policy import Policy
+from tito_cli.algorithm.session import rebuild_session
 from tito_cli.cli import app
 from tito_cli.errors import EXIT_OK, EXIT_REJECTED
 from tito_cli.read.turnlog import TurnLog
 from tito_cli.read.validate import parse_session
+from tito_cli.report.drift import FIRST_MESSAGE_DIFFERS, REPLY_NOT_REPLAYED, divergences
 from tito_cli.simulate import simulate
+from tito_cli.tokenizer import TokenText
 
 from .family_logs import TOKENIZERS, tokenizer_folder
 from .helpers import CONFORMANCE, CONFORMANCE_SLIME03, REPO, conformance_folders, read_jsonl, write_log
@@ -38,6 +41,7 @@ THRESHOLDS = (1024, 64)
 SESSIONS = 10
 #: (family, seed): Qwen3 (the shipped tokenizer) from two seeds, the other families from one.
 LOGS = [("qwen3", 0), ("qwen3", 11), ("deepseek-v3", 4), ("gpt-oss", 4), ("llama3", 4)]
+
 
 @pytest.fixture(scope="module", params=LOGS, ids=[f"{f}-{s}" for f, s in LOGS])
 def simulated(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -138,3 +142,29 @@ def test_conformance_cases_realign_fork_and_drop_empty_rows(tmp_path: Path) -> N
     write_log(logs, read_jsonl(folder / "turns.jsonl"), read_jsonl(folder / "sessions.jsonl"), max_rows=97)
     seen = assert_equals_trl(logs, tmp_path / "samples.parquet", 1024)
     assert seen["realign"] > 0 and seen["fork"] > 0 and seen["empty rows dropped"] > 0, seen
+
+
+def test_drift_names_what_the_routing_tree_keeps_apart() -> None:
+    """``inspect --drift`` explains TRL's forks and realigns: a sub-agent's call is ``first message differs``,
+    a resent prompt ``reply not replayed``; slime-v4's routing tree never meets the second, and the first
+    only where a tool list changed (the system prompts part at token 51, never at the sub-agent's 6)."""
+    text = TokenText.open(str(REPO / "fixtures" / "tokenizers" / "qwen3"))
+    log = TurnLog.open([REPO / "fixtures" / "logs"], index=True)
+    infos = log.read_sessions().infos
+    classes: dict[str, Counter[Any]] = {"trl": Counter(), "slime-v4": Counter()}
+    first_parted: dict[str, Counter[int]] = {"trl": Counter(), "slime-v4": Counter()}
+    for rows in log.iter_sessions():
+        for name, counter in classes.items():
+            policy = Policy.named(name)
+            turns = parse_session(rows, policy.message_key)
+            result = rebuild_session(rows.session_id, turns, infos.get(rows.session_id), policy)
+            if rows.session_id == "qwen3-0-0010":
+                counter.update((d.seq, d.drift_class) for d in divergences(result, text))
+            found = divergences(result, text)
+            counter.update(d.drift_class for d in found)
+            first_parted[name].update(d.index for d in found if d.drift_class == FIRST_MESSAGE_DIFFERS)
+    assert classes["trl"][(4, FIRST_MESSAGE_DIFFERS)] == 1 and classes["trl"][(6, FIRST_MESSAGE_DIFFERS)] == 1
+    assert classes["trl"][FIRST_MESSAGE_DIFFERS] > 0 and classes["trl"][REPLY_NOT_REPLAYED] > 0, classes["trl"]
+    assert classes["slime-v4"][REPLY_NOT_REPLAYED] == 0, classes
+    assert classes["slime-v4"][FIRST_MESSAGE_DIFFERS] == 6 and set(first_parted["slime-v4"]) == {51}, first_parted
+    assert 6 in first_parted["trl"], first_parted
