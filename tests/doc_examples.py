@@ -14,9 +14,10 @@ The convention (README.md, docs/*.md):
 
 Not run, in ``sh`` blocks only (a ``console`` block must run in full):
 
-* install steps: ``pip install …``, ``python -m pip install …``, ``python3 -m venv …`` and
-  activating a venv (``. .venv/bin/activate``). In a line joining steps with ``&&`` only those
-  steps are dropped; the rest runs (``tito`` and ``python`` already mean this checkout).
+* install steps: ``pip install …``, ``python -m pip install …``, ``pip download …`` (set-up that
+  fetches, never at test time), ``python3 -m venv …`` and activating a venv
+  (``. .venv/bin/activate``). In a line joining steps with ``&&`` only those steps are dropped;
+  the rest runs (``tito`` and ``python`` already mean this checkout).
 * the test suite (``python -m pytest …``): this check is part of the suite it would start.
 * ``python benchmarks/…``: minutes long, and what they print are measurements.
 
@@ -48,7 +49,7 @@ NPM_PACKAGES = Path("tests") / "npm" / "node_modules"
 
 #: A step of a shown command that the documentation test does not run (see the module docstring).
 _NOT_RUN = re.compile(
-    r"^(?:python3?\s+-m\s+venv\b|(?:\.|source)\s+\S*activate$|(?:python3?\s+-m\s+)?pip3?\s+install\b"
+    r"^(?:python3?\s+-m\s+venv\b|(?:\.|source)\s+\S*activate$|(?:python3?\s+-m\s+)?pip3?\s+(?:install|download)\b"
     r"|npm\s+ci\b|(?:\S+=\S*\s+)*python3?\s+-m\s+pytest\b|python3?\s+benchmarks/)"
 )
 

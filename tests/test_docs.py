@@ -234,7 +234,9 @@ def test_ci_runs_the_readme_test_command() -> None:
     ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
     readme = (REPO / "README.md").read_text(encoding="utf-8").splitlines()
     marker = (
-        'pip install -e ".[test,ray,import,browser,serve,clients]" && npm ci --prefix tests/npm && python -m pytest'
+        'pip install -e ".[test,ray,import,browser,serve,clients]" && npm ci --prefix tests/npm'
+        " && pip download -q --no-deps --require-hashes -r tests/trl/requirements.txt -d tests/trl/wheels"
+        " && python -m pytest"
     )
     assert f"grep -m1 -F '{marker}' README.md" in ci
     [command] = [line for line in readme if marker in line]

@@ -38,6 +38,7 @@ FIXTURES: dict[str, tuple[list[str], dict[str, Any]]] = {
     "verifiers": (["rollouts"], {}),
     "atif": (["trajectories"], {"rewards": "rewards.jsonl"}),
     "nemo-gym": (["capture", "rollouts.jsonl"], {}),
+    "openenv": (["rollouts.jsonl"], {"rewards": "rewards.jsonl"}),
 }
 
 

@@ -45,6 +45,7 @@ __all__ = [
     "ForkCause",
     "Policy",
     "RewardMode",
+    "Routing",
     "default_policy",
     "policy_class",
     "policy_label",
@@ -53,6 +54,10 @@ __all__ = [
 ]
 
 RewardMode = Literal["split", "full"]
+
+#: How a session's turns become the tree the linearizer packs: ``messages`` routes them
+#: (SPEC §3), ``calls`` hangs them one below the other in call order (TRL's reconciler).
+Routing = Literal["messages", "calls"]
 
 #: The references' default: drift (or, for slime-0.3, an incoming output) shorter than
 #: this many tokens is realigned, longer forks a new sample.
@@ -98,6 +103,9 @@ class Policy(ABC):
     #: What a realign does to the latest response, in a few words, when it differs from SPEC §4's
     #: cut of the drifted tail (``inspect`` shows it after each realign).
     realign_effect: ClassVar[str | None] = None
+    #: How the session (:mod:`.session`) builds the tree: routed by messages (SPEC §3), or
+    #: one chain of the turns in call order (``calls``: no routing, no rewrite absorbed).
+    routing: ClassVar[Routing] = "messages"
 
     fork_threshold: int = DEFAULT_FORK_THRESHOLD
     reward_mode: RewardMode | None = None
@@ -223,6 +231,7 @@ POLICIES: PluginTable[Policy] = PluginTable(
     {
         "slime-v4": "tito_cli.algorithm.policies.slime_v4:SlimeV4",
         "slime-0.3": "tito_cli.algorithm.policies.slime_03:Slime03",
+        "trl": "tito_cli.algorithm.policies.trl:TRL",
     },
     base=Policy,
 )

@@ -14,6 +14,7 @@ from enum import Enum
 from itertools import pairwise
 
 from ..turns import SessionInfo, Turn
+from .call_order import call_order_tree
 from .linearize import Linearization, LinearizedSample, linearize
 from .policy import ForkCause, Policy
 from .provenance import ExpertsSource, MissingRow, sample_experts, stale
@@ -179,7 +180,7 @@ def rebuild_session(session_id: str, turns: Sequence[Turn], info: SessionInfo | 
     auxiliary = sum(1 for t in turns if t.provenance is not None and t.provenance.auxiliary)
     if policy.exclude_auxiliary and auxiliary:
         turns = [t for t in turns if t.provenance is None or not t.provenance.auxiliary]
-    tree = route(turns, policy)
+    tree = route(turns, policy) if policy.routing == "messages" else call_order_tree(turns)
     lin = linearize(tree, policy)
 
     rewards = policy.rewards(info.reward, len(lin.samples))

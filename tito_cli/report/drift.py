@@ -17,7 +17,14 @@ both decoded with whitespace made visible, plus a class:
   harmony's call header written another way);
 * ``whitespace trimmed``: one side has whitespace where the texts part and
   both go on alike without it (a client or template that trims content);
-* ``other``: anything else (a changed system prompt, an edited message).
+* ``reply not replayed``: the prompt stops where the held tokens go on: the call was made again
+  without the latest reply (a retry after an aborted reply, a resent prompt);
+* ``first message differs``: the prompt parts from the held tokens before its second message: a
+  sub-agent's call or a new task (another system prompt), or a tool list that changed;
+* ``other``: anything else (an edited message).
+
+The last two are what a routing tree mostly keeps apart (a resent prompt is a sibling leaf, a
+sub-agent its own subtree): ``--policy trl``, which reads a session's calls in order, meets them.
 
 The markers are the model family's (:mod:`tito_cli.families`), recognised
 from the tokenizer itself or its hub name; a tokenizer of no known family is
@@ -55,8 +62,10 @@ from ..tokenizer import TokenizerChoice, TokenText, load_decoder, resolve, visib
 
 __all__ = [
     "DRIFT_CLASSES",
+    "FIRST_MESSAGE_DIFFERS",
     "OTHER",
     "REASONING_DROPPED",
+    "REPLY_NOT_REPLAYED",
     "RETOKENIZED",
     "TOOL_ARGS_RERENDERED",
     "UNCLASSIFIED",
@@ -70,11 +79,24 @@ __all__ = [
     "family_of",
 ]
 
+#: The prompt is a strict prefix of the held tokens (the latest reply was not sent back).
+REPLY_NOT_REPLAYED = "reply not replayed"
+#: The prompt parts from the held tokens before its second message starts.
+FIRST_MESSAGE_DIFFERS = "first message differs"
 OTHER = "other"
 #: No tokenizer: the texts, and so the class, are unknown.
 UNCLASSIFIED = "unclassified"
 #: The classes, in the order summaries list them.
-DRIFT_CLASSES = (REASONING_DROPPED, RETOKENIZED, TOOL_ARGS_RERENDERED, WHITESPACE_TRIMMED, OTHER, UNCLASSIFIED)
+DRIFT_CLASSES = (
+    REASONING_DROPPED,
+    RETOKENIZED,
+    TOOL_ARGS_RERENDERED,
+    WHITESPACE_TRIMMED,
+    REPLY_NOT_REPLAYED,
+    FIRST_MESSAGE_DIFFERS,
+    OTHER,
+    UNCLASSIFIED,
+)
 
 #: Tokens decoded before a divergence to classify it, and at most after it on the held side
 #: (a fork in the prompt region can drop a whole long prompt; the default threshold's worth
@@ -256,6 +278,10 @@ def classify(held: Ids, prompt: Ids, index: int, decoder: TokenText, family: Fam
     ``family`` gives the markers (default: the decoder's, :func:`family_of`).
     """
     family = family or family_of(decoder)
+    if index == len(prompt) < len(held):
+        return REPLY_NOT_REPLAYED
+    if _before_second_message(held, index, decoder, family):
+        return FIRST_MESSAGE_DIFFERS
     start = max(0, index - _BEFORE)
     end = min(len(held), index + _AFTER)
     while True:
@@ -272,6 +298,14 @@ def classify(held: Ids, prompt: Ids, index: int, decoder: TokenText, family: Fam
             return change or OTHER
         # The texts part inside a tool call longer than the window (a whole file written): read all of it.
         end = len(held)
+
+
+def _before_second_message(held: Ids, index: int, decoder: TokenText, family: FamilyProfile) -> bool:
+    """Whether the ``index`` tokens both sides share hold at most one of the family's message starts."""
+    if not family.message_starts or index > _AFTER:
+        return False  # a first message longer than this is not read whole: the text classes decide
+    shared = decoder.decode(held[:index].tolist())
+    return sum(shared.count(marker) for marker in family.message_starts) <= 1
 
 
 def _common_prefix(a: str, b: str) -> int:

@@ -9,5 +9,6 @@ from __future__ import annotations
 
 from .slime_03 import Slime03
 from .slime_v4 import SlimeV4
+from .trl import TRL
 
-__all__ = ["Slime03", "SlimeV4"]
+__all__ = ["TRL", "Slime03", "SlimeV4"]

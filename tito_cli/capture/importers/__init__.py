@@ -21,6 +21,7 @@ IMPORTERS: PluginTable[Importer] = PluginTable(
         "verifiers": "tito_cli.capture.importers.verifiers:VerifiersImporter",
         "atif": "tito_cli.capture.importers.atif:AtifImporter",
         "nemo-gym": "tito_cli.capture.importers.nemo_gym:NemoGymImporter",
+        "openenv": "tito_cli.capture.importers.openenv:OpenEnvImporter",
     },
     base=Importer,
 )
