@@ -23,7 +23,7 @@ from typing import Any
 from transformers import AutoTokenizer
 
 from .helpers import REPO
-from .vllm_wire import ChatAnswer, assistant_message
+from tito_cli.serve.demo.wire import ChatAnswer, assistant_message
 
 __all__ = ["Upstream"]
 
