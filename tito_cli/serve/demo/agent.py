@@ -2,7 +2,8 @@
 
 A request's conversation reaches the script as the chat messages and tools (vLLM's chat wire) or as the
 prompt text the gateway rendered with Qwen3's template (SGLang's ``/generate``); :func:`read_conversation`
-turns either into the task (the last user message that is not a tool result), the tools offered and the
+turns either into the task (the last user message holding one; a client's other user messages, such as
+Claude Code's reminders, are context), the tools offered and the
 tool results since the task. :func:`demo_agent` then plays three steps for a task such as
 ``Create a file named hello.txt containing 'hello from tito', then read it back.``:
 
@@ -60,6 +61,11 @@ class Conversation:
     tools: list[str] = field(default_factory=list)
     results: list[str] = field(default_factory=list)
 
+    def user(self, text: str) -> None:
+        """A user message: a new task (results start over) when it holds one; else context (reminders)."""
+        if TASK.search(text) or not self.task:
+            self.task, self.results = text, []
+
 
 def _text(content: Any) -> str:
     if isinstance(content, list):
@@ -70,8 +76,8 @@ def _text(content: Any) -> str:
 def _tool_name(tool: Any) -> str | None:
     if not isinstance(tool, dict):
         return None
-    function = tool.get("function") if isinstance(tool.get("function"), dict) else tool
-    name = function.get("name")
+    function = tool.get("function")
+    name = (function if isinstance(function, dict) else tool).get("name")
     return name if isinstance(name, str) else None
 
 
@@ -79,21 +85,23 @@ def _from_messages(messages: list[dict[str, Any]], tools: Any) -> Conversation:
     conversation = Conversation(tools=[n for n in map(_tool_name, tools or []) if n])
     for message in messages:
         if message.get("role") == "user":
-            conversation.task, conversation.results = _text(message.get("content")), []
+            conversation.user(_text(message.get("content")))
         elif message.get("role") == "tool":
             conversation.results.append(_text(message.get("content")))
     return conversation
 
 
 _BLOCK = re.compile(r"<\|im_start\|>(\w+)\n(.*?)(?:<\|im_end\|>|\Z)", re.DOTALL)
+_TOOLS = re.compile(r"<tools>\n(.*?)\n</tools>", re.DOTALL)  # (the template names <tools></tools> first)
 _RESPONSE = re.compile(r"<tool_response>\n?(.*?)\n?</tool_response>", re.DOTALL)
 
 
 def _from_qwen3_prompt(prompt: str) -> Conversation:
     conversation = Conversation()
     for role, body in _BLOCK.findall(prompt):
-        if role == "system" and "<tools>" in body:
-            for line in body.split("<tools>", 1)[1].split("</tools>", 1)[0].splitlines():
+        listed = _TOOLS.search(body) if role == "system" else None
+        if listed is not None:
+            for line in listed.group(1).splitlines():
                 try:
                     name = _tool_name(json.loads(line))
                 except ValueError:
@@ -105,7 +113,7 @@ def _from_qwen3_prompt(prompt: str) -> Conversation:
             if responses:
                 conversation.results.extend(responses)
             else:
-                conversation.task, conversation.results = body, []
+                conversation.user(body)
     return conversation
 
 

@@ -228,6 +228,9 @@ class DemoUpstream:
             def log_message(self, format: str, *args: Any) -> None:  # quiet
                 pass
 
+            def error(self, status: int, message: str, kind: str) -> None:
+                self.send_json(status, {"object": "error", "message": message, "type": kind, "code": status})
+
             def do_GET(self) -> None:
                 if self.path in ("/health", "/health_generate"):
                     self.send_json(200, {})
@@ -235,7 +238,7 @@ class DemoUpstream:
                     model = {"id": upstream.model, "object": "model", "created": 0, "owned_by": "tito-demo"}
                     self.send_json(200, {"object": "list", "data": [model]})
                 else:
-                    self.send_json(404, {"object": "error", "message": "Not Found", "type": "NotFoundError", "code": 404})
+                    self.error(404, "Not Found", "NotFoundError")
 
             def do_POST(self) -> None:
                 with upstream._lock:
@@ -243,10 +246,10 @@ class DemoUpstream:
                 try:
                     body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
                 except ValueError:
-                    self.send_json(400, {"object": "error", "message": "invalid JSON", "type": "BadRequestError", "code": 400})
+                    self.error(400, "invalid JSON", "BadRequestError")
                     return
                 if self.path not in ("/generate", "/v1/chat/completions"):
-                    self.send_json(404, {"object": "error", "message": "Not Found", "type": "NotFoundError", "code": 404})
+                    self.error(404, "Not Found", "NotFoundError")
                     return
                 if not upstream.before_generation(self):
                     return
