@@ -147,7 +147,9 @@ def run_codex(
     timeout: float = 120.0,
     sandbox: str | None = None,
 ) -> CliRun:
-    """``codex exec --skip-git-repo-check TASK`` (``--sandbox SANDBOX`` when given) with a provider at ``base_url + "/v1"``, ``wire_api = "responses"``.
+    """``codex exec --skip-git-repo-check [--sandbox SANDBOX] TASK``, a provider at ``base_url + "/v1"``.
+
+    The provider's ``wire_api`` is ``"responses"``; ``sandbox`` ``workspace-write`` lets the task write files.
 
     ``base_url`` is the server root (Codex appends ``/responses`` to the provider's ``base_url``, which here ends
     in ``/v1``); the session id travels as ``OPENAI_API_KEY`` (``Authorization: Bearer <session>``). stdout is
