@@ -6,7 +6,9 @@ from pathlib import Path
 
 import typer
 
+from .._paths import SHIPPED_NAMES
 from ..errors import MissingDependencyError
+from ..families import FAMILIES
 from .app import app, exit_codes_help, guarded
 
 
@@ -27,10 +29,16 @@ def serve(
         "chat: an OpenAI-compatible server returning token ids (vLLM return_token_ids).",
     ),
     tokenizer: str = typer.Option(
-        None, "--tokenizer", help="The tokenizer (hub name, folder) to render with and record; default: --model."
+        None,
+        "--tokenizer",
+        help="The tokenizer to render with and record: a hub id in the local Hugging Face cache, a folder, or a "
+        f"shipped name ({', '.join(SHIPPED_NAMES)}); NAME=PATH records NAME and loads PATH. Default: --model.",
     ),
     parser: str = typer.Option(
-        None, "--parser", help="The output parser's model family for generate (default: from the tokenizer)."
+        None,
+        "--parser",
+        help="The output parser's model family for generate: "
+        f"{', '.join(FAMILIES.names())} (default: recognised from the tokenizer).",
     ),
     history: str = typer.Option(
         "render",

@@ -21,7 +21,8 @@ class ServeConfig:
     #: returning token ids, vLLM's ``return_token_ids``).
     upstream_api: str = "generate"
     #: The tokenizer (hub name, shipped name or folder) the log records and ``generate`` renders with;
-    #: default: ``model``.
+    #: default: ``model``. ``NAME=PATH``, as the other commands take it: the log records ``NAME``, the
+    #: tokenizer is loaded from ``PATH``.
     tokenizer: str | None = None
     #: The output parser's family for ``generate`` (``--parser``); default: recognised from the tokenizer.
     parser: str | None = None
@@ -58,8 +59,17 @@ class ServeConfig:
 
     @property
     def tokenizer_name(self) -> str | None:
-        return self.tokenizer or self.model
+        """The tokenizer's name, as the log records it (``NAME`` of ``NAME=PATH``)."""
+        if self.tokenizer:
+            return self.tokenizer.partition("=")[0] or self.tokenizer
+        return self.model
+
+    @property
+    def tokenizer_folder(self) -> str | None:
+        """Where the tokenizer is loaded from when ``--tokenizer NAME=PATH`` says (else ``None``: the name)."""
+        name, sep, path = (self.tokenizer or "").partition("=")
+        return path if sep and name and path else None
 
     @property
     def model_name(self) -> str:
-        return self.model or self.tokenizer or "tito"
+        return self.model or self.tokenizer_name or "tito"

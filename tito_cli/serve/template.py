@@ -6,7 +6,7 @@ from typing import Any, cast
 
 from ..errors import TokenizerError
 from ..families import FamilyProfile, family_for, family_named, shipped_template
-from ..tokenizer import load, resolve
+from ..tokenizer import TokenizerChoice, load, resolve
 from .exchange import ClientError
 
 __all__ = ["ChatTemplate"]
@@ -19,9 +19,11 @@ class ChatTemplate:
     straight to the Rust tokenizer (the transformers wrapper would toggle truncation state per call).
     """
 
-    def __init__(self, name: str, family: str | None = None) -> None:
+    def __init__(self, name: str, family: str | None = None, *, folder: str | None = None) -> None:
         self.name = name
-        self.folder = resolve(name, label=f"tokenizer {name!r} (--tokenizer)")
+        # --tokenizer NAME=PATH: the log records NAME, the tokenizer is loaded from PATH.
+        choice = TokenizerChoice(mapping={name: folder}) if folder else None
+        self.folder = resolve(name, choice=choice, label=f"tokenizer {name!r} (--tokenizer)")
         self.tokenizer = load(self.folder)
         #: The model family (named, else recognised): how its servers hand messages to the template.
         self.family: FamilyProfile | None = family_named(family) if family else family_for(name, self.tokenizer)
