@@ -88,3 +88,43 @@ def test_trl_export_says_it_leaves_out_rewards_and_logprobs(tmp_path: Path) -> N
     assert "not written: rewards and logprobs" in done.stderr
     skyrl = runner.invoke(app, ["export", str(samples), "--to", "slime", "--out", str(tmp_path / "s.pt")])
     assert "not written" not in skyrl.stderr
+
+
+@pytest.mark.parametrize("api", ["generate", "chat"])
+def test_chat_template_kwargs_from_the_command_line_and_the_request_are_rendered_and_recorded(
+    tmp_path: Path, api: str
+) -> None:
+    """Qwen3's ``enable_thinking: false`` closes the think block in the generation prompt, whoever renders."""
+    need_extras("starlette", "uvicorn", "httpx")
+    import httpx
+
+    from .serve_checks import turns_by_session
+    from .serve_helpers import Gateway
+    from .serve_standin import StandIn, qwen3_output
+
+    no_thinking = "<|im_start|>assistant\n<think>\n\n</think>\n\n"
+    logs = tmp_path / "logs"
+    extra = ["--chat-template-kwargs", '{"enable_thinking": false}']
+    standin = StandIn(lambda conversation: qwen3_output("Hi."))
+    with standin, Gateway(standin.url, logs, api=api, extra=extra) as gw:
+        body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+        url = f"{gw.url}/sessions/opts-1/v1/chat/completions"
+        assert httpx.post(url, json=body, timeout=30).status_code == 200
+        own = {**body, "chat_template_kwargs": {"enable_thinking": True}}
+        assert httpx.post(url, json=own, timeout=30).status_code == 200
+        assert httpx.post(url, json={**body, "chat_template_kwargs": 3}, timeout=30).status_code == 400
+        prompts = [standin.decode(entry["prompt_ids"]) for entry in standin.ledger]
+        if api == "chat":
+            forwarded = [entry["body"].get("chat_template_kwargs") for entry in standin.ledger]
+            assert forwarded == [{"enable_thinking": False}, {"enable_thinking": True}]
+    assert [p.endswith(no_thinking) for p in prompts] == [True, False]
+    turns = turns_by_session(logs)["opts-1"]
+    assert [t.metadata["chat_template_kwargs"] for t in turns if t.metadata] == [
+        {"enable_thinking": False},
+        {"enable_thinking": True},
+    ]
+    refused = runner.invoke(
+        app,
+        ["serve", "--logs", str(tmp_path / "x"), "--upstream", "http://127.0.0.1:9", "--chat-template-kwargs", "[1]"],
+    )
+    assert refused.exit_code == EXIT_USAGE and "a JSON object is needed, not list" in refused.stderr

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -39,6 +41,13 @@ def serve(
         "--parser",
         help="The output parser's model family for generate: "
         f"{', '.join(FAMILIES.names())} (default: recognised from the tokenizer).",
+    ),
+    chat_template_kwargs: str = typer.Option(
+        None,
+        "--chat-template-kwargs",
+        help='Options every prompt is rendered with, as a JSON object (e.g. \'{"enable_thinking": false}\' for '
+        "Qwen3): applied when the gateway renders (generate), forwarded as chat_template_kwargs (chat); a Chat "
+        "Completions request's own chat_template_kwargs override them; recorded in each turn's metadata.",
     ),
     history: str = typer.Option(
         "render",
@@ -81,12 +90,14 @@ def serve(
         raise MissingDependencyError(
             f"tito serve needs the serve extra ({exc.name} is missing)", tip='pip install "tito-cli[serve]"'
         ) from None
+    options = _json_object(chat_template_kwargs)
     config = ServeConfig(
         logs=logs,
         upstream=upstream,
         upstream_api=upstream_api,
         tokenizer=tokenizer,
         parser=parser,
+        chat_template_kwargs=options,
         history=history,
         model=model,
         host=host,
@@ -102,3 +113,18 @@ def serve(
         run_gateway(config, log_level=log_level)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
+
+
+def _json_object(text: str | None) -> dict[str, Any]:
+    """``--chat-template-kwargs``: a JSON object, or a usage error saying what it is instead."""
+    if text is None:
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise typer.BadParameter(f"not JSON ({exc})", param_hint="--chat-template-kwargs") from None
+    if not isinstance(value, dict):
+        raise typer.BadParameter(
+            f"a JSON object is needed, not {type(value).__name__}", param_hint="--chat-template-kwargs"
+        )
+    return value

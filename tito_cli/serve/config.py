@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 __all__ = ["ServeConfig"]
 
@@ -29,6 +30,10 @@ class ServeConfig:
     #: How ``generate`` builds prompt ids: ``render`` every conversation whole, or continue the
     #: ``canonical`` token history the gateway produced (docs/spec.md §11).
     history: str = "render"
+    #: Options every prompt is rendered with (``--chat-template-kwargs``, e.g. ``{"enable_thinking": false}``):
+    #: applied by the gateway's render (generate), forwarded as ``chat_template_kwargs`` (chat); a Chat
+    #: Completions request's own ``chat_template_kwargs`` override them key by key.
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     #: The model name sent upstream and listed by ``GET /v1/models``; default: the tokenizer's name.
     model: str | None = None
     host: str = "127.0.0.1"
