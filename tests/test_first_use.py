@@ -90,9 +90,9 @@ def test_trl_export_says_it_leaves_out_rewards_and_logprobs(tmp_path: Path) -> N
     assert "not written" not in skyrl.stderr
 
 
-@pytest.mark.parametrize("api", ["generate", "chat"])
+@pytest.mark.parametrize(("api", "history"), [("generate", "render"), ("generate", "canonical"), ("chat", "render")])
 def test_chat_template_kwargs_from_the_command_line_and_the_request_are_rendered_and_recorded(
-    tmp_path: Path, api: str
+    tmp_path: Path, api: str, history: str
 ) -> None:
     """Qwen3's ``enable_thinking: false`` closes the think block in the generation prompt, whoever renders."""
     need_extras("starlette", "uvicorn", "httpx")
@@ -104,7 +104,7 @@ def test_chat_template_kwargs_from_the_command_line_and_the_request_are_rendered
 
     no_thinking = "<|im_start|>assistant\n<think>\n\n</think>\n\n"
     logs = tmp_path / "logs"
-    extra = ["--chat-template-kwargs", '{"enable_thinking": false}']
+    extra = ["--chat-template-kwargs", '{"enable_thinking": false}', "--history", history]
     standin = StandIn(lambda conversation: qwen3_output("Hi."))
     with standin, Gateway(standin.url, logs, api=api, extra=extra) as gw:
         body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
@@ -123,6 +123,9 @@ def test_chat_template_kwargs_from_the_command_line_and_the_request_are_rendered
         {"enable_thinking": False},
         {"enable_thinking": True},
     ]
+    if history == "canonical":
+        # A request's own options are rendered whole, and the turn says why.
+        assert [t.metadata.get("history_reason") for t in turns if t.metadata] == ["no held turn", "template options"]
     refused = runner.invoke(
         app,
         ["serve", "--logs", str(tmp_path / "x"), "--upstream", "http://127.0.0.1:9", "--chat-template-kwargs", "[1]"],

@@ -16,7 +16,7 @@ from typing import Any
 
 from ...families import FamilyProfile, family_for, family_named
 from ..exchange import ChatRequest, Generation, OutputCall, UpstreamError, assistant_message
-from ..history import CanonicalHistory, RenderedHistory
+from ..history import RENDERED, TEMPLATE_OPTIONS, CanonicalHistory, RenderedHistory
 from ..template import ChatTemplate
 from .base import INLINE_BYTES, Upstream, check_lengths, tool_arguments_object, with_arguments
 
@@ -64,6 +64,7 @@ class GenerateUpstream(Upstream):
         profile = self.profile()
         messages, tools = self.prepare(request)
         history = self.history()
+        canonical = isinstance(history, CanonicalHistory)
         own = request.chat_template_kwargs
         if own:
             # A request's own template options: rendered whole with them, and not held for canonical.
@@ -136,7 +137,8 @@ class GenerateUpstream(Upstream):
             upstream_id=str(meta["id"]) if "id" in meta else None,
             cached_tokens=int(meta.get("cached_tokens") or 0),
             notes={
-                **(prompt.metadata() if isinstance(history, CanonicalHistory) else {}),
+                **(prompt.metadata() if canonical and not own else {}),
+                **({"history": RENDERED, "history_reason": TEMPLATE_OPTIONS} if canonical and own else {}),
                 **({"chat_template_kwargs": kwargs} if kwargs else {}),
             },
         )
