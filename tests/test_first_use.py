@@ -131,3 +131,29 @@ def test_chat_template_kwargs_from_the_command_line_and_the_request_are_rendered
         ["serve", "--logs", str(tmp_path / "x"), "--upstream", "http://127.0.0.1:9", "--chat-template-kwargs", "[1]"],
     )
     assert refused.exit_code == EXIT_USAGE and "a JSON object is needed, not list" in refused.stderr
+
+
+def test_every_npm_install_script_is_approved_so_npm_ci_does_not_warn() -> None:
+    """npm warns about install scripts allowScripts does not cover; Claude Code's postinstall is needed."""
+    import json
+
+    npm = REPO / "tests" / "npm"
+    lock = json.loads((npm / "package-lock.json").read_text(encoding="utf-8"))
+    packages = lock["packages"].items()
+    scripted = {path.rpartition("node_modules/")[2] for path, p in packages if p.get("hasInstallScript")}
+    allowed = json.loads((npm / "package.json").read_text(encoding="utf-8")).get("allowScripts", {})
+    assert scripted and scripted == {name for name, ok in allowed.items() if ok}
+
+
+def test_the_readme_says_what_its_test_command_skips_and_why() -> None:
+    """The tests that skip without ../shared or torch are the ones the README names."""
+    readme = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
+    shared = sorted(
+        f"tests/{path.name}"
+        for path in (REPO / "tests").glob("test_*.py")
+        if path.name != Path(__file__).name and "assert_copy_matches_shared(" in path.read_text(encoding="utf-8")
+    )
+    assert len(shared) == 2
+    said = readme.split("The command skips", 1)[1].split("instead of skipping", 1)[0]
+    assert all(f"`{name}`" in said for name in shared)
+    assert "slime export tests without torch" in said and "`../shared`" in said
