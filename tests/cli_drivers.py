@@ -145,8 +145,11 @@ def run_codex(
     files: Mapping[str, str] | None = None,
     model: str = "qwen3",
     timeout: float = 120.0,
+    sandbox: str | None = None,
 ) -> CliRun:
-    """``codex exec --skip-git-repo-check TASK`` with a provider at ``base_url + "/v1"``, ``wire_api = "responses"``.
+    """``codex exec --skip-git-repo-check [--sandbox SANDBOX] TASK``, a provider at ``base_url + "/v1"``.
+
+    The provider's ``wire_api`` is ``"responses"``; ``sandbox`` ``workspace-write`` lets the task write files.
 
     ``base_url`` is the server root (Codex appends ``/responses`` to the provider's ``base_url``, which here ends
     in ``/v1``); the session id travels as ``OPENAI_API_KEY`` (``Authorization: Bearer <session>``). stdout is
@@ -169,5 +172,5 @@ def run_codex(
     )
     env = _base_env(home)
     env.update({"CODEX_HOME": str(home), "OPENAI_API_KEY": session})
-    argv = [str(binary), "exec", "--skip-git-repo-check", task]
+    argv = [str(binary), "exec", "--skip-git-repo-check", *(("--sandbox", sandbox) if sandbox else ()), task]
     return _run("codex", argv, env, workdir, timeout)

@@ -92,25 +92,42 @@ def test_error_messages_print_brackets_in_paths_as_they_are(tmp_path: Path) -> N
     assert f"ERROR {missing}: no such log folder" in result.stderr
 
 
-@pytest.mark.parametrize("content", ["empty", "jsonl"])
-def test_a_folder_without_parquet_logs_is_an_error_and_nothing_is_written(tmp_path: Path, content: str) -> None:
+NOT_YET = [
+    "no turn-log Parquet file here yet: the folder holds no files but hidden ones, as a log folder does while a "
+    "writer (tito serve, TurnLogWriter) has not flushed its first turns",
+    "TIP a writer's first Parquet file appears at its first flush: tito serve flushes within --flush-every "
+    "seconds (10 by default) of a recorded turn, and when it stops",
+]
+NOT_A_LOG = [
+    "no turn-log Parquet file found here (searched recursively for *.parquet)",
+    "TIP tito reads the Parquet turn logs TurnLogWriter writes (docs/capture.md); "
+    "convert logs in another format with tito import",
+]
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [("empty", NOT_YET), ("hidden temporary", NOT_YET), ("jsonl", NOT_A_LOG)],
+)
+def test_a_folder_without_parquet_logs_is_an_error_and_nothing_is_written(
+    tmp_path: Path, content: str, expected: list[str]
+) -> None:
+    """A folder a writer has not flushed into yet (empty, or its hidden temporaries) is said to be one."""
     logs = tmp_path / "logs"
     logs.mkdir()
     if content == "jsonl":
         (logs / "turns.jsonl").write_text('{"session_id": "a"}\n', encoding="utf-8")
+    if content == "hidden temporary":
+        (logs / ".turns-0001-3f2a9c1b7d4e.tmp").write_bytes(b"PAR1")
     out = tmp_path / "samples.parquet"
     result = runner.invoke(app, ["rebuild", str(logs), "--out", str(out)])
     assert result.exit_code == EXIT_BAD_INPUT, result.output
-    assert result.stderr.splitlines() == [
-        f"ERROR {logs}: no turn-log Parquet file found here (searched recursively for *.parquet)",
-        "TIP tito reads the Parquet turn logs TurnLogWriter writes (docs/capture.md); "
-        "convert logs in another format with tito import",
-    ]
+    assert result.stderr.splitlines() == [f"ERROR {logs}: {expected[0]}", expected[1]]
     assert list(tmp_path.iterdir()) == [logs]
     for command in (["ls", str(logs)], ["stats", str(logs)], ["dump", str(logs), "--out", str(tmp_path / "d")]):
         listed = runner.invoke(app, command)
         assert listed.exit_code == EXIT_BAD_INPUT, command
-        assert "no turn-log Parquet file found" in listed.stderr
+        assert expected[0] in listed.stderr
     assert list(tmp_path.iterdir()) == [logs]
 
 

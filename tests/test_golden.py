@@ -401,7 +401,7 @@ def test_recorded_tokenizer_must_be_found(tmp_path: Path) -> None:
     error, tip = result.stderr.splitlines()
     assert error == (
         "ERROR the log's tokenizer 'no/such/tokenizer' is not found here (tried the folder no/such/tokenizer "
-        f"from {logs} (and above) and the working directory)"
+        f"from {logs} (and above) and the working directory; tito's shipped tokenizers (qwen3, small))"
     )
     assert tip.startswith("TIP pass --tokenizer PATH (a folder with tokenizer.json), or --tokenizer NAME=PATH")
     assert tip.endswith("; or pass --no-decode to dump token ids")

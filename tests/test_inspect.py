@@ -436,7 +436,10 @@ def test_recorded_tokenizer_not_found_falls_back_to_ids(tmp_path: Path) -> None:
     assert code == EXIT_OK
     note = " ".join(err.split())
     assert note.startswith("the log's tokenizer 'no/such/tokenizer' is not found here (tried the folder no/such/")
-    assert note.endswith("and the working directory): showing token ids (pass --tokenizer PATH)")
+    assert note.endswith(
+        "and the working directory; tito's shipped tokenizers (qwen3, small)): "
+        "showing token ids (pass --tokenizer PATH)"
+    )
     assert lines[-1].startswith("[") and all(w.strip("[]").isdigit() for w in lines[-1].split())
 
 

@@ -22,8 +22,9 @@ from typing import Any
 
 from transformers import AutoTokenizer
 
+from tito_cli.serve.demo.wire import ChatAnswer, assistant_message
+
 from .helpers import REPO
-from .vllm_wire import ChatAnswer, assistant_message
 
 __all__ = ["Upstream"]
 

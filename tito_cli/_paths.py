@@ -11,6 +11,7 @@ import re
 __all__ = [
     "FIXTURE_TOKENIZER",
     "QWEN3_TOKENIZER",
+    "SHIPPED_NAMES",
     "safe_filename",
 ]
 
@@ -18,6 +19,8 @@ __all__ = [
 #: the package ships a copy of each, see ``tito_cli.tokenizer.SHIPPED``).
 FIXTURE_TOKENIZER = "fixtures/tokenizer"
 QWEN3_TOKENIZER = "fixtures/tokenizers/qwen3"
+#: The short names a user types for the shipped tokenizers (``--tokenizer qwen3``).
+SHIPPED_NAMES = {"qwen3": QWEN3_TOKENIZER, "small": FIXTURE_TOKENIZER}
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 

@@ -11,7 +11,8 @@ order, and says what it tried when nothing fits:
 2. an existing folder: as given when absolute; a relative name against each
    log folder and the folders above it, then against the working directory;
 3. a tokenizer shipped inside tito (the simulator's, by the names its logs
-   record), so that the demo logs decode after any install;
+   record, or by its short name: ``qwen3``, ``small``), so that the demo logs
+   decode after any install;
 4. a Hugging Face hub id already in the local cache (``HF_HUB_CACHE``, or
    ``HF_HOME/hub``, or ``~/.cache/huggingface/hub``), read offline: this
    never reaches the network.
@@ -32,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ._paths import FIXTURE_TOKENIZER, QWEN3_TOKENIZER
+from ._paths import FIXTURE_TOKENIZER, QWEN3_TOKENIZER, SHIPPED_NAMES
 from .errors import TokenizerError
 
 __all__ = [
@@ -129,11 +130,14 @@ def resolve(
     folder = _find_folder(wanted, list(log_dirs), tried)
     if folder is not None:
         return folder
-    if wanted in SHIPPED:
-        shipped = shipped_folder(wanted)
+    recorded = SHIPPED_NAMES.get(wanted, wanted)
+    if recorded in SHIPPED:
+        shipped = shipped_folder(recorded)
         if shipped is not None:
             return shipped
         tried.append(f"tito's shipped copy of {wanted}")
+    else:
+        tried.append(f"tito's shipped tokenizers ({', '.join(SHIPPED_NAMES)})")
     cached = _from_hub_cache(wanted, tried)
     if cached is not None:
         return cached

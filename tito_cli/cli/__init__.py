@@ -29,11 +29,12 @@ __all__ = ["app", "main"]
 #: The command modules, in the order ``tito --help`` lists their commands.
 COMMAND_MODULES = (
     "rebuild", "export", "import_traces", "inspect", "view", "ls", "stats", "dump", "check", "compact", "simulate",
-    "serve",
+    "serve", "demo_upstream",
 )
 #: Each command's name on the command line and the module that registers it.
 COMMANDS = {
-    **{name: name for name in COMMAND_MODULES if name != "import_traces"},
+    **{name: name for name in COMMAND_MODULES if name not in ("import_traces", "demo_upstream")},
+    "demo-upstream": "demo_upstream",
     "import": "import_traces",
     "export-exchanges": "import_traces",
 }

@@ -116,6 +116,8 @@ def inspect(
     chosen = policy_from(policy, fork_threshold, reward_mode, max_sample_tokens)
     corpus = open_logs(folder, unfinished)
     result = _session(corpus.session(session, chosen), sample)
+    if seqs is not None:
+        _check_turns(result, seqs, turns or "")
 
     text, note = TokenText(), None
     if ("samples" in views or "drift" in views or drift) and not ids:
@@ -168,6 +170,18 @@ def _session(result: SessionResult | Reject, sample: int | None) -> SessionResul
             param_hint="--sample",
         )
     return result
+
+
+def _check_turns(result: SessionResult, seqs: range, asked: str) -> None:
+    """--turns must name at least one of the session's turns (else the error says which it has)."""
+    have = sorted(t.seq for t in result.tree.turns)
+    if not any(seq in seqs for seq in have):
+        held = "none" if not have else (f"seq {have[0]}" if len(have) == 1 else f"seq {have[0]} to {have[-1]}")
+        raise typer.BadParameter(
+            f"session {result.session_id} has no turn in {asked}: its {len(have)} turn"
+            f"{'' if len(have) == 1 else 's'} are {held}",
+            param_hint="--turns",
+        )
 
 
 def _show_drift_only(

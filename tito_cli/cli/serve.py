@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import typer
 
+from .._paths import SHIPPED_NAMES
 from ..errors import MissingDependencyError
+from ..families import FAMILIES
 from .app import app, exit_codes_help, guarded
 
 
@@ -27,10 +31,23 @@ def serve(
         "chat: an OpenAI-compatible server returning token ids (vLLM return_token_ids).",
     ),
     tokenizer: str = typer.Option(
-        None, "--tokenizer", help="The tokenizer (hub name, folder) to render with and record; default: --model."
+        None,
+        "--tokenizer",
+        help="The tokenizer to render with and record: a hub id in the local Hugging Face cache, a folder, or a "
+        f"shipped name ({', '.join(SHIPPED_NAMES)}); NAME=PATH records NAME and loads PATH. Default: --model.",
     ),
     parser: str = typer.Option(
-        None, "--parser", help="The output parser's model family for generate (default: from the tokenizer)."
+        None,
+        "--parser",
+        help="The output parser's model family for generate: "
+        f"{', '.join(FAMILIES.names())} (default: recognised from the tokenizer).",
+    ),
+    chat_template_kwargs: str = typer.Option(
+        None,
+        "--chat-template-kwargs",
+        help='Options every prompt is rendered with, as a JSON object (e.g. \'{"enable_thinking": false}\' for '
+        "Qwen3): applied when the gateway renders (generate), forwarded as chat_template_kwargs (chat); a Chat "
+        "Completions request's own chat_template_kwargs override them; recorded in each turn's metadata.",
     ),
     history: str = typer.Option(
         "render",
@@ -73,12 +90,14 @@ def serve(
         raise MissingDependencyError(
             f"tito serve needs the serve extra ({exc.name} is missing)", tip='pip install "tito-cli[serve]"'
         ) from None
+    options = _json_object(chat_template_kwargs)
     config = ServeConfig(
         logs=logs,
         upstream=upstream,
         upstream_api=upstream_api,
         tokenizer=tokenizer,
         parser=parser,
+        chat_template_kwargs=options,
         history=history,
         model=model,
         host=host,
@@ -94,3 +113,18 @@ def serve(
         run_gateway(config, log_level=log_level)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
+
+
+def _json_object(text: str | None) -> dict[str, Any]:
+    """``--chat-template-kwargs``: a JSON object, or a usage error saying what it is instead."""
+    if text is None:
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise typer.BadParameter(f"not JSON ({exc})", param_hint="--chat-template-kwargs") from None
+    if not isinstance(value, dict):
+        raise typer.BadParameter(
+            f"a JSON object is needed, not {type(value).__name__}", param_hint="--chat-template-kwargs"
+        )
+    return value

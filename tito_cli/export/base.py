@@ -73,6 +73,8 @@ class Sink(ABC):
     name: ClassVar[str]
     #: One line for help texts and docs.
     summary: ClassVar[str]
+    #: What of the samples the format does not hold, said once per export (``""``: it holds everything).
+    leaves_out: ClassVar[str] = ""
     #: The format's options (a dataclass); a format without options keeps :class:`NoOptions`.
     Options: ClassVar[type[Any]] = NoOptions
 

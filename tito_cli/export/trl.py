@@ -43,6 +43,7 @@ class TRLOptions:
 class TRLDataset(PretokenizedParquet):
     name = "trl"
     summary = "TRL pretokenized SFT Parquet: input_ids, assistant_masks (and labels)"
+    leaves_out = "rewards and logprobs (SFT: TRL trains on the masked tokens; --to slime keeps both)"
     Options = TRLOptions
     table_name = "trl"
 

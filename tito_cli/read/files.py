@@ -176,13 +176,30 @@ def require_logs(found: list[Path], paths: Iterable[str | Path]) -> list[Path]:
     """
     if found:
         return found
+    paths = list(paths)
     where = ", ".join(str(p) for p in paths) or "(no path given)"
+    if paths and all(_not_written_yet(Path(p)) for p in paths):
+        raise LogError(
+            "no turn-log Parquet file here yet: the folder holds no files but hidden ones, as a log folder does "
+            "while a writer (tito serve, TurnLogWriter) has not flushed its first turns",
+            file=where,
+            tip="a writer's first Parquet file appears at its first flush: tito serve flushes within --flush-every "
+            "seconds (10 by default) of a recorded turn, and when it stops",
+        )
     raise LogError(
         "no turn-log Parquet file found here (searched recursively for *.parquet)",
         file=where,
         tip="tito reads the Parquet turn logs TurnLogWriter writes (docs/capture.md); "
         "convert logs in another format with tito import",
     )
+
+
+def _not_written_yet(path: Path) -> bool:
+    """A folder holding nothing but hidden entries (a writer's temporaries, journals) or nothing at all."""
+    try:
+        return path.is_dir() and all(name.startswith(".") for name in os.listdir(path))
+    except OSError:
+        return False
 
 
 def _file_id(path: Path) -> tuple[int, int] | None:

@@ -53,6 +53,7 @@ FLAGS = {
     "merged": "rewrite merged",
     "rejected": "rejected",
     "nosamples": "no samples",
+    "unfinished": "unfinished",
 }
 #: Filters by the policy's per-sample flags (slime-0.3, docs/spec.md §8.6): row flag → (sample flag, label).
 #: Shown when some sample of the page carries flags; a session has the row flag when any of its samples does.
@@ -227,6 +228,11 @@ def _policy_flags(item: SessionResult | Reject) -> list[str] | None:
     return [key for key, (flag, _) in POLICY_FLAGS.items() if any(f.get(flag) for f in carried)]
 
 
+def _count(n: int, word: str) -> str:
+    """``1 session``, ``2 sessions``."""
+    return f"{n:,} {word}{'' if n == 1 else 's'}"
+
+
 def _table_row(row: dict[str, Any], policy_flags: list[str] | None = None) -> dict[str, Any]:
     cells = {}
     sort = {}
@@ -235,6 +241,8 @@ def _table_row(row: dict[str, Any], policy_flags: list[str] | None = None) -> di
         sort[key] = "" if value is None else value
         if value is None:
             cells[key] = ""
+        elif isinstance(value, bool):
+            cells[key] = "yes" if value else "no"
         elif key == "reward":
             cells[key] = f"{value:g}"
         elif key in _NUMERIC:
@@ -252,6 +260,8 @@ def _table_row(row: dict[str, Any], policy_flags: list[str] | None = None) -> di
         flags.append("rejected")
     if not row["samples"]:
         flags.append("nosamples")
+    if row["unfinished"]:
+        flags.append("unfinished")
     flags += policy_flags or []
     hot = {key: bool(row[key]) for key in _HOT}
     hot["samples"] = row["samples"] == 0
@@ -330,8 +340,8 @@ def view_page(
         ("samples", f"{stats['samples']:,}", ""),
         ("trained tokens", f"{stats['tokens']['trained']:,}", "loss 1"),
         ("context tokens", f"{stats['tokens']['context']:,}", "loss 0 in response regions"),
-        ("forks", f"{f['total']:,}", f"in {f['sessions']:,} sessions"),
-        ("realigns", f"{stats['realigns']['total']:,}", f"in {stats['realigns']['sessions']:,} sessions"),
+        ("forks", f"{f['total']:,}", f"in {_count(f['sessions'], 'session')}"),
+        ("realigns", f"{stats['realigns']['total']:,}", f"in {_count(stats['realigns']['sessions'], 'session')}"),
         ("rewrite merges", f"{stats['rewrite_merges']:,}", ""),
     ]
     return _render(

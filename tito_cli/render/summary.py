@@ -126,6 +126,8 @@ def render_export_summary(summary: ExportSummary) -> RenderableType:
         lines.append("sample lengths (tokens): " + ", ".join(f"{k} {v:,}" for k, v in quantiles.items()))
     if summary.format == "slime":
         lines.append(summary.rollout_ids.line())
+    if summary.leaves_out:
+        lines.append(f"not written: {summary.leaves_out}")
     parts: list[RenderableType] = [Text(one_line(line)) for line in lines]
     parts.extend(_warnings(summary.warnings))
     parts.extend(_wrote(summary.files, summary.format))

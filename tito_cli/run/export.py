@@ -41,6 +41,8 @@ class ExportSummary:
     samples_written: int = 0
     groups: GroupCounts = field(default_factory=GroupCounts)
     warnings: list[str] = field(default_factory=list)
+    #: What the format does not hold (its sink's ``leaves_out``).
+    leaves_out: str = ""
     #: Each sample's length in tokens, in file order.
     lengths: array[int] = field(default_factory=lambda: array("q"))
     #: slime's rollout id of each session, checked (missing, shared).
@@ -171,4 +173,5 @@ def export_samples(
     summary.files = list(sink.files)
     summary.samples_written = sink.samples_written
     summary.warnings = list(sink.warnings)
+    summary.leaves_out = sink.leaves_out
     return summary

@@ -120,7 +120,7 @@ class Gateway:
             self._template_error = "the gateway was started without --tokenizer"
             return
         try:
-            self._template = await self.offload(ChatTemplate, name)
+            self._template = await self.offload(ChatTemplate.configured, self.config)
         except TokenizerError as exc:
             if self.upstream_class.renders:
                 raise

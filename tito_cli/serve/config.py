@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 __all__ = ["ServeConfig"]
 
@@ -21,13 +22,18 @@ class ServeConfig:
     #: returning token ids, vLLM's ``return_token_ids``).
     upstream_api: str = "generate"
     #: The tokenizer (hub name, shipped name or folder) the log records and ``generate`` renders with;
-    #: default: ``model``.
+    #: default: ``model``. ``NAME=PATH``, as the other commands take it: the log records ``NAME``, the
+    #: tokenizer is loaded from ``PATH``.
     tokenizer: str | None = None
     #: The output parser's family for ``generate`` (``--parser``); default: recognised from the tokenizer.
     parser: str | None = None
     #: How ``generate`` builds prompt ids: ``render`` every conversation whole, or continue the
     #: ``canonical`` token history the gateway produced (docs/spec.md §11).
     history: str = "render"
+    #: Options every prompt is rendered with (``--chat-template-kwargs``, e.g. ``{"enable_thinking": false}``):
+    #: applied by the gateway's render (generate), forwarded as ``chat_template_kwargs`` (chat); a Chat
+    #: Completions request's own ``chat_template_kwargs`` override them key by key.
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     #: The model name sent upstream and listed by ``GET /v1/models``; default: the tokenizer's name.
     model: str | None = None
     host: str = "127.0.0.1"
@@ -58,8 +64,17 @@ class ServeConfig:
 
     @property
     def tokenizer_name(self) -> str | None:
-        return self.tokenizer or self.model
+        """The tokenizer's name, as the log records it (``NAME`` of ``NAME=PATH``)."""
+        if self.tokenizer:
+            return self.tokenizer.partition("=")[0] or self.tokenizer
+        return self.model
+
+    @property
+    def tokenizer_folder(self) -> str | None:
+        """Where the tokenizer is loaded from when ``--tokenizer NAME=PATH`` says (else ``None``: the name)."""
+        name, sep, path = (self.tokenizer or "").partition("=")
+        return path if sep and name and path else None
 
     @property
     def model_name(self) -> str:
-        return self.model or self.tokenizer or "tito"
+        return self.model or self.tokenizer_name or "tito"

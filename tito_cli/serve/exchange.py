@@ -78,6 +78,8 @@ class ChatRequest:
     #: The client's body in bytes (how heavy the request is to serialise again).
     size: int = 0
     notes: dict[str, Any] = field(default_factory=dict)
+    #: The request's own chat-template options (the Chat Completions dialect's ``chat_template_kwargs``).
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     #: What only the dialect reads back when it answers (``stream_options``, the request's tools).
     options: dict[str, Any] = field(default_factory=dict)
 

@@ -67,6 +67,7 @@ NO_NEW_MESSAGES = "no new messages"
 NEW_ASSISTANT_MESSAGE = "new assistant message"
 OUTPUT_NOT_ENDED = "output not ended"
 NOT_APPEND_ONLY = "template not append-only"
+TEMPLATE_OPTIONS = "template options"
 REASONS = (
     NO_HELD_TURN,
     TOOLS_CHANGED,
@@ -75,6 +76,7 @@ REASONS = (
     NEW_ASSISTANT_MESSAGE,
     OUTPUT_NOT_ENDED,
     NOT_APPEND_ONLY,
+    TEMPLATE_OPTIONS,
 )
 
 CANONICAL = "canonical"

@@ -48,7 +48,7 @@ def prepare(config: ServeConfig) -> ChatTemplate | None:
             raise TokenizerError(f"--upstream-api {upstream.name} renders prompts itself: it needs --tokenizer")
         return None
     try:
-        template = ChatTemplate(name)
+        template = ChatTemplate.configured(config)
     except TokenizerError:
         if upstream.renders:
             raise

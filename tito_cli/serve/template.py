@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, cast
 
 from ..errors import TokenizerError
 from ..families import FamilyProfile, family_for, family_named, shipped_template
-from ..tokenizer import load, resolve
+from ..tokenizer import TokenizerChoice, load, resolve
+from .config import ServeConfig
 from .exchange import ClientError
 
 __all__ = ["ChatTemplate"]
@@ -19,9 +21,15 @@ class ChatTemplate:
     straight to the Rust tokenizer (the transformers wrapper would toggle truncation state per call).
     """
 
-    def __init__(self, name: str, family: str | None = None) -> None:
+    def __init__(
+        self, name: str, family: str | None = None, *, folder: str | None = None, options: Mapping[str, Any] = {}
+    ) -> None:
         self.name = name
-        self.folder = resolve(name, label=f"tokenizer {name!r} (--tokenizer)")
+        #: ``--chat-template-kwargs``: what every render passes the template (a request's own override them).
+        self.options = dict(options)
+        # --tokenizer NAME=PATH: the log records NAME, the tokenizer is loaded from PATH.
+        choice = TokenizerChoice(mapping={name: folder}) if folder else None
+        self.folder = resolve(name, choice=choice, label=f"tokenizer {name!r} (--tokenizer)")
         self.tokenizer = load(self.folder)
         #: The model family (named, else recognised): how its servers hand messages to the template.
         self.family: FamilyProfile | None = family_named(family) if family else family_for(name, self.tokenizer)
@@ -34,13 +42,24 @@ class ChatTemplate:
                 raise TokenizerError("the tokenizer has no chat template", file=self.folder)
         self._backend = self.tokenizer.backend_tokenizer
 
-    def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> str:
-        """The prompt text, ending with the assistant generation prompt."""
+    @classmethod
+    def configured(cls, config: ServeConfig) -> ChatTemplate:
+        """The template ``tito serve`` renders with: ``--tokenizer`` (``NAME=PATH`` too), ``--chat-template-kwargs``."""
+        name = config.tokenizer_name
+        assert name is not None, "a tokenizer name first"
+        return cls(name, folder=config.tokenizer_folder, options=config.chat_template_kwargs)
+
+    def render(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, options: Mapping[str, Any] = {}
+    ) -> str:
+        """The prompt text, ending with the assistant generation prompt (``options``: the template's kwargs)."""
         import jinja2
 
         if self.family is not None:
             messages = self.family.server_messages(messages)
-        extra: dict[str, Any] = {} if self.template is None else {"chat_template": self.template}
+        extra: dict[str, Any] = {**self.options, **options}
+        if self.template is not None:
+            extra["chat_template"] = self.template
         try:
             text = self.tokenizer.apply_chat_template(
                 messages, tools=cast(Any, tools), tokenize=False, add_generation_prompt=True, **extra

@@ -24,6 +24,7 @@
     return node;
   }
   const fmt = (n) => (n === null || n === undefined ? "" : Number(n).toLocaleString("en-US"));
+  const count = (n, one, many) => `${fmt(n)} ${n === 1 ? one : many}`;
   const sessionHref = (sid, rest) => "#/s/" + encodeURIComponent(sid) + (rest || "");
 
   // -- the corpus table -------------------------------------------------------------------
@@ -42,7 +43,7 @@
       row.hidden = !ok;
       shown += ok;
     }
-    filterCount.textContent = `${shown} of ${rows.length} sessions`;
+    filterCount.textContent = `${shown} of ${count(rows.length, "session", "sessions")}`;
   }
   filterText.addEventListener("input", applyFilter);
   flagBoxes.forEach((b) => b.addEventListener("change", applyFilter));
@@ -227,7 +228,7 @@
     const head = el("div", { class: "session-head" },
       el("div", {}, el("a", { href: "#/", text: "← all sessions" })),
       el("h1", { text: s.id }),
-      el("div", { class: "facts", text: `reward ${h.reward}${h.finished ? "" : " (no sessions row)"} · ${fmt(h.turns)} turns · ${fmt(h.leaves)} leaves · ${fmt(h.samples)} samples` }),
+      el("div", { class: "facts", text: `reward ${h.reward}${h.finished ? "" : " (no sessions row)"} · ${count(h.turns, "turn", "turns")} · ${count(h.leaves, "leaf", "leaves")} · ${count(h.samples, "sample", "samples")}` }),
       el("div", { class: "facts", text: `tokens trained ${fmt(h.trained_tokens)} · context ${fmt(h.context_tokens)} · forks ${forks} (${s.fork_summary}) · realigns ${h.realigns} · rewrite merges ${h.rewrite_merges}` }));
     if (s.notes.length) head.append(el("div", { class: "facts warn", text: s.notes.join(" · ") }));
     return head;

@@ -83,6 +83,9 @@ class ChatCompletions(Dialect):
             request.stop = (
                 [stop] if isinstance(stop, str) else [want(s, str, "stop[]") for s in want(stop, list, "stop")]
             )
+        kwargs = body.get("chat_template_kwargs")
+        if kwargs is not None:
+            request.chat_template_kwargs = dict(want(kwargs, dict, "chat_template_kwargs"))
         options = body.get("stream_options")
         request.options["include_usage"] = bool(isinstance(options, dict) and options.get("include_usage"))
         return request

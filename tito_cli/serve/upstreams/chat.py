@@ -35,6 +35,9 @@ class ChatUpstream(Upstream):
         }
         if tools:
             body["tools"] = tools
+        kwargs = {**self.config.chat_template_kwargs, **request.chat_template_kwargs}
+        if kwargs:
+            body["chat_template_kwargs"] = kwargs  # vLLM passes them to its render
         limit = self.max_tokens(request)
         if limit is not None:
             body["max_tokens"] = limit
@@ -85,4 +88,5 @@ class ChatUpstream(Upstream):
             tools=tools,
             response_message=assistant_message(content, reasoning or None, calls, tool_arguments_text),
             upstream_id=str(answer.get("id")) if answer.get("id") else None,
+            notes={"chat_template_kwargs": kwargs} if kwargs else {},
         )

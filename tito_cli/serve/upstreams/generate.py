@@ -16,7 +16,8 @@ from typing import Any
 
 from ...families import FamilyProfile, family_for, family_named
 from ..exchange import ChatRequest, Generation, OutputCall, UpstreamError, assistant_message
-from ..history import CanonicalHistory, RenderedHistory
+from ..history import RENDERED, TEMPLATE_OPTIONS, CanonicalHistory, RenderedHistory
+from ..template import ChatTemplate
 from .base import INLINE_BYTES, Upstream, check_lengths, tool_arguments_object, with_arguments
 
 __all__ = ["GenerateUpstream"]
@@ -63,7 +64,13 @@ class GenerateUpstream(Upstream):
         profile = self.profile()
         messages, tools = self.prepare(request)
         history = self.history()
+        canonical = isinstance(history, CanonicalHistory)
+        own = request.chat_template_kwargs
+        if own:
+            # A request's own template options: rendered whole with them, and not held for canonical.
+            history = RenderedHistory(_WithOptions(template, own))
         prompt = await self.offload(history.prompt, session_id, messages, tools)
+        kwargs = {**template.options, **own}
         prompt_ids = prompt.ids
         sampling: dict[str, Any] = {
             "max_new_tokens": self.max_tokens(request) or self.config.default_max_tokens,
@@ -129,5 +136,26 @@ class GenerateUpstream(Upstream):
             response_message=response,
             upstream_id=str(meta["id"]) if "id" in meta else None,
             cached_tokens=int(meta.get("cached_tokens") or 0),
-            notes=prompt.metadata() if isinstance(history, CanonicalHistory) else {},
+            notes={
+                **(prompt.metadata() if canonical and not own else {}),
+                **({"history": RENDERED, "history_reason": TEMPLATE_OPTIONS} if canonical and own else {}),
+                **({"chat_template_kwargs": kwargs} if kwargs else {}),
+            },
         )
+
+
+class _WithOptions:
+    """The gateway's template rendering with a request's own chat-template options."""
+
+    def __init__(self, template: ChatTemplate, options: dict[str, Any]) -> None:
+        self.template = template
+        self.options = options
+
+    def render(self, messages: list[dict[str, Any]], tools: Any) -> str:
+        return self.template.render(messages, tools, self.options)
+
+    def encode(self, text: str) -> list[int]:
+        return self.template.encode(text)
+
+    def decode(self, ids: list[int]) -> str:
+        return self.template.decode(ids)

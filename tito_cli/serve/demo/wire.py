@@ -1,9 +1,9 @@
-"""vLLM's chat-completions answer with ``return_token_ids``, as both stand-ins put it on the wire.
+"""vLLM's chat-completions answer with ``return_token_ids``, as the demo upstream puts it on the wire.
 
-``serve_standin.py`` (the gateway tests) and ``vllm_upstream.py`` (the rLLM gateway tests) model
-different things, but answer in one shape: ``prompt_token_ids`` at the root, ``choices[0].token_ids``,
-logprobs in ``choices[0].logprobs.content[]``; streamed, the prompt ids on the first chunk and one
-token id per chunk after it, the last chunk with an empty content delta and the finish reason.
+``prompt_token_ids`` at the root, ``choices[0].token_ids``, logprobs in ``choices[0].logprobs.content[]``
+(vLLM's ``ChatCompletionResponse`` with ``return_token_ids``); streamed, the prompt ids on the first chunk
+and one token id per chunk after it, the last chunk with an empty content delta and the finish reason.
+The tests' rLLM-gateway stand-in (``tests/vllm_upstream.py``) answers in this shape too.
 """
 
 from __future__ import annotations

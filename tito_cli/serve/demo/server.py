@@ -1,0 +1,289 @@
+"""DemoUpstream: SGLang's native ``/generate`` and vLLM's chat wire, answered through a real tokenizer.
+
+It follows the wires exactly where the gateway reads them (``../shared/formats/WIRE.md``):
+
+* ``POST /generate`` (SGLang ``GenerateReqInput``): ``input_ids`` (or ``text``) and
+  ``sampling_params`` in; ``text``, ``output_ids`` and ``meta_info`` (``id``, ``finish_reason`` as a
+  dict ``{"type": "stop", "matched": id}`` / ``{"type": "length", "length": n}``, ``prompt_tokens``,
+  ``completion_tokens``, ``cached_tokens``, and with ``return_logprob`` ``output_token_logprobs`` as
+  ``[logprob, token_id, text or null]``) out; ``stream`` gives ``data:`` chunks with the cumulative
+  text, ids and logprobs, then ``data: [DONE]``.
+* ``POST /v1/chat/completions`` (vLLM with ``return_token_ids``): it renders the chat template itself
+  (with the request's ``chat_template_kwargs``), answers ``prompt_token_ids`` at the root,
+  ``choices[0].token_ids``, logprobs in ``choices[0].logprobs.content[]``, the message parsed by the
+  family's reasoning and tool parsers; streamed, the prompt ids come in the first chunk and token ids as
+  per-chunk deltas.
+* ``GET /v1/models``, ``GET /health``.
+
+A *script* maps the conversation of a request — the messages for chat (a :class:`~.agent.Messages`,
+carrying the request's tools), the decoded prompt text for generate — to the raw model output text;
+the server tokenizes it with the real tokenizer, appends the family's end-of-turn marker, cuts at
+``max_new_tokens`` / ``max_tokens`` (finish reason length), and gives each token a deterministic
+logprob. Every answer is kept in ``ledger`` (under a lock). It listens on 127.0.0.1 unless told
+otherwise, on a free port (or ``port``), in a background thread.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from ...families import family_named
+from .agent import Messages
+from .wire import ChatAnswer, assistant_message
+
+__all__ = ["DemoUpstream", "Script"]
+
+#: The request's conversation (messages for chat, the decoded prompt text for generate) -> raw output text.
+Script = Callable[[Any], str]
+
+
+class DemoUpstream:
+    """The server (a context manager); ``url`` is its base URL. ``tokenizer`` is a loaded transformers tokenizer."""
+
+    def __init__(
+        self,
+        script: Script,
+        tokenizer: Any,
+        *,
+        model: str = "tito-demo",
+        host: str = "127.0.0.1",
+        port: int = 0,
+        family: str = "qwen3",
+    ) -> None:
+        self.script = script
+        self.model = model
+        self.tokenizer = tokenizer
+        self._backend = tokenizer.backend_tokenizer
+        #: The model family whose outputs the script writes: its end marker ends an output that has none.
+        self.profile = family_named(family)
+        self.end = self._backend.token_to_id(self.profile.end_of_turn[0])
+        self.ledger: list[dict[str, Any]] = []
+        #: The client port of each POST, in arrival order: which requests shared a connection.
+        self.peers: list[int] = []
+        self._lock = threading.Lock()
+        self._closing = threading.Event()
+        self.server = ThreadingHTTPServer((host, port), self._handler())
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        self.url = f"http://{host}:{self.port}"
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True, name="demo-upstream")
+
+    def __enter__(self) -> DemoUpstream:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop serving: requests in flight are cut short, the port is released."""
+        self._closing.set()
+        self.server.shutdown()
+        self.server.server_close()
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)
+
+    def wait(self, seconds: float) -> bool:
+        """Sleep ``seconds`` or until the server closes (True then)."""
+        return self._closing.wait(seconds)
+
+    # -- the model ----------------------------------------------------------------------------
+
+    @staticmethod
+    def logprob(position: int, token: int) -> float:
+        """A deterministic, float32-exact logprob in [-1.52, -0.015] (what a sampler would report)."""
+        return -float(((token * 7 + position * 13) % 97) + 1) / 64.0
+
+    def encode(self, text: str) -> list[int]:
+        return list(self._backend.encode(text, add_special_tokens=False).ids)
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
+        return str(self._backend.decode(ids, skip_special_tokens=skip_special_tokens))
+
+    def _output(self, text: str, limit: int | None) -> tuple[list[int], bool]:
+        ended = text.endswith(self.profile.end_of_turn)  # (harmony's call ends <|call|>, not <|return|>)
+        ids = [*self.encode(text), *([] if ended else [self.end])]
+        if limit is not None and len(ids) > limit:
+            return ids[:limit], True
+        return ids, False
+
+    def _cached(self, prompt: list[int]) -> int:
+        """Tokens shared with the longest prefix among recent prompts (a radix cache's hit)."""
+        best = 0
+        for entry in self.ledger[-8:]:
+            n = 0
+            for a, b in zip(prompt, entry["prompt_ids"], strict=False):
+                if a != b:
+                    break
+                n += 1
+            best = max(best, n)
+        return best
+
+    def _log(self, entry: dict[str, Any]) -> None:
+        with self._lock:
+            entry["cached_tokens"] = self._cached(entry["prompt_ids"])
+            self.ledger.append(entry)
+
+    def generate(self, body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """SGLang's /generate answer (and its ledger entry)."""
+        prompt = list(body["input_ids"]) if body.get("input_ids") is not None else self.encode(body["text"])
+        sampling = body.get("sampling_params") or {}
+        output, cut = self._output(self.script(self.decode(prompt)), sampling.get("max_new_tokens", 128))
+        logprobs = [self.logprob(i, t) for i, t in enumerate(output)]
+        entry = {"api": "generate", "body": body, "prompt_ids": prompt, "output_ids": output, "logprobs": logprobs}
+        self._log(entry)
+        skip = sampling.get("skip_special_tokens", True)
+        finish = {"type": "length", "length": len(output)} if cut else {"type": "stop", "matched": self.end}
+        with_text = bool(body.get("return_text_in_logprobs"))
+        meta: dict[str, Any] = {
+            "id": body.get("rid") or secrets.token_hex(16),
+            "finish_reason": finish,
+            "prompt_tokens": len(prompt),
+            "completion_tokens": len(output),
+            "cached_tokens": entry["cached_tokens"],
+            "e2e_latency": 0.001,
+        }
+        if body.get("return_logprob"):
+            meta["output_token_logprobs"] = [
+                [lp, t, self.decode([t]) if with_text else None] for lp, t in zip(logprobs, output, strict=True)
+            ]
+        answer = {"text": self.decode(output, skip), "output_ids": output, "meta_info": meta}
+        return answer, entry
+
+    def generate_chunks(self, answer: dict[str, Any], skip: bool) -> list[dict[str, Any]]:
+        """The streamed form: cumulative text, ids and logprobs per chunk, the finish reason on the last."""
+        output = answer["output_ids"]
+        meta = answer["meta_info"]
+        chunks = []
+        for n in range(1, len(output) + 1):
+            last = n == len(output)
+            chunk_meta = {**meta, "finish_reason": meta["finish_reason"] if last else None, "completion_tokens": n}
+            if "output_token_logprobs" in meta:
+                chunk_meta["output_token_logprobs"] = meta["output_token_logprobs"][:n]
+            chunks.append({"text": self.decode(output[:n], skip), "output_ids": output[:n], "meta_info": chunk_meta})
+        return chunks
+
+    def chat(self, body: dict[str, Any]) -> tuple[ChatAnswer, dict[str, Any]]:
+        """vLLM's chat answer with return_token_ids, and its ledger entry."""
+        messages, tools = body["messages"], body.get("tools")
+        options = body.get("chat_template_kwargs") or {}
+        text = self.tokenizer.apply_chat_template(
+            messages, tools=tools, add_generation_prompt=True, tokenize=False, **options
+        )
+        prompt = self.encode(text)
+        limit = body.get("max_completion_tokens", body.get("max_tokens"))
+        output, cut = self._output(self.script(Messages(messages, tools)), limit)
+        logprobs = [self.logprob(i, t) for i, t in enumerate(output)]
+        entry = {"api": "chat", "body": body, "prompt_ids": prompt, "output_ids": output, "logprobs": logprobs}
+        self._log(entry)
+        parsed = self.profile.parse_output(self.decode(output))
+        calls = [
+            {
+                "id": f"chatcmpl-tool-{secrets.token_hex(8)}",
+                "type": "function",
+                "function": {"name": c.name, "arguments": json.dumps(c.arguments, ensure_ascii=False)},
+            }
+            for c in parsed.tool_calls
+        ]
+        finish = "length" if cut else ("tool_calls" if calls else "stop")
+        answer = ChatAnswer(
+            id=f"chatcmpl-{secrets.token_hex(8)}",
+            created=int(time.time()),
+            model=body.get("model", self.model),
+            prompt=prompt,
+            output=output,
+            tokens=[f"token_id:{t}" for t in output],
+            logprobs=logprobs,
+            message=assistant_message(parsed.content or None, calls, parsed.reasoning),
+            finish=finish,
+            want_ids=bool(body.get("return_token_ids")),
+            want_logprobs=bool(body.get("logprobs")),
+        )
+        return answer, entry
+
+    # -- HTTP --------------------------------------------------------------------------------
+
+    def before_generation(self, handler: BaseHTTPRequestHandler) -> bool:
+        """Called before each generation request is answered; False when ``handler`` already answered it.
+
+        The tests' stand-in overrides it to inject faults.
+        """
+        return True
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        upstream = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            # Headers and body go out in separate writes: without this, Nagle's algorithm and the
+            # client's delayed ACK hold every answer ~40 ms.
+            disable_nagle_algorithm = True
+
+            def log_message(self, format: str, *args: Any) -> None:  # quiet
+                pass
+
+            def error(self, status: int, message: str, kind: str) -> None:
+                self.send_json(status, {"object": "error", "message": message, "type": kind, "code": status})
+
+            def do_GET(self) -> None:
+                if self.path in ("/health", "/health_generate"):
+                    self.send_json(200, {})
+                elif self.path == "/v1/models":
+                    model = {"id": upstream.model, "object": "model", "created": 0, "owned_by": "tito-demo"}
+                    self.send_json(200, {"object": "list", "data": [model]})
+                else:
+                    self.error(404, "Not Found", "NotFoundError")
+
+            def do_POST(self) -> None:
+                with upstream._lock:
+                    upstream.peers.append(self.client_address[1])
+                try:
+                    body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
+                except ValueError:
+                    self.error(400, "invalid JSON", "BadRequestError")
+                    return
+                if self.path not in ("/generate", "/v1/chat/completions"):
+                    self.error(404, "Not Found", "NotFoundError")
+                    return
+                if not upstream.before_generation(self):
+                    return
+                if self.path == "/generate":
+                    answer, _ = upstream.generate(body)
+                    if body.get("stream"):
+                        skip = (body.get("sampling_params") or {}).get("skip_special_tokens", True)
+                        self.send_stream(upstream.generate_chunks(answer, skip))
+                    else:
+                        self.send_json(200, answer)
+                else:
+                    chat, _ = upstream.chat(body)
+                    if body.get("stream"):
+                        self.send_stream(chat.chunks(upstream.decode))
+                    else:
+                        self.send_json(200, chat.response())
+
+            def send_stream(self, chunks: list[dict[str, Any]]) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Connection", "close")
+                self.end_headers()
+                for chunk in chunks:
+                    self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                self.wfile.write(b"data: [DONE]\n\n")
+                self.wfile.flush()
+                self.close_connection = True
+
+            def send_json(self, status: int, payload: Any) -> None:
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        return Handler
