@@ -36,6 +36,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .._arrow import list_array, primitive_array, string_array
+from .._parquet import read_parquet_table
 from ..algorithm.policy import Policy
 from ..algorithm.session import SessionReport
 from ..errors import MissingDependencyError
@@ -261,7 +262,7 @@ def _file_rows(sid: str, paths: list[str], seqs: list[int | None]) -> list[RowRe
     """The file row of each of a session's rows (given in seq order, with their files and seqs)."""
     sources: list[RowRef] = [RowRef(path, -1) for path in paths]
     for path in sorted(set(paths)):
-        columns = pq.read_table(path, columns=["session_id", "seq"]).to_pydict()
+        columns = read_parquet_table(path, columns=["session_id", "seq"]).to_pydict()
         # This session's rows in the file, in the group's order: seq (null last), then file row.
         in_file = sorted(
             (q is None, q or 0, row)
