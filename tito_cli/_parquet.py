@@ -18,7 +18,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-__all__ = ["open_parquet_file", "parquet_writer", "read_parquet_table"]
+__all__ = ["checked_scan_options", "open_parquet_file", "parquet_writer", "read_parquet_table"]
 
 
 def parquet_writer(path: str | Path, schema: pa.Schema, **options: Any) -> pq.ParquetWriter:
@@ -34,3 +34,10 @@ def open_parquet_file(path: str | Path, **options: Any) -> pq.ParquetFile:
 def read_parquet_table(path: str | Path, **options: Any) -> pa.Table:
     """``pq.read_table``, every page checked against its checksum."""
     return pq.read_table(path, page_checksum_verification=True, **options)
+
+
+def checked_scan_options() -> Any:
+    """``pyarrow.dataset`` scan options that check every page against its checksum (for Ray Data's reader)."""
+    import pyarrow.dataset as pds
+
+    return pds.ParquetFragmentScanOptions(page_checksum_verification=True)

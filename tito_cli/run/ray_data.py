@@ -36,7 +36,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .._arrow import list_array, primitive_array, string_array
-from .._parquet import read_parquet_table
+from .._parquet import checked_scan_options, read_parquet_table
 from ..algorithm.policy import Policy
 from ..algorithm.session import SessionReport
 from ..errors import MissingDependencyError
@@ -185,7 +185,11 @@ def _rebuilt_sessions(
 
     columns, schema = _read_schema(log)
     dataset = ray.data.read_parquet(
-        [str(f.path) for f in log.turn_files], columns=columns, include_paths=True, schema=schema
+        [str(f.path) for f in log.turn_files],
+        columns=columns,
+        include_paths=True,
+        schema=schema,
+        fragment_scan_options=checked_scan_options(),  # every page checked against its checksum
     )
     rebuilt = (
         dataset.groupby("session_id", num_partitions=_partitions(log))
