@@ -12,7 +12,8 @@ PACKAGE = REPO / "tito_cli"
 
 #: Layers, lowest first: a module may import from its own layer and the ones below it, never above.
 LAYERS: list[tuple[str, ...]] = [
-    ("errors", "plugins", "turns", "schema", "tokenizer", "_arrow", "_atomic", "_memory", "_paths", "_targets"),
+    ("errors", "plugins", "turns", "schema", "tokenizer", "_arrow", "_parquet", "_atomic", "_memory", "_paths",
+     "_targets"),
     ("families",),
     ("capture",),
     ("read",),

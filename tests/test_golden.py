@@ -156,7 +156,7 @@ class _FakeTokenizer:
         return "".join(self.pieces[i] for i in ids)
 
     def __len__(self) -> int:
-        return len(self.pieces)
+        return max(self.pieces) + 1  # ids 0..7, as a real vocabulary's are 0..len-1
 
 
 def test_token_words_are_space_free_and_show_invisible_characters() -> None:

@@ -28,7 +28,7 @@ never the local path it was found at, so they are the same on every machine.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,6 +41,7 @@ __all__ = [
     "TokenText",
     "TokenizerChoice",
     "as_choice",
+    "beyond_vocabulary",
     "hub_cache_dir",
     "load",
     "load_decoder",
@@ -266,6 +267,11 @@ def load(folder: Path) -> Any:
 _VISIBLE = str.maketrans({" ": "␣", "\n": "↵", "\t": "⇥"})
 
 
+def beyond_vocabulary(token_id: int) -> str:
+    """How an id that no token of the tokenizer has is shown wherever tokens are decoded for a person."""
+    return f"⟨id {token_id} beyond the vocabulary⟩"
+
+
 def visible(text: str) -> str:
     """Make spaces, newlines and tabs visible: ``␣``, ``↵``, ``⇥``."""
     return text.translate(_VISIBLE)
@@ -282,6 +288,7 @@ class TokenText:
         self.tokenizer = tokenizer
         self.name = name
         self._cache: dict[int, str] = {}
+        self._size: int | None = None
 
     @classmethod
     def open(
@@ -302,33 +309,73 @@ class TokenText:
     def decodes(self) -> bool:
         return self.tokenizer is not None
 
+    def beyond(self, token_id: int) -> bool:
+        """Whether ``token_id`` is no token of the tokenizer (at or past its size, added tokens included).
+
+        A tokenizer decodes such an id to nothing, without a word: shown so, an id the model
+        never had would vanish from what a person reads.  Always false without a tokenizer.
+        """
+        if self.tokenizer is None:
+            return False
+        if self._size is None:
+            self._size = len(self.tokenizer)
+        return int(token_id) >= self._size
+
     def raw(self, token_id: int) -> str:
-        """One token as text (no whitespace substitution); its id without a tokenizer."""
+        """One token as text (no whitespace substitution); its id without a tokenizer.
+
+        An id beyond the vocabulary is :func:`beyond_vocabulary`'s marker.
+        """
         token_id = int(token_id)
         text = self._cache.get(token_id)
         if text is None:
             if self.tokenizer is None:
                 text = str(token_id)
+            elif self.beyond(token_id):
+                text = beyond_vocabulary(token_id)
             else:
                 text = self.tokenizer.decode([token_id], skip_special_tokens=False, clean_up_tokenization_spaces=False)
             self._cache[token_id] = text
         return text
 
     def piece(self, token_id: int) -> str:
-        """One token, whitespace made visible."""
+        """One token, whitespace made visible (an id beyond the vocabulary: its marker, as it is)."""
+        if self.beyond(token_id):
+            return beyond_vocabulary(int(token_id))
         return visible(self.raw(token_id))
 
     def pieces(self, ids: Sequence[int]) -> list[str]:
         return [self.piece(i) for i in ids]
 
     def decode(self, ids: Sequence[int]) -> str:
-        """A run of tokens decoded together (multi-byte characters intact), whitespace as it is."""
+        """A run of tokens decoded together (multi-byte characters intact), whitespace as it is.
+
+        Ids beyond the vocabulary cut the run: each is shown as its marker between the decoded runs.
+        """
         if self.tokenizer is None:
             return " ".join(str(int(i)) for i in ids)
-        return str(
-            self.tokenizer.decode([int(i) for i in ids], skip_special_tokens=False, clean_up_tokenization_spaces=False)
-        )
+        return self._decoded(ids, str)
 
     def text(self, ids: Sequence[int]) -> str:
-        """A run of tokens decoded together, whitespace visible."""
-        return visible(self.decode(ids)) if self.tokenizer is not None else self.decode(ids)
+        """A run of tokens decoded together, whitespace visible (not in the markers of ids beyond the vocabulary)."""
+        return self._decoded(ids, visible) if self.tokenizer is not None else self.decode(ids)
+
+    def _decoded(self, ids: Sequence[int], shown: Callable[[str], str]) -> str:
+        id_list = [int(i) for i in ids]
+        if not id_list or not self.beyond(max(id_list)):
+            return shown(self._decode_run(id_list))
+        parts: list[str] = []
+        run: list[int] = []
+        for token_id in id_list:
+            if self.beyond(token_id):
+                parts += [shown(self._decode_run(run)), beyond_vocabulary(token_id)]
+                run = []
+            else:
+                run.append(token_id)
+        parts.append(shown(self._decode_run(run)))
+        return "".join(parts)
+
+    def _decode_run(self, ids: list[int]) -> str:
+        if not ids:
+            return ""
+        return str(self.tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False))

@@ -266,9 +266,16 @@ def _unusable(exc: Exception) -> str:
 
 
 def _check_session(session: ImportedSession) -> tuple[str, SourceRef] | None:
-    """The first reason the session breaks the turn-log contract, with the record it is about."""
-    seqs: set[int] = set()
-    for turn in session.turns:
+    """The first reason the session breaks the turn-log contract, with the record it is about.
+
+    Each turn is checked with the ``seq`` it will be recorded with (:func:`_seqs`): a rebuild
+    rejects a session whose seqs repeat, whether the source gave them or they were filled in.
+    """
+    seqs: dict[int, ImportedTurn] = {}
+    for turn, seq in zip(session.turns, _seqs(session), strict=True):
+        boolean = _boolean_in(turn)
+        if boolean is not None:
+            return boolean, turn.source
         try:
             # What the writer will be asked to record: it must not refuse a turn after the first.
             turn_row(
@@ -281,20 +288,44 @@ def _check_session(session: ImportedSession) -> tuple[str, SourceRef] | None:
                 turn.response_message,
                 turn.tools,
                 turn.metadata,
-                seq=turn.seq,
+                seq=seq,
                 timestamp=turn.timestamp,
             )
         except ValueError as exc:
             return str(exc), turn.source
         except (TypeError, OverflowError, RecursionError) as exc:
             return _unusable(exc), turn.source  # e.g. a 400-digit integer where a logprob belongs
-        if turn.seq is not None:
-            if turn.seq < 0:
-                return f"seq {turn.seq} is negative", turn.source
-            if turn.seq in seqs:
-                return f"seq {turn.seq} appears twice", turn.source
-            seqs.add(turn.seq)
+        if seq in seqs:
+            if turn.seq is not None and seqs[seq].seq is not None:
+                return f"seq {seq} appears twice", turn.source
+            return (
+                f"seq {seq} appears twice: a turn without a seq is numbered one past the highest before it, "
+                "and another turn gives that seq (give every turn of a session a seq, or none)"
+            ), turn.source
+        seqs[seq] = turn
     return None
+
+
+def _boolean_in(turn: ImportedTurn) -> str | None:
+    """JSON ``true``/``false`` among a turn's ids or logprobs (numpy would store them as 1 and 0)."""
+    for name, what in (("prompt_ids", "a token id"), ("output_ids", "a token id"), ("output_logprobs", "a number")):
+        values = getattr(turn, name)
+        # The types are collected in C: a few milliseconds for 100,000 ids, paid by imports only.
+        if isinstance(values, (list, tuple)) and bool in set(map(type, values)):
+            return f"{name} holds a boolean (JSON true/false), not {what}"
+    return None
+
+
+def _seqs(session: ImportedSession) -> list[Any]:
+    """The seq each turn is recorded with: the source's, else one past the highest before it (arrival order)."""
+    seqs: list[Any] = []
+    next_seq = 0
+    for turn in session.turns:
+        seq = turn.seq if turn.seq is not None else next_seq
+        seqs.append(seq)
+        if isinstance(seq, int) and not isinstance(seq, bool):
+            next_seq = max(next_seq, seq + 1)
+    return seqs
 
 
 class _WriterRefused(Exception):
@@ -328,10 +359,7 @@ def _record(
             )
         except ValueError as exc:
             raise _WriterRefused(session.turns[0], f"its sessions row: {exc}") from exc
-    next_seq = 0
-    for position, turn in enumerate(session.turns):
-        seq = turn.seq if turn.seq is not None else next_seq
-        next_seq = max(next_seq, seq + 1)
+    for position, (turn, seq) in enumerate(zip(session.turns, _seqs(session), strict=True)):
         try:
             _record_turn(writer, session.session_id, turn, seq)
         except (ValueError, TypeError, OverflowError, TitoError) as exc:

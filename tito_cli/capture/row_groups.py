@@ -12,9 +12,9 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from .._arrow import numpy_view
+from .._parquet import parquet_writer
 
 __all__ = ["ROW_GROUP_BYTES", "ROW_GROUP_ROWS", "SPLIT_COLUMNS", "row_bytes", "row_group_bounds", "write_row_groups"]
 
@@ -78,6 +78,6 @@ def write_row_groups(
         split = [name for name in SPLIT_COLUMNS if name in table.column_names]
         options["use_dictionary"] = [name for name in table.column_names if name not in split]
         options["column_encoding"] = {f"{name}.list.element": "BYTE_STREAM_SPLIT" for name in split}
-    with pq.ParquetWriter(path, table.schema, compression=compression, **options) as writer:
+    with parquet_writer(path, table.schema, compression=compression, **options) as writer:
         for start, stop in row_group_bounds(row_bytes(table), max_rows, max_bytes):
             writer.write_table(table.slice(start, stop - start), row_group_size=stop - start)

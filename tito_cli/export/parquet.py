@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from .._atomic import StagedFile
+from .._parquet import parquet_writer
 from ..errors import OutputError
 from ..schema import samples_schema, table_metadata
 from .base import Sink, SinkContext
@@ -48,7 +48,7 @@ class StreamedParquetFile(Sink):
             self._staged = StagedFile(out)
         except OSError as exc:
             raise OutputError(f"cannot write ({exc})", file=out) from None
-        self._writer = pq.ParquetWriter(self._staged.path, schema, compression="zstd", **writer_options)
+        self._writer = parquet_writer(self._staged.path, schema, compression="zstd", **writer_options)
         self._tables: list[pa.Table] = []
         self._buffered_tokens = 0
 

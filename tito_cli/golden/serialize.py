@@ -51,7 +51,7 @@ from ..errors import TokenizerError
 from ..report.describe import message_preview
 from ..report.drift import divergences
 from ..report.session_facts import Region, rewrites, sample_regions
-from ..tokenizer import TokenizerChoice, TokenText, as_choice, visible
+from ..tokenizer import TokenizerChoice, TokenText, as_choice, beyond_vocabulary, visible
 from ..turns import Reject, canonical_json
 
 __all__ = [
@@ -104,6 +104,8 @@ def token_label(tokens: TokenText, token_id: int) -> str:
     """One token as a single space-free word: decoded with whitespace visible, or its id."""
     if not tokens.decodes:
         return str(int(token_id))
+    if tokens.beyond(token_id):
+        return beyond_vocabulary(int(token_id)).replace(" ", "_")  # a dump word has no spaces
     raw = tokens.raw(token_id)
     if not raw:
         return "∅"

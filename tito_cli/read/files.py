@@ -16,6 +16,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .._parquet import open_parquet_file
 from ..errors import LogError, SchemaError, UnreadableLogError
 from ..schema import FORMAT_VERSIONS, META_FORMAT, META_TABLE, META_TOKENIZER, REFERENCE_COLUMNS
 
@@ -219,7 +220,7 @@ def open_parquet(path: Path) -> pq.ParquetFile:
     threads) costs more than it saves there (docs/performance.md).
     """
     try:
-        parquet = pq.ParquetFile(path, pre_buffer=False)
+        parquet = open_parquet_file(path, pre_buffer=False)
         parquet.schema_arrow  # noqa: B018 - converting the schema fails here on a type Arrow cannot read
     except (OSError, pa.ArrowException) as exc:
         raise UnreadableLogError(f"not a readable Parquet file ({exc})", file=path) from None

@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .._arrow import NotUtf8, strings, validity
+from .._parquet import open_parquet_file
 from ..errors import SchemaError, UnreadableLogError
 from .columns import INT32_MAX, int64_values
 from .files import READ_COLUMNS, LogFile
@@ -146,7 +147,7 @@ class FileIndex:
 def index_file(log_file: LogFile, only: frozenset[str] | None) -> FileIndex:
     """The index part of one turns file (in a worker process when a pool builds the index)."""
     try:
-        parquet = pq.ParquetFile(log_file.path, pre_buffer=False)  # (see logfiles.open_parquet)
+        parquet = open_parquet_file(log_file.path, pre_buffer=False)  # (see logfiles.open_parquet)
     except (OSError, pa.ArrowException) as exc:
         raise UnreadableLogError(f"cannot read ({exc})", file=log_file.path) from None
     with parquet:

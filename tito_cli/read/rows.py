@@ -15,8 +15,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
+from .._parquet import open_parquet_file
 from ..errors import UnreadableLogError
 from ..turns import RowRef
 from .columns import Columns, RawTurn
@@ -142,7 +142,7 @@ class _SliceStream:
         columns = _columns_to_read(log_file, timestamps)
         try:
             # Unbuffered reads would fetch each column chunk whole; pre-buffering, the whole row group.
-            self._parquet = pq.ParquetFile(log_file.path, pre_buffer=False, buffer_size=SLICE_READ_BUFFER)
+            self._parquet = open_parquet_file(log_file.path, pre_buffer=False, buffer_size=SLICE_READ_BUFFER)
             self._batches = self._parquet.iter_batches(
                 batch_size=group.slice_rows, row_groups=[group.index], columns=columns, use_threads=False
             )
@@ -190,7 +190,7 @@ def _load_group(files: Sequence[LogFile], group: RowGroup, timestamps: bool = Fa
     columns = _columns_to_read(log_file, timestamps)
     try:
         # Opened per row group, not kept: an open ParquetFile holds on to buffers it has read.
-        with pq.ParquetFile(log_file.path) as parquet:
+        with open_parquet_file(log_file.path) as parquet:
             # One worker, one core: pyarrow's own threads would compete with the other workers.
             table = parquet.read_row_group(group.index, columns=columns, use_threads=False)
     except (OSError, pa.ArrowException) as exc:

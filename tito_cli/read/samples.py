@@ -3,7 +3,8 @@
 The schema says the types; a file written by another tool, or edited, can
 still hold values a trainer would take wrong without a word: a null token
 (read naively, the token -2147483648), a loss mask of another length than
-``response_length``, a NaN logprob.  :func:`check_sample_values` names the
+``response_length``, a NaN logprob, metadata that is not a JSON object
+(slime's ``Sample.metadata`` is a dict).  :func:`check_sample_values` names the
 first one, with file, row and session (exit 4: nothing is written).
 """
 
@@ -14,7 +15,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from ..capture.records import loads_json
 from ..errors import SchemaError
+from ..schema import PROVENANCE_KEY
 
 __all__ = ["check_sample_values"]
 
@@ -42,8 +45,8 @@ def check_sample_values(table: pa.Table, path: Path, first_row: int) -> np.ndarr
     The schema says the types; this says the values: no null anywhere a
     trainer reads (a null token would be written as -2147483648), token ids
     not negative, ``loss_mask`` of 0s and 1s as long as ``response_length``,
-    which is within the tokens, ``rollout_log_probs`` as long and finite, and
-    a finite reward.  ``first_row``: the file row of the table's first row.
+    which is within the tokens, ``rollout_log_probs`` as long and finite,
+    a finite reward, and ``metadata`` a strict JSON object.  ``first_row``: the file row of the table's first row.
     Returns each sample's length in tokens.
     """
     ids = table.column("session_id").to_pylist()
@@ -88,4 +91,29 @@ def check_sample_values(table: pa.Table, path: Path, first_row: int) -> np.ndarr
     bad = np.flatnonzero(~np.isfinite(rewards))
     if len(bad):
         fail(int(bad[0]), f"reward is {rewards[bad[0]]}, not a finite number")
+    for row, text in enumerate(table.column("metadata").to_pylist()):
+        problem = _metadata_problem(text)
+        if problem is not None:
+            fail(row, problem)
     return token_lengths
+
+
+def _metadata_problem(text: str | None) -> str | None:
+    """Why a sample's ``metadata`` is not what a trainer reads (a JSON object; slime's ``Sample.metadata``)."""
+    if text is None:
+        return "metadata is null"
+    try:
+        value = loads_json(text, "metadata")
+    except ValueError as exc:
+        return str(exc)
+    if not isinstance(value, dict):
+        return "metadata is not a JSON object"
+    provenance = value.get(PROVENANCE_KEY)
+    if provenance is not None and not isinstance(provenance, dict):
+        return f"metadata[{PROVENANCE_KEY!r}] is not a JSON object"
+    turns = provenance.get("turns") if provenance is not None else None
+    if turns is not None and not (
+        isinstance(turns, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in turns)
+    ):
+        return f"metadata[{PROVENANCE_KEY!r}]['turns'] is not a list of integers"
+    return None

@@ -11,9 +11,9 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from .._arrow import NotUtf8, strings
+from .._parquet import open_parquet_file
 from ..capture.records import check_sessions_metadata, loads_json
 from ..errors import SchemaError, UnreadableLogError
 from ..turns import RowRef, SessionInfo, canonical_json
@@ -199,7 +199,7 @@ def read_sessions_table(session_files: Sequence[LogFile], known: Sequence[str]) 
 
 def _read(log_file: LogFile) -> pa.Table:
     try:
-        return pq.ParquetFile(log_file.path).read(columns=list(log_file.columns), use_threads=False)
+        return open_parquet_file(log_file.path).read(columns=list(log_file.columns), use_threads=False)
     except (OSError, pa.ArrowException) as exc:
         raise UnreadableLogError(f"cannot read ({exc})", file=log_file.path) from None
 

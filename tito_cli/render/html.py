@@ -329,7 +329,8 @@ def view_page(
     data = {
         "decodes": text.decodes,
         "vocab": {str(i): text.raw(i) for i in sorted(used)} if text.decodes else {},
-        "special": _special_ids(text),
+        # An id beyond the vocabulary shows its marker as it is, as a special token does.
+        "special": _special_ids(text) + sorted(i for i in used if text.beyond(i)),
         "decision_legend": DECISION_LEGEND,
         "sessions": sessions,
     }

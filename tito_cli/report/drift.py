@@ -58,7 +58,7 @@ from ..families import (
     family_for,
     family_named,
 )
-from ..tokenizer import TokenizerChoice, TokenText, load_decoder, resolve, visible
+from ..tokenizer import TokenizerChoice, TokenText, load_decoder, resolve
 
 __all__ = [
     "DRIFT_CLASSES",
@@ -263,9 +263,9 @@ def _divergence(
     return replace(
         item,
         drift_class=classify(held, prompt, index, decoder, family),
-        shared_text=visible(decoder.decode(held[start:index].tolist())),
-        held_text=visible(decoder.decode(held[index:end].tolist())),
-        prompt_text=visible(decoder.decode(prompt[index:end].tolist())),
+        shared_text=decoder.text(held[start:index].tolist()),
+        held_text=decoder.text(held[index:end].tolist()),
+        prompt_text=decoder.text(prompt[index:end].tolist()),
     )
 
 

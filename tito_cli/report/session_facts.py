@@ -9,7 +9,7 @@ facts out, they never re-derive them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -49,6 +49,9 @@ class TokenText(Protocol):
     """
 
     tokenizer: Any
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """A run of tokens decoded together (ids beyond the vocabulary marked)."""
 
 
 # -- wording ------------------------------------------------------------------
@@ -369,7 +372,7 @@ def sample_regions(sample: LinearizedSample) -> list[Region]:
 def _decode_raw(text: TokenText, ids: list[int]) -> str | None:
     if text.tokenizer is None:
         return None
-    return str(text.tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False))
+    return text.decode(ids)
 
 
 def samples_data(result: SessionResult, text: TokenText, indices: Iterable[int] | None = None) -> list[dict[str, Any]]:

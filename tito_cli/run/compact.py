@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
+from .._parquet import open_parquet_file, parquet_writer
 from .._targets import check_target, log_files_in, publish_folder, staging_folder, writing
 from ..algorithm.provenance import turn_experts
 from ..capture.row_groups import ROW_GROUP_BYTES
@@ -179,9 +179,9 @@ def provenance_arguments(turn: Turn) -> dict[str, Any]:
 def _copy_rows(log_file: LogFile, rows: list[int], target: Path) -> None:
     """Rows ``rows`` (file row numbers, ascending) of ``log_file`` into ``target``, schema and values unchanged."""
     try:
-        with pq.ParquetFile(log_file.path) as parquet:
+        with open_parquet_file(log_file.path) as parquet:
             schema = parquet.schema_arrow
-            with pq.ParquetWriter(target, schema, compression="zstd") as writer:
+            with parquet_writer(target, schema, compression="zstd") as writer:
                 first = 0
                 taken = 0
                 for group in range(parquet.metadata.num_row_groups):

@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .._parquet import open_parquet_file
 from ..algorithm.policy import DEFAULT_POLICY, Policy, default_policy
 from ..errors import SchemaError, UnreadableLogError
 from ..export.base import SinkContext
@@ -91,7 +92,7 @@ def _policy_of(meta: dict[bytes, bytes]) -> Policy:
 def open_samples(path: Path) -> pq.ParquetFile:
     """A samples file (SPEC §5), checked: a tito samples table with the columns a sink reads."""
     try:
-        file = pq.ParquetFile(path)
+        file = open_parquet_file(path)
     except FileNotFoundError:
         raise UnreadableLogError("no such file", file=path) from None
     except (OSError, pa.ArrowException) as exc:

@@ -84,23 +84,65 @@ def _start_worker(parent_pid: int, initializer: Callable[..., object] | None, in
 
 
 def _die_with_parent(rebuild_pid: int) -> None:
-    """Worker initializer: end this process when the one that started it is gone."""
-    parent = os.getppid()
+    """Worker initializer: end this process when ``rebuild_pid``, the process that made the pool, is gone.
+
+    The pid is taken in the rebuild before any worker starts, never read here:
+    a worker whose rebuild died before this runs has already been re-parented,
+    and ``os.getppid()`` would name init (or a subreaper), which never dies.
+    """
     if sys.platform.startswith("linux"):
         with contextlib.suppress(OSError, AttributeError):
             libc = ctypes.CDLL(None, use_errno=True)
             libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    # The parent may have died before prctl took effect; and where prctl does not exist, this is all.
-    thread = threading.Thread(target=_watch_parent, args=(parent,), name="tito-watch-parent", daemon=True)
+    # The kernel kills us when the parent dies from now on; one that died before prctl is seen here.
+    if not _rebuild_alive(rebuild_pid):
+        os._exit(1)
+    # Where prctl does not exist, and under a fork server (prctl watches the server, not the rebuild).
+    thread = threading.Thread(target=_watch_parent, args=(rebuild_pid,), name="tito-watch-parent", daemon=True)
     thread.start()
 
 
-def _watch_parent(parent: int) -> None:
-    # When a parent dies its children are re-parented at once (to init or a subreaper), even
-    # while the dead parent is a zombie nobody has waited for: a changed ppid is the signal.
-    while os.getppid() == parent:
+def _watch_parent(rebuild_pid: int) -> None:
+    while _rebuild_alive(rebuild_pid):
         time.sleep(_WATCH_SECONDS)
     os._exit(1)
+
+
+def _rebuild_alive(rebuild_pid: int) -> bool:
+    """Whether ``rebuild_pid`` is still this worker's parent, or its fork server's parent.
+
+    When a process dies its children are re-parented at once (to init or a
+    subreaper, which were alive all along and so never carry a dead process's
+    pid), even while the dead one is a zombie nobody has waited for.  So a pid
+    still found up the parent chain is the live rebuild, never a stranger that
+    reused its number.
+    """
+    parent = os.getppid()
+    if parent == rebuild_pid:
+        return True
+    grandparent = _parent_of(parent)
+    if grandparent is not None:
+        return grandparent == rebuild_pid
+    # No /proc (not Linux): the fork server's parent cannot be read; the pid's existence must do.
+    try:
+        os.kill(rebuild_pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def _parent_of(pid: int) -> int | None:
+    """``pid``'s parent from ``/proc`` (``None`` where there is no ``/proc``, 0 for a process gone)."""
+    try:
+        stat_line = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return 0 if Path("/proc/self/stat").exists() else None
+    except OSError:
+        return None
+    # The command name (in parentheses) may hold spaces and parentheses: the fields follow the last ")".
+    return int(stat_line.rsplit(")", 1)[1].split()[1])
 
 
 @contextlib.contextmanager

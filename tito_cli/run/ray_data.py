@@ -36,6 +36,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .._arrow import list_array, primitive_array, string_array
+from .._parquet import checked_scan_options, read_parquet_table
 from ..algorithm.policy import Policy
 from ..algorithm.session import SessionReport
 from ..errors import ExportError, MissingDependencyError
@@ -186,7 +187,11 @@ def _rebuilt_sessions(
 
     columns, schema = _read_schema(log)
     dataset = ray.data.read_parquet(
-        [str(f.path) for f in log.turn_files], columns=columns, include_paths=True, schema=schema
+        [str(f.path) for f in log.turn_files],
+        columns=columns,
+        include_paths=True,
+        schema=schema,
+        fragment_scan_options=checked_scan_options(),  # every page checked against its checksum
     )
     rebuilt = (
         dataset.groupby("session_id", num_partitions=_partitions(log))
@@ -263,7 +268,7 @@ def _file_rows(sid: str, paths: list[str], seqs: list[int | None]) -> list[RowRe
     """The file row of each of a session's rows (given in seq order, with their files and seqs)."""
     sources: list[RowRef] = [RowRef(path, -1) for path in paths]
     for path in sorted(set(paths)):
-        columns = pq.read_table(path, columns=["session_id", "seq"]).to_pydict()
+        columns = read_parquet_table(path, columns=["session_id", "seq"]).to_pydict()
         # This session's rows in the file, in the group's order: seq (null last), then file row.
         in_file = sorted(
             (q is None, q or 0, row)

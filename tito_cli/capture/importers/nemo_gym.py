@@ -13,6 +13,7 @@ whose capture failed for a call (``<rollout>.tokens.incomplete``, an
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -120,12 +121,21 @@ def _rollout_rewards(path: Path) -> dict[str, SessionOutcome]:
             )
         if reward is not None and (isinstance(reward, bool) or not isinstance(reward, (int, float))):
             raise SourceError(f"reward must be a number, got {reward!r}", file=path, row=number)
+        if reward is not None and not _finite(reward):
+            raise SourceError("reward must be a finite number, got one beyond float range", file=path, row=number)
         if rid in rewards:
             raise SourceError(f"rollout {rid!r} has two rows", file=path, row=number)
         rewards[rid] = SessionOutcome(
             reward=None if reward is None else float(reward), source=SourceRef(str(path), number)
         )
     return rewards
+
+
+def _finite(number: float) -> bool:
+    try:
+        return math.isfinite(number)
+    except OverflowError:  # an integer too large for a float
+        return False
 
 
 def _rollout(folder: Path, rid: str) -> ImportedSession | InvalidSessionError:
@@ -210,7 +220,10 @@ def _rollout(folder: Path, rid: str) -> ImportedSession | InvalidSessionError:
 
 def _sort_key(started: Any) -> tuple[int, float, str]:
     if isinstance(started, (int, float)) and not isinstance(started, bool):
-        return (0, float(started), "")
+        try:
+            return (0, float(started), "")
+        except OverflowError:  # an integer beyond float range
+            return (0, math.inf if started > 0 else -math.inf, "")
     parsed = iso_timestamp(started)
     if parsed is not None:
         return (0, parsed.timestamp(), "")

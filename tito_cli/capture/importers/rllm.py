@@ -157,11 +157,9 @@ def _read_store(
 
 def _seconds(value: Any) -> float:
     """A ``created_at`` as seconds; one SQLite stored as text or not at all sorts last (then by row)."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
     try:
         return float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an integer beyond float range
         return math.inf
 
 
@@ -169,7 +167,10 @@ def _arrival(record: Any, created_at: float) -> float:
     """When the call's response arrived: the record's timestamp, else the store's write time."""
     stamp = record.get("timestamp") if isinstance(record, dict) else None
     if isinstance(stamp, (int, float)) and not isinstance(stamp, bool) and stamp > 0:
-        return float(stamp)
+        try:
+            return float(stamp)
+        except OverflowError:  # an integer beyond float range: later than any time
+            return math.inf
     return float(created_at)
 
 

@@ -12,6 +12,7 @@ prompt, as they do in the ancestors' deltas.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -56,16 +57,32 @@ def _episode(episode: Any, ref: SourceRef) -> Iterator[ImportedSession | Invalid
 
 
 def trace_reward(rewards: Any) -> float | None:
-    """The weighted sum of a trace's reward components (null components are skipped)."""
+    """The weighted sum of a trace's reward components (null components are skipped).
+
+    ``ValueError`` naming the component when a score or weight, or the sum, is beyond float range
+    (``1e400`` reads as infinity; an integer of 400 digits has no float).
+    """
     if not isinstance(rewards, dict):
         return None
     total, seen = 0.0, False
-    for component in rewards.values():
-        if isinstance(component, dict) and isinstance(component.get("score"), (int, float)):
+    for name, component in rewards.items():
+        if isinstance(component, dict) and _number(component.get("score")):
             weight = component.get("weight", 1.0)
-            total += float(component["score"]) * (float(weight) if isinstance(weight, (int, float)) else 1.0)
+            try:
+                term = float(component["score"]) * (float(weight) if _number(weight) else 1.0)
+            except OverflowError:
+                term = math.inf
+            if not math.isfinite(term):
+                raise ValueError(f"reward component {name!r}: score × weight is beyond float range")
+            total += term
             seen = True
+    if not math.isfinite(total):
+        raise ValueError("the reward components sum beyond float range")
     return total if seen else None
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float))
 
 
 def _trace(
@@ -128,7 +145,10 @@ def _trace(
         )
     if tools is not None and len(calls) > 1:
         session.note("tools: the trace keeps only the last turn's tool list: recorded on every turn")
-    reward = trace_reward(trace.get("rewards"))
+    try:
+        reward = trace_reward(trace.get("rewards"))
+    except ValueError as exc:
+        return reject(f"unusable reward: {exc}", ref, sid)
     if reward is None:
         session.note("reward: the trace has no scored reward: sessions row with reward null")
     metadata: dict[str, Any] = {"verifiers": {**context, "rewards": trace.get("rewards")}}
