@@ -125,11 +125,14 @@ class Recorder:
         if self.journal is None:
             return
         await self._run(self._rotate)
-        if self._unwritten:
-            rows = sum(len(turns) + len(sessions) for _, turns, sessions in self._unwritten)
+        if self._unwritten or self._rows:
+            rows = self._rows + sum(len(turns) + len(sessions) for _, turns, sessions in self._unwritten)
+            segments = [segment.path.name for segment, _, _ in self._unwritten]
+            if self._rows:
+                segments.append(self.journal.current.path.name)
             self.unwritten = (
-                f"{rows} recorded rows could not be written as Parquet ({self.write_problem}); they stay in "
-                f"{', '.join(s.path.name for s, _, _ in self._unwritten)}, for the next tito serve on this folder"
+                f"{rows} answered rows could not be written as Parquet ({self.problem()}); what is left of them is "
+                f"in {', '.join(segments)}, written by the next tito serve on this folder"
             )
         else:
             with contextlib.suppress(OSError):
