@@ -21,6 +21,7 @@ a process that died.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import re
@@ -270,7 +271,7 @@ class Journal:
                 if self.fsync:
                     os.fsync(segment.fd)
                 if os.fstat(segment.fd).st_nlink == 0:
-                    raise FileNotFoundError(f"the journal {segment.path} was removed from the log folder")
+                    raise FileNotFoundError(errno.ENOENT, "the journal was removed from the log folder", segment.path.name)
             except OSError:
                 try:
                     os.ftruncate(segment.fd, segment.size)

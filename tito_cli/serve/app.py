@@ -404,7 +404,8 @@ class _Exchange(Response):  # type: ignore[misc, unused-ignore]  # Response is A
         try:
             await gateway.record(self.session_id, dialect, self.request, generation, self.agent)
         except (UpstreamError, ClientError) as exc:
-            log.warning("tito serve: session %r: %s", self.session_id, exc.message)
+            if isinstance(exc, UpstreamError):  # (a log that cannot be written is said once, by the recorder)
+                log.warning("tito serve: session %r: %s", self.session_id, exc.message)
             await _send_json(send, exc.status, dialect.error(exc.status, exc.message))
             return
         model = gateway.config.model_name

@@ -215,9 +215,9 @@ class Recorder:
         try:
             self.journal.append(payload)
         except OSError as exc:
-            reason = f"{self.directory}: {exc.strerror or exc}"
+            reason = _reason(exc)
             if self.append_problem != reason:
-                log.error("tito serve: the turn log cannot be written: %s", reason)
+                log.error("tito serve: the turn log in %s cannot be written: %s", self.directory, reason)
             self.append_problem = reason
             raise ClientError(f"the turn log cannot be written: {reason}", 503) from None
         if self.append_problem is not None:
@@ -348,7 +348,16 @@ class Recorder:
             self.write_problem = None
 
     def _write_failed(self, exc: OSError) -> None:
-        reason = f"{self.directory}: {exc.strerror or exc}"
-        if self.write_problem != reason:
-            log.error("tito serve: the turn log cannot be written (new turns are refused until it can): %s", reason)
+        reason = _reason(exc)
+        if self.write_problem != reason and self.append_problem != reason:
+            log.error(
+                "tito serve: the turn log in %s cannot be written (new turns are refused until it can): %s",
+                self.directory,
+                reason,
+            )
         self.write_problem = reason
+
+
+def _reason(exc: OSError) -> str:
+    """Why a write failed, without the paths (the answers to clients carry it)."""
+    return exc.strerror or str(exc).split(": ", 1)[0]
