@@ -79,7 +79,7 @@ def rejected(logs: Path, out: Path) -> int:
     return len(summary.rejected)
 
 
-def test_a_restarted_gateway_continues_seq_and_finished_sessions_stay_finished(standin: StandIn, tmp_path: Path) -> None:
+def test_a_restarted_gateway_continues_seq_and_finished_stays_finished(standin: StandIn, tmp_path: Path) -> None:
     logs = tmp_path / "logs"
 
     async def first() -> None:
@@ -309,5 +309,6 @@ def test_the_fsync_option_and_a_finish_record_round_trip(tmp_path: Path) -> None
     journal = Journal(tmp_path, "fs-0001", tokenizer="tok", fsync=True)
     journal.append(encode_finish({"session_id": "x", "reward": None, "metadata": json.dumps({"k": 1})}))
     contents = decode_journal(journal.current.path)
-    assert contents.tokenizer == "tok" and contents.finishes == [{"session_id": "x", "reward": None, "metadata": '{"k": 1}'}]
+    assert contents.tokenizer == "tok"
+    assert contents.finishes == [{"session_id": "x", "reward": None, "metadata": '{"k": 1}'}]
     journal.close()

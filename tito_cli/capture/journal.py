@@ -271,7 +271,8 @@ class Journal:
                 if self.fsync:
                     os.fsync(segment.fd)
                 if os.fstat(segment.fd).st_nlink == 0:
-                    raise FileNotFoundError(errno.ENOENT, "the journal was removed from the log folder", segment.path.name)
+                    gone = "the journal was removed from the log folder"
+                    raise FileNotFoundError(errno.ENOENT, gone, segment.path.name)
             except OSError:
                 try:
                     os.ftruncate(segment.fd, segment.size)
