@@ -312,3 +312,38 @@ def test_the_fsync_option_and_a_finish_record_round_trip(tmp_path: Path) -> None
     assert contents.tokenizer == "tok"
     assert contents.finishes == [{"session_id": "x", "reward": None, "metadata": '{"k": 1}'}]
     journal.close()
+
+
+def test_readers_see_every_acknowledged_turn_of_a_live_gateway(standin: StandIn, tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+
+    async def run() -> None:
+        async with gateway(standin, logs) as client:
+            with pytest.raises(Exception, match="has not recorded a turn yet"):
+                TurnLog.open([logs])
+            for sid in ("live-a", "live-a", "live-b"):
+                assert (await turn(client, sid)).status_code == 200
+            assert (await client.post("/sessions/live-b/finish", json={"reward": 1.0})).status_code == 200
+            assert not list(logs.glob("*.parquet"))  # nothing flushed yet (--flush-every 10)
+            assert turns_in(logs) == {"live-a": [0, 1], "live-b": [0]}
+            summary = rebuild([logs], tmp_path / "live.parquet", workers=1)
+            assert summary is not None and summary.rejected == [] and summary.sessions_without_row == 1
+
+    asyncio.run(run())
+    assert turns_in(logs) == {"live-a": [0, 1], "live-b": [0]}  # once each, now from the Parquet files
+
+
+def test_a_segment_whose_files_are_in_place_is_not_read_twice(tmp_path: Path) -> None:
+    journal = Journal(tmp_path, "live-0003", tokenizer=None)
+    for row in _rows(2):
+        journal.append(encode_turn(row))
+    writer = TurnLogWriter(tmp_path, name="live-0003", max_age=None)
+    for row in decode_journal(journal.current.path).turns:
+        writer.record_turn(
+            row["session_id"], row["prompt_ids"], row["output_ids"], row["output_logprobs"], "stop",
+            row["prompt_messages"], row["response_message"], seq=row["seq"],
+        )
+    writer.write_rows(*writer.take_buffer(), 1)
+    writer.close()
+    assert turns_in(tmp_path) == {"t": [0, 1]}  # the journal is still there, its rows read once
+    journal.close()

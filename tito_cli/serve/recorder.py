@@ -104,7 +104,7 @@ class Recorder:
         except OSError as exc:
             reason = exc.strerror or str(exc)
             raise OutputError(f"the log folder {self.directory} cannot be written: {reason}") from None
-        self.known = known_sessions(self.directory, skip={self.journal.current.path})
+        self.known = known_sessions(self.directory)
         self.writer = TurnLogWriter(
             self.directory, tokenizer=self.tokenizer, name=self.run, max_age=None, max_rows=1 << 62, max_bytes=1 << 62
         )

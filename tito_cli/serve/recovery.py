@@ -5,8 +5,8 @@
   Parquet files named after it — those of its files that are not there yet, so that a crash between a
   file's rename and the segment's removal never writes a row twice — then the segment is removed.
 * The registry: each session's next ``seq`` and whether it finished, from the log's turns files (the
-  read path's index pass: ``session_id`` and ``seq`` only), its sessions files, and the journals of
-  gateways still running on the folder.
+  read path's index pass: ``session_id`` and ``seq`` only) and its sessions files, the journals of
+  gateways still running on the folder included (read as files: :mod:`tito_cli.read.journals`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
-from ..capture.journal import JournalContents, decode_journal, journal_files, parse_journal_name, try_lock
+from ..capture.journal import decode_journal, journal_files, parse_journal_name, try_lock
 from ..capture.log_files import sweep_temporaries
 from ..capture.writer import TurnLogWriter
 from ..errors import TitoError
@@ -101,8 +101,8 @@ def _adopt(directory: Path, path: Path) -> int:
     return len(turns)
 
 
-def known_sessions(directory: Path, skip: set[Path] = frozenset()) -> Known:  # type: ignore[assignment]
-    """What the log in ``directory`` and its live journals (but ``skip``) say about every session."""
+def known_sessions(directory: Path) -> Known:
+    """What the log in ``directory`` says about every session (live gateways' journals included: read/journals.py)."""
     known = Known()
     for path in discover_files([directory]):
         try:
@@ -114,15 +114,6 @@ def known_sessions(directory: Path, skip: set[Path] = frozenset()) -> Known:  # 
                 known.finished.update(sid for sid in ids if sid is not None)
         except TitoError as exc:
             log.warning("tito serve: %s (its sessions are not known to this gateway)", exc)
-    for path in journal_files(directory):
-        if path in skip:
-            continue
-        try:
-            contents = decode_journal(path)
-        except (OSError, ValueError) as exc:
-            log.warning("tito serve: cannot read the journal %s: %s", path.name, exc)
-            continue
-        _journal(known, contents)
     return known
 
 
@@ -135,9 +126,3 @@ def _index_turns(known: Known, part: FileIndex) -> None:
     for sid, seq in zip(part.session_ids, highest.tolist(), strict=True):
         if seq >= 0:
             known.turn(sid, seq)
-
-
-def _journal(known: Known, contents: JournalContents) -> None:
-    for row in contents.turns:
-        known.turn(row["session_id"], row["seq"])
-    known.finished.update(fields["session_id"] for fields in contents.finishes)
