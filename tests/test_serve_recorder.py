@@ -347,3 +347,31 @@ def test_a_segment_whose_files_are_in_place_is_not_read_twice(tmp_path: Path) ->
     writer.close()
     assert turns_in(tmp_path) == {"t": [0, 1]}  # the journal is still there, its rows read once
     journal.close()
+
+
+def test_forgotten_summaries_never_restart_a_seq_or_reopen_a_finished_session(tmp_path: Path) -> None:
+    recorder = Recorder(tmp_path, tokenizer=None, flush_every=10.0, summaries=1)
+    recorder.open()
+    prompt = [{"role": "user", "content": "x"}]
+
+    def one(sid: str) -> RecordedTurn:
+        return RecordedTurn(sid, [1, 2], [3], [-0.5], "stop", prompt, {"role": "assistant"})
+
+    async def run() -> None:
+        assert await recorder.record("a", one("a")) == 0
+        assert await recorder.record("b", one("b")) == 0  # a's summary is forgotten (one kept)
+        report = recorder.report("a")
+        assert report is not None and report["turns"] == [] and report["recorded"] == 1
+        assert await recorder.record("a", one("a")) == 1
+        assert await recorder.record("b", one("b")) == 1
+        assert await recorder.finish("a", 1.0, {}) == 2
+        assert await recorder.record("b", one("b")) == 2  # a's summary forgotten again, its finish is not
+        recorder.begin("b")
+        recorder.end("b")
+        with pytest.raises(ClientError) as finished:
+            recorder.begin("a")
+        assert finished.value.status == 409
+        await recorder.close()
+
+    asyncio.run(run())
+    assert turns_in(tmp_path) == {"a": [0, 1], "b": [0, 1, 2]}
