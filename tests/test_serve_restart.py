@@ -164,3 +164,19 @@ def test_answered_turns_that_could_not_be_written_make_a_non_zero_exit(standin: 
     # A line when the journal failed and one when the Parquet files could not be written: not one per request.
     assert len([line for line in output.splitlines() if "cannot be written" in line]) <= 2, output
     assert "Traceback" not in output
+
+
+def test_the_listening_socket_is_tcp_so_answers_are_not_held_by_nagle() -> None:
+    from tito_cli.serve.run import listen
+
+    sock = listen("127.0.0.1", 0)
+    try:
+        # asyncio sets TCP_NODELAY on accepted connections only for a socket whose proto is TCP; without it
+        # every answer waited ~40 ms for the client's delayed ACK.
+        assert sock.proto == socket.IPPROTO_TCP
+        with socket.create_connection(sock.getsockname()[:2]):
+            accepted, _ = sock.accept()
+            with accepted:
+                assert accepted.proto == socket.IPPROTO_TCP
+    finally:
+        sock.close()

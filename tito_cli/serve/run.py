@@ -97,7 +97,8 @@ def listen(host: str, port: int) -> socket.socket:
     """A socket bound and listening on ``host:port`` (``ValueError`` naming the option when it cannot be)."""
     try:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
+        # IPPROTO_TCP named: asyncio sets TCP_NODELAY on accepted connections only when the proto says TCP.
+        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     except OSError as exc:
         raise ValueError(f"--host {host}: {exc.strerror or exc}") from None
     try:
