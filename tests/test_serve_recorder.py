@@ -375,3 +375,18 @@ def test_forgotten_summaries_never_restart_a_seq_or_reopen_a_finished_session(tm
 
     asyncio.run(run())
     assert turns_in(tmp_path) == {"a": [0, 1], "b": [0, 1, 2]}
+
+
+def test_the_writers_value_path_records_what_record_turn_records(tmp_path: Path) -> None:
+    from datetime import datetime, timezone
+
+    stamp = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+    args = ("v", [5, 6, 7], [8, 9], [-0.5, -0.25], "stop", [{"role": "user", "content": "q"}], {"role": "assistant"})
+    for name, format in (("one", 1), ("two", 2)):
+        with TurnLogWriter(tmp_path / name, format=format, name="w", max_age=None) as log:
+            assert log.record_turn(*args, None, {"k": 1}, timestamp=stamp) == 0
+            assert log.record(RecordedTurn(*args, None, {"k": 1}), timestamp=stamp) == 1
+    for name in ("one", "two"):
+        turns = parse_session(next(iter(TurnLog.open([tmp_path / name]).iter_sessions())))
+        first, second = ((t.prompt_ids.tolist(), t.metadata, t.output_logprobs.tolist()) for t in turns)
+        assert first == second

@@ -248,6 +248,7 @@ class Recorder:
             while self._inflight.get(session_id):
                 quiet = self._quiet.setdefault(session_id, asyncio.Event())
                 await quiet.wait()
+            await self.settled(session_id)  # (a request cut short may have left its turn being journaled)
             if session_id not in self.known.next_seq:
                 raise ClientError(f"no session {session_id!r}: no turn of it was ever recorded in this log", 404)
             if self.write_problem is not None:
