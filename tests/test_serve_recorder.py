@@ -390,3 +390,17 @@ def test_the_writers_value_path_records_what_record_turn_records(tmp_path: Path)
         turns = parse_session(next(iter(TurnLog.open([tmp_path / name]).iter_sessions())))
         first, second = ((t.prompt_ids.tolist(), t.metadata, t.output_logprobs.tolist()) for t in turns)
         assert first == second
+
+
+def test_the_journal_benchmark_runs() -> None:
+    import subprocess
+    import sys
+
+    from .helpers import REPO
+
+    done = subprocess.run(
+        [sys.executable, "benchmarks/journal.py", "--turns", "2"], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    rows = done.stdout.strip().splitlines()[1:]
+    assert len(rows) == 4 and all(float(row.split()[-1]) > 0 for row in rows)
