@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
+from .._atomic import fsync_directory
 from ..capture.journal import decode_journal, journal_files, parse_journal_name, try_lock
 from ..capture.log_files import sweep_temporaries
 from ..capture.writer import TurnLogWriter
@@ -53,7 +55,8 @@ def adopt_journals(directory: Path) -> int:
         if fd is None:
             continue  # a live gateway's
         try:
-            adopted += _adopt(directory, path)
+            if os.fstat(fd).st_nlink:  # (else another gateway adopted it while this one waited for the lock)
+                adopted += _adopt(directory, path)
         finally:
             os.close(fd)
     return adopted
@@ -96,7 +99,9 @@ def _adopt(directory: Path, path: Path) -> int:
             writer.finish_session(**fields)
         writer.write_rows(*writer.take_buffer(), number)
         writer.close()
-    path.unlink()
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+    fsync_directory(directory)
     log.warning("tito serve: adopted %s: %d turns, %d finishes", path.name, len(turns), len(finishes))
     return len(turns)
 
