@@ -404,3 +404,13 @@ def test_the_journal_benchmark_runs() -> None:
     assert done.returncode == 0, done.stderr
     rows = done.stdout.strip().splitlines()[1:]
     assert len(rows) == 4 and all(float(row.split()[-1]) > 0 for row in rows)
+
+
+def test_a_text_cell_beyond_the_known_ones_survives_the_journal(tmp_path: Path) -> None:
+    row = _rows(1)[0]
+    row["call_kind"] = "agent"  # a column a later schema adds (provenance), as a text cell
+    journal = Journal(tmp_path, "cells-0001", tokenizer=None)
+    journal.append(encode_turn(row))
+    (back,) = decode_journal(journal.current.path).turns
+    assert back["call_kind"] == "agent" and back["prompt_messages"] == row["prompt_messages"]
+    journal.close()

@@ -10,10 +10,11 @@ recovers a segment sees which of its files already exist and never writes a row 
 
 A segment file starts with :data:`MAGIC` and one JSON line (the tokenizer the rows are recorded
 with), then records, each ``<length u32> <crc32 u32> <payload>``: a payload is a kind byte (``T`` a
-turn, ``F`` a finish), a JSON header, then the turn's texts (UTF-8) and ids (little-endian int32)
-and logprobs (float32) as raw bytes.  A record cut short (a write interrupted by a kill) or whose
-checksum does not match ends the segment: it was never acknowledged.  A failed append is cut off the
-file again before the error is raised, so the records after it stay readable.  The writing process
+turn, ``F`` a finish), a JSON header (with any text cell beyond the known ones), then the turn's
+texts (UTF-8) and ids (little-endian int32) and logprobs (float32) as raw bytes.  A record cut
+short (a write interrupted by a kill) or whose checksum does not match ends the segment: it was
+never acknowledged.  A failed append is cut off the file again before the error is raised, so the
+records after it stay readable.  The writing process
 holds an ``flock`` on each of its segments until it retires them; a segment nobody holds belongs to
 a process that died.
 """
@@ -61,6 +62,10 @@ _RECORD = struct.Struct("<II")
 _HEADER_LEN = struct.Struct("<I")
 _NAME = re.compile(r"\.tito-journal-(?P<run>[A-Za-z0-9_-]+)-(?P<segment>[0-9]{6,})\.wal")
 _TEXTS = ("prompt_messages", "response_message", "tools", "metadata")
+_KNOWN = frozenset(
+    {*_TEXTS, "session_id", "seq", "finish_reason", "ill_formed", "timestamp", "prompt_ids", "output_ids"}
+    | {"output_logprobs"}
+)
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _MICROSECOND = timedelta(microseconds=1)
 
@@ -119,6 +124,10 @@ def encode_turn(row: dict[str, Any]) -> bytes:
         "texts": [None if text is None else len(text) for text in texts],
         "ids": [int(prompt.size), int(output.size), None if logprobs is None else int(logprobs.size)],
     }
+    # Any other text cell of the row (a column a later schema adds) travels in the header as it is.
+    extra = {name: value for name, value in row.items() if name not in _KNOWN and isinstance(value, str)}
+    if extra:
+        header["cells"] = extra
     parts = [b"T", *_header(header)]
     parts.extend(text for text in texts if text is not None)
     parts += [prompt.tobytes(), output.tobytes()]
@@ -194,6 +203,7 @@ def _turn(header: dict[str, Any], body: memoryview) -> dict[str, Any]:
         "ill_formed": header["ill_formed"],
         "timestamp": None if header["timestamp"] is None else _EPOCH + header["timestamp"] * _MICROSECOND,
     }
+    row.update(header.get("cells", {}))
     offset = 0
     for name, size in zip(_TEXTS, header["texts"], strict=True):
         row[name] = None if size is None else str(body[offset : offset + size], "utf-8")
