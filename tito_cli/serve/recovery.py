@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 from .._atomic import fsync_directory
 from ..capture.journal import decode_journal, journal_files, parse_journal_name, try_lock
 from ..capture.log_files import sweep_temporaries
+from ..capture.records import turn_row
 from ..capture.writer import TurnLogWriter
 from ..errors import TitoError
 from ..read.files import classify_file, discover_files
@@ -80,7 +81,7 @@ def _adopt(directory: Path, path: Path) -> int:
             directory, tokenizer=contents.tokenizer, name=run, max_age=None, max_rows=1 << 62, max_bytes=1 << 62
         )
         for row in turns:
-            writer.record_turn(
+            checked = turn_row(
                 row["session_id"],
                 row["prompt_ids"],
                 row["output_ids"],
@@ -93,8 +94,10 @@ def _adopt(directory: Path, path: Path) -> int:
                 seq=row["seq"],
                 timestamp=row["timestamp"],
                 ill_formed=row["ill_formed"],
-                stamp_now=False,
             )
+            # The cells the journal carried beyond the checked ones (columns a later schema adds).
+            checked.row.update((name, value) for name, value in row.items() if name not in checked.row)
+            writer.record_checked(checked, row["seq"])
         for fields in finishes:
             writer.finish_session(**fields)
         writer.write_rows(*writer.take_buffer(), number)
