@@ -1,7 +1,7 @@
 """What ``tito serve`` adds to a generation call, at 1, 16 and 64 concurrent sessions, prompts growing to ~32k tokens.
 
     python benchmarks/serve.py [--upstream-api chat generate] [--sessions 1 16 64] [--turns 16]
-                               [--prompt-tokens 32000] [--runs 3] [--history render|canonical] [--quick]
+                               [--prompt-tokens 32000] [--runs 3] [--history render|canonical] [--fsync] [--quick]
     python benchmarks/serve.py --context-cpu [--contexts 3000 30000] [--turns 40] [--runs 3] [--quick]
 
 An upstream that answers instantly (this script run with ``--upstream PORT`` in its own process: SGLang's
@@ -404,6 +404,7 @@ def run_mode(upstream_api: str, args: argparse.Namespace, work: Path) -> list[li
         [sys.executable, "-m", "tito_cli", "serve", "--logs", str(logs), "--upstream", f"http://127.0.0.1:{up_port}",
          "--upstream-api", upstream_api, "--tokenizer", str(QWEN3), "--port", str(gw_port),
          *(["--history", args.history] if upstream_api == "generate" else []),
+         *(["--fsync"] if args.fsync else []),
          # --quick reads the log back right after its short phases: flush it within a second, not ten.
          *(["--flush-every", "1"] if args.quick else [])],
         cwd=REPO, env=env,
@@ -505,6 +506,7 @@ def table(upstream_api: str, runs: list[list[Row]], args: argparse.Namespace) ->
         return statistics.median(values)
 
     history = f" --history {args.history}" if upstream_api == "generate" else ""
+    history += " --fsync" if args.fsync else ""
     lines = [
         f"upstream {upstream_api}{history}: {args.turns} turns a session, "
         f"prompts growing to ~{args.prompt_tokens:,} tokens, {args.runs} run(s), medians (ms)",
@@ -631,6 +633,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--history", default="render", choices=["render", "canonical"],
                         help="the generate upstream's --history (how the gateway builds prompt ids)")
+    parser.add_argument("--fsync", action="store_true", help="the gateway with --fsync (journal fsynced per turn)")
     parser.add_argument("--quick", action="store_true", help="a smoke run: 1 and 2 sessions, 2 turns, 1k tokens, 1 run")
     parser.add_argument("--context-cpu", action="store_true",
                         help="instead: the gateway's CPU per turn at each --contexts size, both --history modes")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +23,12 @@ from .._atomic import fsync_directory
 from ..schema import PROVENANCE_FIELDS, SESSIONS_SCHEMA, TURNS_SCHEMA, TURNS_SCHEMA_V2, table_metadata
 from .row_groups import write_row_groups
 
-__all__ = ["sessions_table", "turns_table", "write_new_file"]
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
+
+__all__ = ["sessions_table", "sweep_temporaries", "turns_table", "write_new_file"]
 
 
 def write_new_file(
@@ -43,13 +49,14 @@ def write_new_file(
     whose name is free (the caller goes on from the next one).
     """
     tmp = directory / f".{kind}-{name}-{uuid.uuid4().hex[:12]}.tmp"
+    # Locked while it is written: the sweep at a gateway's start-up leaves it be.
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
     try:
+        if fcntl is not None:
+            with contextlib.suppress(OSError):
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         write_row_groups(table, tmp, compression, row_group_rows, row_group_bytes, split_numbers=split_numbers)
-        fd = os.open(tmp, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        os.fsync(fd)
         for counter in counters:
             target = directory / f"{kind}-{name}-{counter:06d}.parquet"
             try:
@@ -62,11 +69,47 @@ def write_new_file(
                     continue
                 os.rename(tmp, target)
             break
+        else:
+            raise FileExistsError(f"{directory}: every {kind} file name offered is taken")
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
+        os.close(fd)
     fsync_directory(directory)
     return target
+
+
+_TEMPORARY = re.compile(r"\.(turns|sessions)-.+-[0-9a-f]{12}\.tmp")
+
+
+def sweep_temporaries(directory: Path) -> list[Path]:
+    """Remove the ``.turns-*.tmp`` / ``.sessions-*.tmp`` files killed writers left in ``directory``.
+
+    A temporary whose lock a live writer holds is kept (where ``flock`` is real).
+    """
+    removed = []
+    try:
+        names = sorted(name for name in os.listdir(directory) if _TEMPORARY.fullmatch(name))
+    except OSError:
+        return []
+    for name in names:
+        path = directory / name
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            if fcntl is not None:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            continue  # held: a live writer
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+            removed.append(path)
+        finally:
+            os.close(fd)
+    return removed
 
 
 def turns_table(rows: list[dict[str, Any]], tokenizer: str | None, format: int = 1) -> pa.Table:

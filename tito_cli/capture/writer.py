@@ -39,7 +39,8 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -50,10 +51,10 @@ import pyarrow as pa
 from .delta import DeltaEncoder
 from .log_files import sessions_table, turns_table, write_new_file
 from .provenance import ExpertsLedger, compress_rows, experts_rows, provenance_cells
-from .records import JsonLike, PromptMessages, sessions_row, turn_row
+from .records import JsonLike, PromptMessages, TurnRow, sessions_row, turn_row
 from .row_groups import ROW_GROUP_BYTES, ROW_GROUP_ROWS
 
-__all__ = ["TurnLogWriter"]
+__all__ = ["RecordedTurn", "TurnLogWriter"]
 
 #: Live writers, so that a forked child can give each a fresh buffer (see _after_fork_in_child).
 _WRITERS: weakref.WeakSet[TurnLogWriter] = weakref.WeakSet()
@@ -66,6 +67,37 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+@dataclass
+class RecordedTurn:
+    """One generation call as :meth:`TurnLogWriter.record` takes it (the arguments of ``record_turn``)."""
+
+    session_id: str
+    prompt_ids: Sequence[int] | np.ndarray
+    output_ids: Sequence[int] | np.ndarray
+    logprobs: Sequence[float] | np.ndarray | None
+    finish_reason: str
+    messages: JsonLike | PromptMessages
+    response: JsonLike
+    tools: JsonLike = None
+    metadata: JsonLike = None
+    ill_formed: bool = False
+
+    def check(self) -> TurnRow:
+        """The row it records, checked against the write contract (``ValueError`` naming the field)."""
+        return turn_row(
+            self.session_id,
+            self.prompt_ids,
+            self.output_ids,
+            self.logprobs,
+            self.finish_reason,
+            self.messages,
+            self.response,
+            self.tools,
+            self.metadata,
+            ill_formed=self.ill_formed,
+        )
 
 
 class TurnLogWriter:
@@ -239,14 +271,31 @@ class TurnLogWriter:
             timestamp=timestamp,
             ill_formed=ill_formed,
         )
-        row, size = checked.row, checked.size
+        row = checked.row
         outputs = int(row["output_ids"].size)
         row.update(provenance_cells(outputs, weight_versions, sampling, call_kind))
         experts = None
         if routed_experts is not None:
             experts = experts_rows(routed_experts, routed_experts_start, int(row["prompt_ids"].size) + outputs)
         if timestamp is None and stamp_now:
-            row["timestamp"] = datetime.now(timezone.utc)
+            checked.row["timestamp"] = datetime.now(timezone.utc)
+        return self.record_checked(checked, seq, experts)
+
+    def record(self, turn: RecordedTurn, *, seq: int | None = None, timestamp: datetime | None = None) -> int:
+        """:meth:`record_turn` for a turn given as one value (the same checks, the same row)."""
+        checked = turn.check()
+        checked.row["timestamp"] = timestamp or datetime.now(timezone.utc)
+        return self.record_checked(checked, seq)
+
+    def record_checked(
+        self, checked: TurnRow, seq: int | None, experts: tuple[np.ndarray, int] | None = None
+    ) -> int:
+        """Buffer a row :func:`~tito_cli.capture.records.turn_row` made (its timestamp set); returns its ``seq``.
+
+        ``experts``: the turn's routed-experts rows and their start (:func:`.provenance.experts_rows`).
+        """
+        row, size = checked.row, checked.size
+        session_id = row["session_id"]
         with self._lock:
             self._check_open()
             if experts is not None:
@@ -289,6 +338,29 @@ class TurnLogWriter:
             full = self._grow(64 + len(session_id) + len(row["metadata"] or ""))
         if full:
             self._flush(only_if_full=True)
+
+    def take_buffer(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """Empty the buffer: its turns rows and sessions rows, for :meth:`write_rows` (the caller keeps them)."""
+        with self._lock:
+            turns, self._turns = self._turns, []
+            sessions, self._sessions = self._sessions, []
+            self._buffered_bytes = 0
+            self._oldest = None
+        return turns, sessions
+
+    def write_rows(self, turns: list[dict[str, Any]], sessions: list[dict[str, Any]], number: int) -> list[Path]:
+        """Write rows taken from the buffer as ``turns-<name>-<number>`` and ``sessions-<name>-<number>``.
+
+        ``FileExistsError`` when a name is taken (the rows are there already).
+        """
+        written = []
+        with self._write_lock:
+            if turns:
+                table = turns_table(turns, self.tokenizer, self.format)
+                written.append(self._write("turns", table, iter([number])))
+            if sessions:
+                written.append(self._write("sessions", sessions_table(sessions), iter([number])))
+        return written
 
     def flush(self) -> list[Path]:
         """Write everything buffered; returns the files written (none when empty).
@@ -410,8 +482,8 @@ class TurnLogWriter:
                 else:
                     self.last_flush_error = None
 
-    def _write(self, kind: str, table: pa.Table) -> Path:
-        counter = itertools.count(self._file_counter + 1)
+    def _write(self, kind: str, table: pa.Table, numbers: Iterator[int] | None = None) -> Path:
+        counter = itertools.count(self._file_counter + 1) if numbers is None else numbers
         target = write_new_file(
             self.directory,
             kind,
@@ -423,6 +495,7 @@ class TurnLogWriter:
             self.row_group_bytes,
             split_numbers=kind == "turns" and self.format == 2,
         )
-        self._file_counter = next(counter) - 1
+        if numbers is None:
+            self._file_counter = next(counter) - 1
         self.files_written.append(target)
         return target

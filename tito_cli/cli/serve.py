@@ -68,7 +68,14 @@ def serve(
         30.0, "--grace-period", min=0, help="Seconds in-flight requests get to finish on SIGTERM/SIGINT."
     ),
     flush_every: float = typer.Option(
-        10.0, "--flush-every", min=0.1, help="Seconds between log flushes at most (what a SIGKILL can lose)."
+        10.0,
+        "--flush-every",
+        min=0.1,
+        help="Seconds after which recorded turns are written as Parquet files (every turn is in the journal "
+        "before it is answered: a SIGKILL loses nothing).",
+    ),
+    fsync: bool = typer.Option(
+        False, "--fsync", help="fsync the journal after every turn and finish: survives a power loss too (slower)."
     ),
     upstream_timeout: float = typer.Option(
         600.0, "--upstream-timeout", min=0.1, help="Seconds to wait for the upstream's answer."
@@ -105,6 +112,7 @@ def serve(
         max_request_bytes=max_request_bytes,
         grace_period=grace_period,
         flush_every=flush_every,
+        fsync=fsync,
         upstream_timeout=upstream_timeout,
         upstream_keepalive=upstream_keepalive,
         max_tokens_cap=max_tokens_cap,

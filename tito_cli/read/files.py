@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 from .._parquet import open_parquet_file
 from ..errors import LogError, SchemaError, UnreadableLogError
 from ..schema import FORMAT_VERSIONS, META_FORMAT, META_TABLE, META_TOKENIZER, REFERENCE_COLUMNS
+from .journals import journal_tables
 
 __all__ = [
     "READ_COLUMNS",
@@ -119,6 +120,8 @@ class LogFile:
 def discover_files(paths: Iterable[str | Path], *, exclude: Iterable[Path] = ()) -> list[Path]:
     """Every ``*.parquet`` file under ``paths`` (files given directly are taken as they are), each real file once.
 
+    A live ``tito serve``'s journal segments in a folder are read as files too (:mod:`.journals`).
+
     Folders are searched recursively, following symbolic links to folders
     (a folder reached twice, as by a link loop, is searched once); a folder
     that cannot be listed raises naming it, since its sessions would
@@ -167,6 +170,8 @@ def _parquet_files(folder: Path, seen_folders: set[tuple[int, int]]) -> list[Pat
         seen_folders.add(key)
         folders.sort()
         files.extend(Path(top, name) for name in names if name.endswith(".parquet") and not name.startswith("."))
+        if any(name.startswith(".tito-journal-") for name in names):
+            files.extend(journal_tables(Path(top)))  # a live gateway's acknowledged turns (read/journals.py)
     return files
 
 
@@ -179,13 +184,19 @@ def require_logs(found: list[Path], paths: Iterable[str | Path]) -> list[Path]:
         return found
     paths = list(paths)
     where = ", ".join(str(p) for p in paths) or "(no path given)"
+    if any(Path(p).is_dir() and any(Path(p).glob(".tito-journal-*.wal")) for p in paths):
+        raise LogError(
+            "a tito serve is recording into this folder and has not recorded a turn yet",
+            file=where,
+            tip="read it again once the gateway has answered a generation request",
+        )
     if paths and all(_not_written_yet(Path(p)) for p in paths):
         raise LogError(
             "no turn-log Parquet file here yet: the folder holds no files but hidden ones, as a log folder does "
-            "while a writer (tito serve, TurnLogWriter) has not flushed its first turns",
+            "while a writer (tito serve, TurnLogWriter) has not recorded its first turns",
             file=where,
-            tip="a writer's first Parquet file appears at its first flush: tito serve flushes within --flush-every "
-            "seconds (10 by default) of a recorded turn, and when it stops",
+            tip="tito serve's turns are readable as soon as they are answered; a TurnLogWriter's first Parquet "
+            "file appears at its first flush",
         )
     raise LogError(
         "no turn-log Parquet file found here (searched recursively for *.parquet)",

@@ -1,11 +1,13 @@
 """The gateway: a Starlette app that answers each dialect, calls the upstream, and records turns.
 
-One request = one generation call = at most one turn.  The turn is recorded only after the whole
-response was handed to the client's connection (a client gone before that, or an upstream error,
-records nothing).  The turns of one session are recorded in the order their responses completed
-(each waits for the session's previous one), so ``seq`` follows the conversation.  CPU work —
-rendering, tokenizing, (de)serialising large bodies, recording — runs in a bounded thread pool; the
-event loop only waits.
+One request = one generation call = at most one turn.  The turn is recorded — checked and appended
+to the write-ahead journal by the :class:`~tito_cli.serve.recorder.Recorder` — before the client is
+answered, and the client is answered only if that worked: a turn the log cannot hold is a 502, a log
+that cannot be written a 503 (a client gone before its answer came from the upstream, or an upstream
+error, records nothing).  The turns of one session are recorded in the order their answers came
+(each after the session's previous one), so ``seq`` follows the conversation.  CPU work — rendering,
+tokenizing, (de)serialising large bodies, recording — runs in a bounded thread pool; the event loop
+only waits.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from ..capture.writer import TurnLogWriter
+from ..capture.writer import RecordedTurn
 from ..errors import TokenizerError
 from . import debug_metrics
 from .config import ServeConfig
@@ -36,7 +38,8 @@ from .dialects import DIALECTS, Dialect
 from .dialects.chat import openai_error
 from .exchange import ChatRequest, ClientError, Generation, UpstreamError
 from .idle import IdleTrim
-from .sessions import Sessions, check_session_id, session_from_headers
+from .recorder import Recorder
+from .sessions import check_session_id, session_from_headers
 from .template import ChatTemplate
 from .upstreams import UPSTREAMS, Upstream
 from .upstreams.base import INLINE_BYTES
@@ -55,20 +58,23 @@ def create_app(config: ServeConfig, template: ChatTemplate | None = None) -> Sta
 
 
 class Gateway:
-    """The gateway's state: the shared upstream client, the worker pool, the writer, the sessions."""
+    """The gateway's state: the shared upstream client, the worker pool, the recorder."""
 
     def __init__(self, config: ServeConfig, template: ChatTemplate | None = None) -> None:
         self.config = config
         self.upstream_class = UPSTREAMS.get(config.upstream_api)
         self.dialects: list[Dialect] = [DIALECTS.get(name)() for name in DIALECTS.names()]
-        self.sessions = Sessions()
-        self._tails: dict[str, asyncio.Task[None]] = {}
-        self._pending: set[asyncio.Task[None]] = set()
         self._template: ChatTemplate | None = template
         self._template_error: str | None = None
         self.pool: ThreadPoolExecutor | None = None
         self.idle = IdleTrim(config.idle_trim, self.offload)
-        self.writer: TurnLogWriter | None = None
+        self.recorder = Recorder(
+            config.logs,
+            tokenizer=config.tokenizer_name,
+            flush_every=config.flush_every,
+            fsync=config.fsync,
+            offload=self.offload,
+        )
         self.upstream: Upstream | None = None
         #: Opt-in measurements (TITO_SERVE_DEBUG_METRICS=1): the loop's lag, CPU, RSS at GET /debug/metrics.
         self.metrics = LoopLagMonitor() if debug_metrics.enabled() else None
@@ -96,17 +102,16 @@ class Gateway:
             self.upstream = self.upstream_class(config, client, self.template, self.offload)
             if self.upstream.renders and hasattr(self.upstream, "profile"):
                 self.upstream.profile()
-            self.writer = TurnLogWriter(config.logs, tokenizer=config.tokenizer_name, max_age=config.flush_every)
+            await self.offload(self.recorder.open)  # (done already when run by tito serve)
+            self.recorder.start()
             if self.metrics is not None:
                 self.metrics.start()
             yield
         finally:
             if self.metrics is not None:
                 await self.metrics.stop()
-            await self.drain()
+            await self.recorder.close()
             await self.idle.stop()
-            if self.writer is not None:
-                await self.offload(self.writer.close)
             await client.aclose()
             self.pool.shutdown(wait=True)
 
@@ -137,11 +142,6 @@ class Gateway:
         assert self.pool is not None
         return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
 
-    async def drain(self) -> None:
-        """Wait until every turn handed to the writer is recorded."""
-        while self._pending:
-            await asyncio.gather(*list(self._pending), return_exceptions=True)
-
     # -- routes ------------------------------------------------------------------------------
 
     def _routes(self) -> list[Route]:
@@ -169,6 +169,9 @@ class Gateway:
         return JSONResponse(snapshot)
 
     async def _health(self, request: Request) -> Response:
+        problem = self.recorder.problem()
+        if problem is not None:
+            return JSONResponse({"status": "failing", "reason": f"the turn log cannot be written: {problem}"}, 503)
         return JSONResponse({"status": "ok"})
 
     async def _models(self, request: Request) -> Response:
@@ -196,9 +199,6 @@ class Gateway:
                 body = await self._json_body(request)
                 parsed = await self._offload_if(len(body[1]) > INLINE_BYTES, dialect.parse, body[0])
                 parsed.size = len(body[1])
-                state = self.sessions.get(session_id)
-                if state is not None and state.finished:
-                    raise ClientError(f"session {session_id!r} is finished: start a new session id", 409)
             except ClientError as exc:
                 return JSONResponse(dialect.error(exc.status, exc.message), status_code=exc.status)
             return _Exchange(self, dialect, session_id, parsed, request.headers.get("user-agent"))
@@ -268,55 +268,31 @@ class Gateway:
                 isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward)
             ):
                 raise ClientError("reward must be a finite number or null")
-            state = self.sessions.touch(session_id)
-            if state.finished:
-                raise ClientError(f"session {session_id!r} is already finished", 409)
-            state.finished = True
-            await self._settled(session_id)
-            assert self.writer is not None
-            try:
-                await self.offload(
-                    _finish_session,
-                    self.writer,
-                    session_id,
-                    None if reward is None else float(reward),
-                    body,
-                )
-            except ValueError as exc:
-                state.finished = False
-                raise ClientError(f"cannot finish session {session_id!r}: {exc}") from None
-            state.reward = reward
+            turns = await self.recorder.finish(session_id, None if reward is None else float(reward), body)
             if self.upstream is not None:
                 self.upstream.session_finished(session_id)
         except ClientError as exc:
             return JSONResponse(openai_error(exc.status, exc.message), status_code=exc.status)
-        return JSONResponse({"session_id": session_id, "finished": True, "reward": reward, "turns": len(state.turns)})
+        return JSONResponse({"session_id": session_id, "finished": True, "reward": reward, "turns": turns})
 
     async def _report(self, request: Request) -> Response:
         try:
             session_id = check_session_id(request.path_params["sid"], "the /sessions/{id} path")
         except ClientError as exc:
             return JSONResponse(openai_error(exc.status, exc.message), status_code=exc.status)
-        await self._settled(session_id)
-        state = self.sessions.get(session_id)
-        if state is None:
-            message = f"no session {session_id!r} here (no turn recorded by this gateway since it started)"
+        await self.recorder.settled(session_id)
+        report = self.recorder.report(session_id)
+        if report is None:
+            message = f"no session {session_id!r} here (no turn of it was ever recorded in this log)"
             return JSONResponse(openai_error(404, message), status_code=404)
-        return JSONResponse(
-            {"session_id": session_id, "finished": state.finished, "reward": state.reward, "turns": state.turns}
-        )
-
-    async def _settled(self, session_id: str) -> None:
-        tail = self._tails.get(session_id)
-        if tail is not None:
-            await asyncio.wait({tail})
+        return JSONResponse(report)
 
     # -- recording -------------------------------------------------------------------------------
 
-    def commit(
+    async def record(
         self, session_id: str, dialect: Dialect, request: ChatRequest, generation: Generation, agent: str | None
-    ) -> None:
-        """Record the turn of a completed response, after the session's earlier ones (called on the loop)."""
+    ) -> int:
+        """Record the turn of an answer before it is sent (raises ``UpstreamError``/``ClientError`` instead)."""
         metadata: dict[str, Any] = {
             "wire": dialect.name,
             "user_agent": agent,
@@ -327,76 +303,35 @@ class Gateway:
         }
         if generation.upstream_id is not None:
             metadata["upstream_id"] = generation.upstream_id
-        previous = self._tails.get(session_id)
-        task = asyncio.get_running_loop().create_task(self._record(previous, session_id, generation, metadata))
-        self._tails[session_id] = task
-        self._pending.add(task)
-        self.idle.enter()
-
-        def done(finished: asyncio.Task[None]) -> None:
-            self.idle.leave()
-            self._pending.discard(finished)
-            if self._tails.get(session_id) is finished:
-                del self._tails[session_id]
-
-        task.add_done_callback(done)
-
-    async def _record(
-        self, previous: asyncio.Task[None] | None, session_id: str, generation: Generation, metadata: dict[str, Any]
-    ) -> None:
-        if previous is not None:
-            await asyncio.wait({previous})
-        assert self.writer is not None
-        try:
-            seq = await self.offload(_record_turn, self.writer, session_id, generation, metadata)
-        except Exception:  # the client has its answer; say why its turn is missing, keep serving
-            log.exception("tito serve: could not record a turn of session %r", session_id)
-            return
-        self.sessions.touch(session_id).turns.append(
-            {
-                "seq": seq,
-                "wire": metadata["wire"],
-                "finish_reason": generation.finish_reason,
-                "prompt_tokens": len(generation.prompt_ids),
-                "output_tokens": len(generation.output_ids),
-                "tool_calls": len(generation.tool_calls),
-                "ill_formed": generation.ill_formed,
-            }
+        turn = RecordedTurn(
+            session_id,
+            generation.prompt_ids,
+            generation.output_ids,
+            generation.logprobs,
+            generation.finish_reason,
+            generation.prompt_messages,
+            generation.response_message,
+            generation.tools,
+            metadata,
+            ill_formed=generation.ill_formed,
         )
-
-
-def _record_turn(writer: TurnLogWriter, session_id: str, generation: Generation, metadata: dict[str, Any]) -> int:
-    return writer.record_turn(
-        session_id,
-        generation.prompt_ids,
-        generation.output_ids,
-        generation.logprobs,
-        generation.finish_reason,
-        generation.prompt_messages,
-        generation.response_message,
-        generation.tools,
-        metadata,
-        ill_formed=generation.ill_formed,
-    )
-
-
-def _finish_session(writer: TurnLogWriter, session_id: str, reward: float | None, body: dict[str, Any]) -> None:
-    writer.finish_session(
-        session_id,
-        reward,
-        body.get("index"),
-        body.get("group_index"),
-        body.get("label"),
-        body.get("metadata"),
-        rollout_id=body.get("rollout_id"),
-    )
+        summary = {
+            "wire": dialect.name,
+            "finish_reason": generation.finish_reason,
+            "prompt_tokens": len(generation.prompt_ids),
+            "output_tokens": len(generation.output_ids),
+            "tool_calls": len(generation.tool_calls),
+            "ill_formed": generation.ill_formed,
+        }
+        return await self.recorder.record(session_id, turn, summary)
 
 
 class _Exchange(Response):  # type: ignore[misc, unused-ignore]  # Response is Any where Starlette is absent
-    """The response of one generation request: calls the upstream, answers, then records the turn.
+    """The response of one generation request: calls the upstream, records the turn, then answers.
 
     While the upstream works, a listener waits for the client's disconnect: a client gone before
-    the response is complete cancels the upstream call and records nothing.
+    the upstream answered cancels the upstream call and records nothing.  The request counts as in
+    flight for its session (a finish waits for it) from its start to its end.
     """
 
     def __init__(
@@ -423,6 +358,12 @@ class _Exchange(Response):  # type: ignore[misc, unused-ignore]  # Response is A
                     gone.set()
                     return
 
+        recorder = self.gateway.recorder
+        try:
+            recorder.begin(self.session_id)
+        except ClientError as exc:
+            await _send_json(send, exc.status, self.dialect.error(exc.status, exc.message))
+            return
         listener = asyncio.get_running_loop().create_task(listen())
         self.gateway.idle.enter()
         try:
@@ -430,6 +371,7 @@ class _Exchange(Response):  # type: ignore[misc, unused-ignore]  # Response is A
         finally:
             self.gateway.idle.leave()
             listener.cancel()
+            recorder.end(self.session_id)
 
     async def _answer(self, send: Send, gone: asyncio.Event) -> None:
         gateway, dialect = self.gateway, self.dialect
@@ -456,6 +398,16 @@ class _Exchange(Response):  # type: ignore[misc, unused-ignore]  # Response is A
             log.exception("tito serve: session %r: the request failed", self.session_id)
             await _send_json(send, 500, dialect.error(500, f"the gateway failed: {type(exc).__name__}: {exc}"))
             return
+        if gone.is_set():
+            log.info("tito serve: session %r: the client left before its answer; no turn", self.session_id)
+            return
+        try:
+            await gateway.record(self.session_id, dialect, self.request, generation, self.agent)
+        except (UpstreamError, ClientError) as exc:
+            if isinstance(exc, UpstreamError):  # (a log that cannot be written is said once, by the recorder)
+                log.warning("tito serve: session %r: %s", self.session_id, exc.message)
+            await _send_json(send, exc.status, dialect.error(exc.status, exc.message))
+            return
         model = gateway.config.model_name
         if self.request.stream:
             events = dialect.events(self.request, generation, model)
@@ -474,11 +426,6 @@ class _Exchange(Response):  # type: ignore[misc, unused-ignore]  # Response is A
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         else:
             await _send_json(send, 200, dialect.response(self.request, generation, model))
-        # Checked before yielding to the loop: after the last send the listener would see the end.
-        if gone.is_set():
-            log.info("tito serve: session %r: the client left during its answer; no turn", self.session_id)
-            return
-        gateway.commit(self.session_id, dialect, self.request, generation, self.agent)
         log.debug("tito serve: session %r answered in %.3f s", self.session_id, time.perf_counter() - started)
 
 

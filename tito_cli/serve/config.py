@@ -59,8 +59,10 @@ class ServeConfig:
     grace_period: float = 30.0
     #: Seconds with nothing in flight after which freed memory goes back to the system (0: never).
     idle_trim: float = 1.0
-    #: The writer's buffer is flushed at least this often (what a SIGKILL can lose), in seconds.
+    #: Seconds after which journaled turns are written as Parquet files (nothing is lost on a kill either way).
     flush_every: float = 10.0
+    #: fsync the write-ahead journal after every turn and finish (survives a power loss, not only a kill).
+    fsync: bool = False
 
     @property
     def tokenizer_name(self) -> str | None:

@@ -1,18 +1,26 @@
 """Running the gateway: checks that fail before the server starts, then uvicorn until SIGTERM/SIGINT.
 
+Start-up fails before anything is created in the log folder for a bad option or a tokenizer that
+cannot be found (``ValueError``/``TokenizerError``: usage, exit 2) and for a port it cannot listen
+on (``ValueError``); then the log folder is opened (dead gateways' journals adopted, the session
+registry built; ``OutputError``, exit 5, for a folder that cannot be written).
+
 uvicorn owns the signals: on SIGTERM or SIGINT it stops accepting, lets in-flight requests finish
-for ``grace_period`` seconds, then runs the app's shutdown, which records the turns still queued and
-flushes and closes the log.
+for ``grace_period`` seconds, then runs the app's shutdown, which writes every journaled turn as
+Parquet and closes the log; turns it could not write are an ``OutputError`` (exit 5) after the
+server stopped (they stay in the journal, for the next gateway on the folder).
 """
 
 from __future__ import annotations
 
 import logging
 import signal
+import socket
+from typing import Any
 
-from ..errors import TokenizerError
+from ..errors import OutputError, TokenizerError
 from ..families import family_for, family_named
-from .app import create_app
+from .app import Gateway
 from .config import ServeConfig
 from .history import HISTORIES
 from .template import ChatTemplate
@@ -73,9 +81,44 @@ def serve(config: ServeConfig, *, log_level: str = "warning", access_log: bool =
 
     template = prepare(config)
     logging.getLogger("tito.serve").setLevel(log_level.upper())
+    sock = listen(config.host, config.port)
+    try:
+        gateway = Gateway(config, template)
+        gateway.recorder.open()
+        stopped = _run(uvicorn, gateway, config, sock, log_level, access_log)
+    finally:
+        sock.close()
+    if gateway.recorder.unwritten is not None:
+        raise OutputError(gateway.recorder.unwritten)
+    return stopped
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A socket bound and listening on ``host:port`` (``ValueError`` naming the option when it cannot be)."""
+    try:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        # IPPROTO_TCP named: asyncio sets TCP_NODELAY on accepted connections only when the proto says TCP.
+        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    except OSError as exc:
+        raise ValueError(f"--host {host}: {exc.strerror or exc}") from None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(2048)
+    except (OSError, OverflowError) as exc:
+        sock.close()
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ValueError(f"--port {port}: cannot listen on {host}:{port}: {reason}") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def _run(
+    uvicorn: Any, gateway: Gateway, config: ServeConfig, sock: socket.socket, log_level: str, access_log: bool
+) -> list[int]:
     server = uvicorn.Server(
         uvicorn.Config(
-            create_app(config, template),
+            gateway.app,
             host=config.host,
             port=config.port,
             log_level=log_level,
@@ -88,7 +131,7 @@ def serve(config: ServeConfig, *, log_level: str = "warning", access_log: bool =
     stopped: list[int] = []
     previous = {sig: signal.signal(sig, lambda sig, frame: stopped.append(sig)) for sig in _SIGNALS}
     try:
-        server.run()
+        server.run(sockets=[sock])
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

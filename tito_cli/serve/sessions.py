@@ -1,15 +1,13 @@
-"""Session ids (where they come from, which are usable) and what the gateway remembers of each session."""
+"""Session ids: where they come from, which are usable (what the gateway remembers of each: recorder.py)."""
 
 from __future__ import annotations
 
 import re
-from collections import OrderedDict
-from dataclasses import dataclass, field
 from typing import Any
 
 from .exchange import ClientError
 
-__all__ = ["SESSION_ID", "SessionState", "Sessions", "check_session_id", "session_from_headers"]
+__all__ = ["SESSION_ID", "check_session_id", "session_from_headers"]
 
 #: A usable session id: letters, digits and ``. _ : @ + = ~ -``, starting with a letter or digit, at most 256.
 SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@+=~-]{0,255}")
@@ -39,33 +37,3 @@ def session_from_headers(headers: Any) -> str:
         "no session id: send the request to /sessions/{id}/v1/..., or set the API key to the session id "
         "(Authorization: Bearer <id> or x-api-key: <id>)"
     )
-
-
-@dataclass
-class SessionState:
-    """What the gateway remembers of a session: its recorded turns (small summaries) and whether it finished."""
-
-    turns: list[dict[str, Any]] = field(default_factory=list)
-    finished: bool = False
-    reward: float | None = None
-
-
-class Sessions:
-    """Session states, the least recently used forgotten first beyond ``limit`` (their turns stay in the log)."""
-
-    def __init__(self, limit: int = 100_000) -> None:
-        self.limit = limit
-        self._states: OrderedDict[str, SessionState] = OrderedDict()
-
-    def get(self, session_id: str) -> SessionState | None:
-        return self._states.get(session_id)
-
-    def touch(self, session_id: str) -> SessionState:
-        state = self._states.get(session_id)
-        if state is None:
-            state = self._states[session_id] = SessionState()
-            while len(self._states) > self.limit:
-                self._states.popitem(last=False)
-        else:
-            self._states.move_to_end(session_id)
-        return state
