@@ -94,9 +94,9 @@ def test_error_messages_print_brackets_in_paths_as_they_are(tmp_path: Path) -> N
 
 NOT_YET = [
     "no turn-log Parquet file here yet: the folder holds no files but hidden ones, as a log folder does while a "
-    "writer (tito serve, TurnLogWriter) has not flushed its first turns",
-    "TIP a writer's first Parquet file appears at its first flush: tito serve flushes within --flush-every "
-    "seconds (10 by default) of a recorded turn, and when it stops",
+    "writer (tito serve, TurnLogWriter) has not recorded its first turns",
+    "TIP tito serve's turns are readable as soon as they are answered; a TurnLogWriter's first Parquet "
+    "file appears at its first flush",
 ]
 NOT_A_LOG = [
     "no turn-log Parquet file found here (searched recursively for *.parquet)",

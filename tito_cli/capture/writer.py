@@ -21,11 +21,10 @@ against the recent turn of its session it shares the most with
 
 Every record is checked when it is recorded, against the write contract
 (:mod:`tito_cli.capture.records`: what a rebuild would reject a session for,
-the writer refuses), so that a bad record raises in the caller and never
-reaches the buffer: a flush cannot fail on one bad row and take every other
-session's rows with it.  Files are written by :mod:`.log_files`.  A
-flush that fails anyway (a full disk) keeps its rows buffered for the next
-one.  Files never replace each other: a name already taken (a restarted
+the writer refuses), so a bad record raises in the caller and never reaches
+the buffer, where a failing flush would take every other session's rows with
+it.  Files are written by :mod:`.log_files`; a flush that fails anyway (a
+full disk) keeps its rows buffered for the next one.  Files never replace each other: a name already taken (a restarted
 harness with the same ``name=``, a writer shared across ``fork()``) moves on
 to the next free number, and a forked child starts with an empty buffer of
 its own (its parent still holds the rows buffered before the fork).
