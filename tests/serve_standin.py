@@ -21,7 +21,9 @@ tokenizes it with the real tokenizer, appends ``<|im_end|>``, cuts at ``max_new_
 ``max_tokens`` (finish reason length), and gives each token a deterministic logprob.  Every answer
 is kept in ``ledger`` (under a lock): the api, the body, the prompt ids received, the output ids and
 logprobs generated.  ``fail_next`` makes the next request(s) answer 5xx, hang, drop the
-connection, or answer late; ``delay`` slows every generation request.  Listens on 127.0.0.1
+connection, answer late, or drip the answer a byte at a time; ``tamper_next`` rewrites the next
+answer's JSON (ids or logprobs no real server would send: the gateway's checks are tested with them);
+``delay`` slows every generation request.  Listens on 127.0.0.1
 only, on a free port (or ``port``), in a background thread.
 """
 
@@ -68,7 +70,8 @@ def qwen3_output(content: str = "", reasoning: str | None = None, calls: Sequenc
 @dataclass
 class Fault:
     """One injected fault: ``status`` (answer ``code``), ``hang`` (silent ``seconds``, then drop), ``close``
-    (drop at once), ``slow`` (answer normally after ``seconds``)."""
+    (drop at once), ``slow`` (answer normally after ``seconds``), ``drip`` (the answer's headers at once, then
+    its body one byte every ``seconds``)."""
 
     kind: str
     code: int = 503
@@ -108,6 +111,7 @@ class StandIn:
         #: The client port of each POST, in arrival order: which requests shared a connection.
         self.peers: list[int] = []
         self._faults: deque[Fault] = deque()
+        self._tampers: deque[Callable[[dict[str, Any]], Any]] = deque()
         self._lock = threading.Lock()
         self._closing = threading.Event()
         self.server = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
@@ -130,10 +134,23 @@ class StandIn:
 
     def fail_next(self, kind: str = "status", *, count: int = 1, code: int = 503, seconds: float = 30.0) -> None:
         """The next ``count`` generation requests fail: ``status`` (answer ``code``), ``hang``, ``close``, ``slow``."""
-        if kind not in ("status", "hang", "close", "slow"):
+        if kind not in ("status", "hang", "close", "slow", "drip"):
             raise ValueError(f"unknown fault {kind!r}")
         with self._lock:
             self._faults.extend(Fault(kind, code, seconds) for _ in range(count))
+
+    def tamper_next(self, rewrite: Callable[[dict[str, Any]], Any], *, count: int = 1) -> None:
+        """``rewrite(answer)`` changes the next ``count`` non-streamed generation answers in place before they are
+        sent: what a broken or hostile server would answer."""
+        with self._lock:
+            self._tampers.extend(rewrite for _ in range(count))
+
+    def _tampered(self, answer: dict[str, Any]) -> dict[str, Any]:
+        with self._lock:
+            rewrite = self._tampers.popleft() if self._tampers else None
+        if rewrite is not None:
+            rewrite(answer)
+        return answer
 
     def _take_fault(self) -> Fault | None:
         with self._lock:
@@ -285,9 +302,10 @@ class StandIn:
                     self._send(404, {"object": "error", "message": "Not Found", "type": "NotFoundError", "code": 404})
                     return
                 fault = standin._take_fault()
+                self._drip = fault.seconds if fault is not None and fault.kind == "drip" else None
                 if fault is not None and fault.kind == "slow":
                     standin._closing.wait(fault.seconds)
-                elif fault is not None:
+                elif fault is not None and fault.kind != "drip":
                     self._fail(fault)
                     return
                 if standin.delay:
@@ -298,13 +316,13 @@ class StandIn:
                         skip = (body.get("sampling_params") or {}).get("skip_special_tokens", True)
                         self._stream(standin.generate_chunks(answer, skip))
                     else:
-                        self._send(200, answer)
+                        self._send(200, standin._tampered(answer))
                 else:
                     chat, _ = standin.chat(body)
                     if body.get("stream"):
                         self._stream(chat.chunks(standin.decode))
                     else:
-                        self._send(200, chat.response())
+                        self._send(200, standin._tampered(chat.response()))
 
             def _fail(self, fault: Fault) -> None:
                 if fault.kind == "status":
@@ -339,7 +357,18 @@ class StandIn:
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
-                self.wfile.write(data)
+                drip, self._drip = getattr(self, "_drip", None), None
+                if drip is None:
+                    self.wfile.write(data)
+                    return
+                for i in range(len(data)):  # bounded: one byte each interval until the body is out or we close
+                    if standin._closing.wait(drip):
+                        return
+                    try:
+                        self.wfile.write(data[i : i + 1])
+                        self.wfile.flush()
+                    except OSError:
+                        return
 
         return Handler
 
