@@ -455,14 +455,12 @@ class _Exchange(Response):  # type: ignore[misc, unused-ignore]  # Response is A
         try:
             generation = call.result()
         except (UpstreamError, ClientError) as exc:
-            if isinstance(exc, UpstreamError):
-                gateway.upstream_failures.failed(self.session_id, exc)
+            gateway.upstream_failures.failed(self.session_id, exc)
             await _send_json(send, exc.status, dialect.error(exc.status, exc.message))
             return
         except Exception:
             log.exception("tito serve: session %r: the request failed", self.session_id)
-            message = "the gateway failed on this request (the gateway's log says why)"
-            await _send_json(send, 500, dialect.error(500, message))
+            await _send_json(send, 500, dialect.error(500, "the gateway failed on this request (its log says why)"))
             return
         model = gateway.config.public_model_name
         if self.request.stream:

@@ -45,8 +45,8 @@ _LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
 _WILDCARDS = ("0.0.0.0", "::", "")
 
 
-def allowed_hosts(host: str, port: int) -> frozenset[str] | None:
-    """The ``Host`` header values that name a gateway bound to ``host``:``port``; None: any IP literal as well."""
+def allowed_hosts(host: str, port: int) -> frozenset[str]:
+    """The ``Host`` header values that name a gateway bound to ``host``:``port`` (with ``:80``, also without it)."""
     bound = f"[{host}]" if ":" in host and not host.startswith("[") else host
     names = {*_LOOPBACK_NAMES, bound.lower()}
     values = {f"{name}:{port}" for name in names}
@@ -168,8 +168,8 @@ def client_json(data: bytes, what: str = "the request body") -> Any:
             raise ClientError(f"{what} is not UTF-8 (byte {exc.start})") from None
         try:
             value = strict_loads(text.removeprefix("\ufeff"), what)
-        except ValueError as exc:
-            raise ClientError(f"{exc}") from None
+        except ValueError as exc:  # NaN and Infinity, malformed JSON, nesting beyond the parser
+            raise ClientError(str(exc).replace("is not valid JSON", "is not JSON")) from None
     problem = _first_problem(value)
     if problem is not None:
         raise ClientError(f"{what}: {problem}")

@@ -10,7 +10,7 @@ import math
 import time
 from abc import ABC, abstractmethod
 from array import array
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from ...capture.records import fast_json
@@ -124,11 +124,11 @@ class Upstream(ABC):
         url = self.config.upstream.rstrip("/") + path
         timeout = self.config.upstream_timeout
         try:
-            async with asyncio.timeout(timeout):
-                response = await self.client.post(
-                    url, content=payload, headers={"content-type": "application/json", **(headers or {})}
-                )
-        except (TimeoutError, httpx.TimeoutException):
+            response = await asyncio.wait_for(
+                self.client.post(url, content=payload, headers={"content-type": "application/json", **(headers or {})}),
+                timeout,
+            )
+        except (asyncio.TimeoutError, httpx.TimeoutException):
             raise UpstreamError(
                 f"the upstream did not answer {path} within {timeout:g} s (--upstream-timeout)", 504, detail=url
             ) from None
@@ -163,8 +163,13 @@ class FailureLog:
         self._count = 0
         self._dropped = 0
 
-    def failed(self, session_id: str, error: UpstreamError) -> bool:
-        """Log ``error`` (session ``session_id``) unless the window's lines are spent; whether a line was written."""
+    def failed(self, session_id: str, error: Exception) -> bool:
+        """Log ``error`` (session ``session_id``) unless the window's lines are spent; whether a line was written.
+
+        Only an :class:`UpstreamError` is the upstream's failure (a client's error is not logged here).
+        """
+        if not isinstance(error, UpstreamError):
+            return False
         now = time.monotonic()
         if now - self._start >= self.window:
             if self._dropped:
@@ -306,7 +311,7 @@ def check_answer(
             )
 
 
-def _check_ids(ids: list[Any], limit: int, where: str, what: str) -> None:
+def _check_ids(ids: Sequence[Any], limit: int, where: str, what: str) -> None:
     for position, value in enumerate(ids):
         if type(value) is not int or not 0 <= value < limit:
             if type(value) is not int:
