@@ -99,16 +99,15 @@ class GenerateUpstream(Upstream):
         if not isinstance(meta, dict):
             raise UpstreamError("the upstream's /generate answer has no meta_info")
         pairs = meta.get("output_token_logprobs")
+        if isinstance(pairs, list) and len(pairs) > sampling["max_new_tokens"]:
+            raise UpstreamError(
+                f"the upstream answered {len(pairs)} output token ids for max_new_tokens {sampling['max_new_tokens']}"
+            )
         if not isinstance(pairs, list) or not all(isinstance(p, list) and len(p) >= 2 for p in pairs):
             raise UpstreamError("the upstream's /generate answer has no meta_info.output_token_logprobs")
         output_ids = [p[1] for p in pairs]
         logprobs = [p[0] for p in pairs]
         check_answer(prompt_ids, output_ids, logprobs, "/generate", self.vocabulary(), check_prompt=False)
-        if len(output_ids) > sampling["max_new_tokens"]:
-            raise UpstreamError(
-                f"the upstream answered {len(output_ids)} output token ids for max_new_tokens "
-                f"{sampling['max_new_tokens']}"
-            )
         finish = meta.get("finish_reason")
         if isinstance(finish, dict) and finish.get("type") == "abort":
             raise UpstreamError(f"the upstream aborted the generation: {finish.get('message', '')}")
