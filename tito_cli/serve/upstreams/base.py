@@ -299,6 +299,11 @@ def check_answer(
     if check_prompt:
         _check_ids(prompt, limit, "prompt", what)
     _check_ids(output, limit, "output", what)
+    # The usual answer in C-speed passes (an 8k-token output: ~0.3 ms, not ~3); the loop finds what is wrong.
+    if not logprobs or (
+        set(map(type, logprobs)) <= _NUMBER_TYPES and all(map(math.isfinite, logprobs)) and max(logprobs) <= 0
+    ):
+        return
     for position, value in enumerate(logprobs):
         if type(value) is not float and type(value) is not int:  # bool, None, str: not a logprob
             raise UpstreamError(
@@ -311,7 +316,14 @@ def check_answer(
             )
 
 
+_NUMBER_TYPES = frozenset({float, int})
+
+
 def _check_ids(ids: Sequence[Any], limit: int, where: str, what: str) -> None:
+    if not ids:
+        return
+    if (isinstance(ids, array) or set(map(type, ids)) == {int}) and min(ids) >= 0 and max(ids) < limit:
+        return  # the usual answer, in C-speed passes; the loop below finds what is wrong
     for position, value in enumerate(ids):
         if type(value) is not int or not 0 <= value < limit:
             if type(value) is not int:
