@@ -66,8 +66,8 @@ def template() -> ChatTemplate:
 
 
 def config_for(standin: StandIn, logs: Path, **more: Any) -> ServeConfig:
-    settings: dict[str, Any] = {"flush_every": 0.2, "upstream_timeout": 5.0, "workers": 2, **more}
-    return ServeConfig(logs=logs, upstream=standin.url, tokenizer=str(QWEN3), port=PORT, **settings)
+    settings: dict[str, Any] = {"port": PORT, "flush_every": 0.2, "upstream_timeout": 5.0, "workers": 2, **more}
+    return ServeConfig(logs=logs, upstream=standin.url, tokenizer=str(QWEN3), **settings)
 
 
 @contextlib.asynccontextmanager
@@ -341,6 +341,27 @@ def test_foreign_origins_hosts_and_content_types_are_refused(
         assert allowed.status_code == 200, allowed.text
 
     run(standin, template, tmp_path, scenario, allow_origins=("https://app.example",))
+
+
+def test_the_host_check_follows_the_listening_port_and_a_loopback_bind(
+    standin: StandIn, template: ChatTemplate, tmp_path: Path
+) -> None:
+    async def scenario(gateway: Gateway, client: httpx.AsyncClient) -> int:
+        # Served on 8431 (the ASGI server's port) whatever ServeConfig.port says: a library user's own server.
+        ok = await client.post(CHAT, json=chat_body(), headers={"authorization": "Bearer port"})
+        assert ok.status_code == 200, ok.text
+        elsewhere = await client.get("/sessions/port", headers={"host": "127.0.0.1:8000"})
+        return elsewhere.status_code
+
+    assert run(standin, template, tmp_path, scenario, port=8000) == 403
+
+    async def cluster(gateway: Gateway, client: httpx.AsyncClient) -> int:
+        named = await client.post(
+            CHAT, json=chat_body(), headers={"authorization": "Bearer node", "host": f"node-7.cluster:{PORT}"}
+        )
+        return named.status_code
+
+    assert run(standin, template, tmp_path, cluster, host="0.0.0.0") == 200
 
 
 # -- no leaks ---------------------------------------------------------------------------------------

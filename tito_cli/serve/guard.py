@@ -6,8 +6,9 @@ the answers.  :class:`Guard` (an ASGI middleware) refuses, in the dialect's erro
 * a request with an ``Origin`` header not given with ``--allow-origin`` (403): a browser sends one with
   every cross-site request, an agent CLI or SDK never does;
 * a ``Host`` header that does not name the gateway (403): ``localhost``, ``127.0.0.1``, ``[::1]`` or the
-  bound address, with the bound port (a rebound DNS name carries its own name); bound to every address
-  (``0.0.0.0``, ``::``), any IP literal too;
+  bound address, with the listening port (a rebound DNS name carries its own name).  Checked when the
+  gateway is bound to a loopback address (the default); bound to another, clients on other machines name
+  it as they reach it;
 * a POST whose body is declared as anything but JSON (415): ``text/plain`` and form bodies are what a
   page may send cross-site without asking first.
 
@@ -35,18 +36,27 @@ from .dialects.chat import openai_error
 from .exchange import ClientError
 from .pools import mark_request
 
-__all__ = ["MAX_DEPTH", "Guard", "allowed_hosts", "client_json"]
+__all__ = ["MAX_DEPTH", "Guard", "allowed_hosts", "client_json", "is_loopback"]
 
 #: How deeply a client's JSON body may nest (a tool's JSON schema needs a few dozen levels at most; the
 #: interpreter's recursion limit, which rendering and recording would hit, is about 1,000).
 MAX_DEPTH = 128
 
 _LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
-_WILDCARDS = ("0.0.0.0", "::", "")
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``--host`` binds a loopback address only (where a browser's DNS rebinding is the threat)."""
+    if host.strip("[]").lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def allowed_hosts(host: str, port: int) -> frozenset[str]:
-    """The ``Host`` header values that name a gateway bound to ``host``:``port`` (with ``:80``, also without it)."""
+    """The ``Host`` header values that name a gateway bound to ``host``:``port`` (with port 80, also without it)."""
     bound = f"[{host}]" if ":" in host and not host.startswith("[") else host
     names = {*_LOOPBACK_NAMES, bound.lower()}
     values = {f"{name}:{port}" for name in names}
@@ -55,35 +65,32 @@ def allowed_hosts(host: str, port: int) -> frozenset[str]:
     return frozenset(values)
 
 
-def _is_ip_literal(host: str) -> bool:
-    name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
-    name = name.strip("[]")
-    try:
-        ipaddress.ip_address(name)
-    except ValueError:
-        return False
-    return True
-
-
 class Guard:
-    """The ASGI middleware in front of every route (see the module's docstring)."""
+    """The ASGI middleware in front of every route (see the module's docstring).
+
+    The ``Host`` check applies when the gateway is bound to a loopback address (the default): bound to
+    another (``--host 0.0.0.0`` on a cluster's network), agents on other machines name it as they reach
+    it.  The port is the listening socket's (the ASGI ``server``), else ``port``.
+    """
 
     def __init__(
         self, app: ASGIApp, *, host: str, port: int, allow_origins: tuple[str, ...] = (), dialects: list[Dialect]
     ) -> None:
         self.app = app
-        self.hosts = allowed_hosts(host, port)
-        self.any_port = port == 0
-        self.any_ip = host in _WILDCARDS
+        self.host = host
+        self.port = port
+        self.check_host = is_loopback(host)
         self.origins = frozenset(origin.rstrip("/").lower() for origin in allow_origins)
         self.dialects = dialects
+        self._hosts: dict[int, frozenset[str]] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         headers = {key.lower(): value for key, value in scope["headers"]}
-        refused = self.refusal(scope["method"], headers)
+        server = scope.get("server")
+        refused = self.refusal(scope["method"], headers, server[1] if server else self.port)
         if refused is None:
             declared = headers.get(b"content-length", b"")
             mark_request(int(declared) if declared.isdigit() else None)
@@ -105,8 +112,8 @@ class Guard:
         )
         await send({"type": "http.response.body", "body": data, "more_body": False})
 
-    def refusal(self, method: str, headers: dict[bytes, bytes]) -> tuple[int, str] | None:
-        """The status and message a request is refused with, or None to let it through."""
+    def refusal(self, method: str, headers: dict[bytes, bytes], port: int) -> tuple[int, str] | None:
+        """The status and message a request to ``port`` is refused with, or None to let it through."""
         origin = headers.get(b"origin")
         if origin is not None:
             shown = origin.decode("latin-1")
@@ -116,7 +123,7 @@ class Guard:
                     "gateway; start it with --allow-origin to let one)"
                 )
         host = headers.get(b"host", b"").decode("latin-1").lower()
-        if not self._host_allowed(host):
+        if self.check_host and host and host not in self._allowed(port):
             return 403, (
                 f"the Host {host[:100]!r} does not name this gateway (localhost, 127.0.0.1, [::1] or the "
                 "address it is bound to, with its port)"
@@ -130,15 +137,11 @@ class Guard:
                 )
         return None
 
-    def _host_allowed(self, host: str) -> bool:
-        if host in self.hosts:
-            return True
-        if self.any_port or self.any_ip:
-            name = host if host.endswith("]") else host.rsplit(":", 1)[0]
-            if self.any_port and any(value.rsplit(":", 1)[0] == name for value in self.hosts):
-                return True
-            return self.any_ip and _is_ip_literal(host)
-        return False
+    def _allowed(self, port: int) -> frozenset[str]:
+        hosts = self._hosts.get(port)
+        if hosts is None:
+            hosts = self._hosts[port] = allowed_hosts(self.host, port)
+        return hosts
 
     def _error_shape(self, path: str, headers: dict[bytes, bytes]) -> Callable[[int, str], dict[str, Any]]:
         for dialect in self.dialects:
