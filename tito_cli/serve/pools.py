@@ -35,7 +35,9 @@ class Pools:
     def __init__(self, workers: int) -> None:
         workers = max(1, workers)
         self.ordinary = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tito-serve")
-        self.heavy = ThreadPoolExecutor(max_workers=max(1, workers // 2), thread_name_prefix="tito-serve-heavy")
+        #: Threads of the heavy pool.
+        self.heavy_workers = max(1, workers // 2)
+        self.heavy = ThreadPoolExecutor(max_workers=self.heavy_workers, thread_name_prefix="tito-serve-heavy")
 
     async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)`` in the current request's pool (the event loop only waits)."""
