@@ -67,8 +67,9 @@ def template() -> ChatTemplate:
 
 
 def config_for(standin: StandIn, logs: Path, **more: Any) -> ServeConfig:
-    settings: dict[str, Any] = {"port": PORT, "flush_every": 0.2, "upstream_timeout": 5.0, "workers": 2, **more}
-    return ServeConfig(logs=logs, upstream=standin.url, tokenizer=str(QWEN3), **settings)
+    settings: dict[str, Any] = {"port": PORT, "flush_every": 0.2, "upstream_timeout": 5.0, "workers": 2}
+    settings.update({"tokenizer": str(QWEN3), **more})
+    return ServeConfig(logs=logs, upstream=standin.url, **settings)
 
 
 @contextlib.asynccontextmanager
@@ -400,6 +401,12 @@ def test_errors_and_listings_do_not_leak_paths_urls_or_exception_texts(
 
         asyncio.run(main())
     assert any(dead in record.getMessage() for record in caplog.records)  # the operator sees where
+
+    async def no_tokenizer(gateway: Gateway, client: httpx.AsyncClient) -> None:
+        answer = await client.post("/v1/messages/count_tokens", json=anthropic_body(), headers={"x-api-key": "n"})
+        assert "/srv/secret" not in error_message(answer, 501, anthropic=True)
+
+    run(standin, None, tmp_path, no_tokenizer, upstream_api="chat", tokenizer="/srv/secret/tokenizer")
 
     UPSTREAMS.register(_Failing)
     try:

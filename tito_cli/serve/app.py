@@ -129,7 +129,7 @@ class Gateway:
         except TokenizerError as exc:
             if self.upstream_class.renders:
                 raise
-            self._template_error = str(exc)
+            self._template_error = "the gateway could not load its tokenizer (its log says why)"
             log.warning("tito serve: no tokenizer for count_tokens: %s", exc)
 
     def template(self) -> ChatTemplate:
