@@ -3,8 +3,10 @@
 The wires (SGLang's native ``/generate``, vLLM's chat with ``return_token_ids``) and the generation
 through the real tokenizer are :class:`tito_cli.serve.demo.DemoUpstream`'s, the same server
 ``tito demo-upstream`` runs; see its module for what it answers. The tests add what a demo never needs:
-``fail_next`` makes the next request(s) answer 5xx, hang, drop the connection, or answer late;
-``delay`` slows every generation request. Every answer is kept in ``ledger``.
+``fail_next`` makes the next request(s) answer 5xx, hang, drop the connection, answer late, or drip the
+answer a byte at a time; ``tamper_next`` rewrites the next answer's JSON (ids or logprobs no real server
+would send: the gateway's checks are tested with them); ``delay`` slows every generation request. Every
+answer is kept in ``ledger``.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import contextlib
 import functools
 import socket
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
@@ -63,17 +66,47 @@ class StandIn(DemoUpstream):
         self.delay = 0.0
         self.faults_served: list[str] = []
         self._faults: deque[Fault] = deque()
+        self._tampers: deque[Callable[[dict[str, Any]], Any]] = deque()
 
     def __enter__(self) -> StandIn:
         super().__enter__()
         return self
 
     def fail_next(self, kind: str = "status", *, count: int = 1, code: int = 503, seconds: float = 30.0) -> None:
-        """The next ``count`` generation requests fail: ``status`` (answer ``code``), ``hang``, ``close``, ``slow``."""
-        if kind not in ("status", "hang", "close", "slow"):
+        """The next ``count`` generation requests fail: ``status`` (answer ``code``), ``hang``, ``close``, ``slow``,
+        ``drip`` (the answer's body one byte every ``seconds``)."""
+        if kind not in ("status", "hang", "close", "slow", "drip"):
             raise ValueError(f"unknown fault {kind!r}")
         with self._lock:
             self._faults.extend(Fault(kind, code, seconds) for _ in range(count))
+
+    def tamper_next(self, rewrite: Callable[[dict[str, Any]], Any], *, count: int = 1) -> None:
+        """``rewrite(answer)`` changes the next ``count`` non-streamed generation answers in place before they are
+        sent: what a broken or hostile server would answer."""
+        with self._lock:
+            self._tampers.extend(rewrite for _ in range(count))
+
+    def outgoing(self, answer: dict[str, Any]) -> dict[str, Any]:
+        with self._lock:
+            rewrite = self._tampers.popleft() if self._tampers else None
+        if rewrite is not None:
+            rewrite(answer)
+        return answer
+
+    def write_body(self, handler: BaseHTTPRequestHandler, data: bytes) -> None:
+        drip = getattr(handler, "drip", None)
+        handler.drip = None  # type: ignore[attr-defined]
+        if drip is None:
+            handler.wfile.write(data)
+            return
+        for i in range(len(data)):  # bounded: one byte each interval until the body is out or the stand-in closes
+            if self.wait(drip):
+                return
+            try:
+                handler.wfile.write(data[i : i + 1])
+                handler.wfile.flush()
+            except OSError:
+                return
 
     def _take_fault(self) -> Fault | None:
         with self._lock:
@@ -84,9 +117,10 @@ class StandIn(DemoUpstream):
 
     def before_generation(self, handler: BaseHTTPRequestHandler) -> bool:
         fault = self._take_fault()
+        handler.drip = fault.seconds if fault is not None and fault.kind == "drip" else None  # type: ignore[attr-defined]
         if fault is not None and fault.kind == "slow":
             self.wait(fault.seconds)
-        elif fault is not None:
+        elif fault is not None and fault.kind != "drip":
             self._fail(handler, fault)
             return False
         if self.delay:

@@ -88,6 +88,22 @@ def serve(
     max_tokens_cap: int = typer.Option(
         None, "--max-tokens-cap", min=1, help="Lower any request's max_tokens to this many new tokens."
     ),
+    allow_origin: list[str] = typer.Option(
+        [], "--allow-origin",
+        help="A web origin (https://app.example) whose browser requests are served (repeatable). By default any "
+        "request with an Origin header is refused: a web page must not drive the gateway.",
+    ),
+    max_client_connections: int = typer.Option(
+        1024, "--max-client-connections", min=1,
+        help="Open client connections beyond this close the one idle longest.",
+    ),
+    client_header_timeout: float = typer.Option(
+        10.0, "--client-header-timeout", min=0.1,
+        help="Seconds a client has to send a request's headers before its connection is closed.",
+    ),
+    client_idle_timeout: float = typer.Option(
+        30.0, "--client-idle-timeout", min=0.1, help="Seconds an idle keep-alive client connection is kept."
+    ),
     log_level: str = typer.Option("warning", "--log-level", help="uvicorn's and the gateway's log level."),
 ) -> None:
     try:
@@ -116,6 +132,10 @@ def serve(
         upstream_timeout=upstream_timeout,
         upstream_keepalive=upstream_keepalive,
         max_tokens_cap=max_tokens_cap,
+        allow_origins=tuple(allow_origin),
+        max_client_connections=max_client_connections,
+        client_header_timeout=client_header_timeout,
+        client_idle_timeout=client_idle_timeout,
     )
     try:
         run_gateway(config, log_level=log_level)

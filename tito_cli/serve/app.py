@@ -19,11 +19,11 @@ import logging
 import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -37,12 +37,14 @@ from .debug_metrics import LoopLagMonitor
 from .dialects import DIALECTS, Dialect
 from .dialects.chat import openai_error
 from .exchange import ChatRequest, ClientError, Generation, UpstreamError
+from .guard import Guard, client_json
 from .idle import IdleTrim
+from .pools import Pools
 from .recorder import Recorder
 from .sessions import check_session_id, session_from_headers
 from .template import ChatTemplate
 from .upstreams import UPSTREAMS, Upstream
-from .upstreams.base import INLINE_BYTES
+from .upstreams.base import INLINE_BYTES, FailureLog
 
 __all__ = ["Gateway", "create_app"]
 
@@ -66,7 +68,8 @@ class Gateway:
         self.dialects: list[Dialect] = [DIALECTS.get(name)() for name in DIALECTS.names()]
         self._template: ChatTemplate | None = template
         self._template_error: str | None = None
-        self.pool: ThreadPoolExecutor | None = None
+        self.pool: Pools | None = None
+        self.upstream_failures = FailureLog()
         self.idle = IdleTrim(config.idle_trim, self.offload)
         self.recorder = Recorder(
             config.logs,
@@ -78,7 +81,9 @@ class Gateway:
         self.upstream: Upstream | None = None
         #: Opt-in measurements (TITO_SERVE_DEBUG_METRICS=1): the loop's lag, CPU, RSS at GET /debug/metrics.
         self.metrics = LoopLagMonitor() if debug_metrics.enabled() else None
-        self.app = Starlette(routes=self._routes(), lifespan=self._lifespan)
+        guard = Middleware(Guard, host=config.host, port=config.port, allow_origins=config.allow_origins,
+                           dialects=self.dialects)  # fmt: skip
+        self.app = Starlette(routes=self._routes(), lifespan=self._lifespan, middleware=[guard])
         self.app.add_exception_handler(HTTPException, self._http_error)  # type: ignore[arg-type, unused-ignore]
 
     # -- life --------------------------------------------------------------------------------
@@ -88,7 +93,7 @@ class Gateway:
         import httpx
 
         config = self.config
-        self.pool = ThreadPoolExecutor(max_workers=max(1, config.workers), thread_name_prefix="tito-serve")
+        self.pool = Pools(config.workers)
         client = httpx.AsyncClient(
             timeout=httpx.Timeout(config.upstream_timeout, connect=config.connect_timeout),
             limits=httpx.Limits(
@@ -113,7 +118,7 @@ class Gateway:
             await self.recorder.close()
             await self.idle.stop()
             await client.aclose()
-            self.pool.shutdown(wait=True)
+            self.pool.shutdown()
 
     async def _load_template(self) -> None:
         if self._template is not None:
@@ -129,7 +134,7 @@ class Gateway:
         except TokenizerError as exc:
             if self.upstream_class.renders:
                 raise
-            self._template_error = str(exc)
+            self._template_error = "the gateway could not load its tokenizer (its log says why)"
             log.warning("tito serve: no tokenizer for count_tokens: %s", exc)
 
     def template(self) -> ChatTemplate:
@@ -140,7 +145,7 @@ class Gateway:
     async def offload(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Run ``fn(*args)`` in the worker pool (the event loop only waits)."""
         assert self.pool is not None
-        return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
+        return await self.pool.run(fn, *args)
 
     # -- routes ------------------------------------------------------------------------------
 
@@ -175,7 +180,7 @@ class Gateway:
         return JSONResponse({"status": "ok"})
 
     async def _models(self, request: Request) -> Response:
-        name = self.config.model_name
+        name = self.config.public_model_name
         if "anthropic-version" in request.headers:
             model = {"type": "model", "id": name, "display_name": name, "created_at": "1970-01-01T00:00:00Z"}
             return JSONResponse({"data": [model], "has_more": False, "first_id": name, "last_id": name})
@@ -247,9 +252,9 @@ class Gateway:
             raise ClientError(f"the request body is larger than {limit} bytes (--max-request-bytes)", 413)
         data = b"".join(chunks)
         try:
-            parsed = await self._offload_if(len(data) > INLINE_BYTES, json.loads, data)
-        except (ValueError, RecursionError) as exc:
-            raise ClientError(f"the request body is not JSON ({exc})") from None
+            parsed = await self._offload_if(len(data) > INLINE_BYTES, client_json, data)
+        except RecursionError:
+            raise ClientError("the request body is nested too deeply") from None
         return parsed, data
 
     # -- sessions ------------------------------------------------------------------------------
@@ -392,11 +397,12 @@ class _Exchange(Response):  # type: ignore[misc, unused-ignore]  # Response is A
         try:
             generation = call.result()
         except (UpstreamError, ClientError) as exc:
+            gateway.upstream_failures.failed(self.session_id, exc)
             await _send_json(send, exc.status, dialect.error(exc.status, exc.message))
             return
-        except Exception as exc:
+        except Exception:
             log.exception("tito serve: session %r: the request failed", self.session_id)
-            await _send_json(send, 500, dialect.error(500, f"the gateway failed: {type(exc).__name__}: {exc}"))
+            await _send_json(send, 500, dialect.error(500, "the gateway failed on this request (its log says why)"))
             return
         if gone.is_set():
             log.info("tito serve: session %r: the client left before its answer; no turn", self.session_id)
@@ -408,7 +414,7 @@ class _Exchange(Response):  # type: ignore[misc, unused-ignore]  # Response is A
                 log.warning("tito serve: session %r: %s", self.session_id, exc.message)
             await _send_json(send, exc.status, dialect.error(exc.status, exc.message))
             return
-        model = gateway.config.model_name
+        model = gateway.config.public_model_name
         if self.request.stream:
             events = dialect.events(self.request, generation, model)
             await send(
@@ -430,7 +436,7 @@ class _Exchange(Response):  # type: ignore[misc, unused-ignore]  # Response is A
 
 
 async def _send_json(send: Send, status: int, body: Any) -> None:
-    data = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+    data = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "backslashreplace")
     await send(
         {
             "type": "http.response.start",

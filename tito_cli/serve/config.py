@@ -63,6 +63,15 @@ class ServeConfig:
     flush_every: float = 10.0
     #: fsync the write-ahead journal after every turn and finish (survives a power loss, not only a kill).
     fsync: bool = False
+    #: Web origins (``https://app.example``) whose browser requests are served; any other ``Origin`` is
+    #: refused (403), as is a ``Host`` that does not name the gateway (``serve/guard.py``).
+    allow_origins: tuple[str, ...] = ()
+    #: Seconds a client has to send a request's head (from connecting, or from its first byte after an answer).
+    client_header_timeout: float = 10.0
+    #: Seconds an idle keep-alive client connection is kept after an answer.
+    client_idle_timeout: float = 30.0
+    #: Open client connections beyond this close the one idle longest (``serve/connections.py``).
+    max_client_connections: int = 1024
 
     @property
     def tokenizer_name(self) -> str | None:
@@ -79,4 +88,16 @@ class ServeConfig:
 
     @property
     def model_name(self) -> str:
+        """The model name sent upstream."""
         return self.model or self.tokenizer_name or "tito"
+
+    @property
+    def public_model_name(self) -> str:
+        """The model name clients see (``/v1/models``, each answer's ``model``): a tokenizer given as a folder
+        shows its last part, never the filesystem path."""
+        name = self.tokenizer_name
+        if self.model:
+            return self.model
+        if name and (name.startswith(("/", ".", "~")) or Path(name).exists()):
+            return Path(name.rstrip("/")).name or "tito"
+        return name or "tito"

@@ -42,13 +42,15 @@ class UpstreamError(Exception):
     """The upstream failed (its own 5xx, a timeout, a refused connection, a malformed answer); nothing recorded.
 
     ``status`` is what the client gets: the upstream's own status when it answered with an error,
-    502 when it could not be reached or answered something unusable, 504 on a timeout.
+    502 when it could not be reached or answered something unusable, 504 on a timeout.  ``detail`` is for
+    the gateway's own log line only (the upstream's address, the transport's error): never sent to a client.
     """
 
-    def __init__(self, message: str, status: int = 502) -> None:
+    def __init__(self, message: str, status: int = 502, *, detail: str | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.status = status
+        self.detail = detail
 
 
 def new_id(prefix: str) -> str:

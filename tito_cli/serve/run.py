@@ -22,6 +22,7 @@ from ..errors import OutputError, TokenizerError
 from ..families import family_for, family_named
 from .app import Gateway
 from .config import ServeConfig
+from .connections import protocol_class, raise_open_files_limit
 from .history import HISTORIES
 from .template import ChatTemplate
 from .upstreams import UPSTREAMS
@@ -125,9 +126,11 @@ def _run(
             access_log=access_log,
             timeout_graceful_shutdown=int(config.grace_period),
             lifespan="on",
-            timeout_keep_alive=30,
+            timeout_keep_alive=max(1, round(config.client_idle_timeout)),
+            http=protocol_class(config),
         )
     )
+    raise_open_files_limit(config)
     stopped: list[int] = []
     previous = {sig: signal.signal(sig, lambda sig, frame: stopped.append(sig)) for sig in _SIGNALS}
     try:

@@ -216,6 +216,14 @@ class DemoUpstream:
         """
         return True
 
+    def outgoing(self, answer: dict[str, Any]) -> dict[str, Any]:
+        """A non-streamed generation answer just before it is sent (the tests' stand-in tampers with it)."""
+        return answer
+
+    def write_body(self, handler: BaseHTTPRequestHandler, data: bytes) -> None:
+        """Send a JSON answer's body (the tests' stand-in drips it out a byte at a time)."""
+        handler.wfile.write(data)
+
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         upstream = self
 
@@ -259,13 +267,13 @@ class DemoUpstream:
                         skip = (body.get("sampling_params") or {}).get("skip_special_tokens", True)
                         self.send_stream(upstream.generate_chunks(answer, skip))
                     else:
-                        self.send_json(200, answer)
+                        self.send_json(200, upstream.outgoing(answer))
                 else:
                     chat, _ = upstream.chat(body)
                     if body.get("stream"):
                         self.send_stream(chat.chunks(upstream.decode))
                     else:
-                        self.send_json(200, chat.response())
+                        self.send_json(200, upstream.outgoing(chat.response()))
 
             def send_stream(self, chunks: list[dict[str, Any]]) -> None:
                 self.send_response(200)
@@ -284,6 +292,6 @@ class DemoUpstream:
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
-                self.wfile.write(data)
+                upstream.write_body(self, data)
 
         return Handler

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..exchange import ChatRequest, Generation, OutputCall, UpstreamError, assistant_message
-from .base import INLINE_BYTES, Upstream, check_lengths, tool_arguments_text, with_arguments
+from .base import INLINE_BYTES, Upstream, check_answer, tool_arguments_text, with_arguments
 
 __all__ = ["ChatUpstream"]
 
@@ -59,17 +59,26 @@ class ChatUpstream(Upstream):
                 "the upstream's chat answer lacks prompt_token_ids, choices[0].token_ids or logprobs "
                 "(a vLLM that supports return_token_ids is needed)"
             ) from None
-        check_lengths(prompt_ids, output_ids, logprobs, "/v1/chat/completions")
-        completion = (answer.get("usage") or {}).get("completion_tokens")
+        checked = (prompt_ids, output_ids, logprobs, "/v1/chat/completions", self.vocabulary())
+        if isinstance(prompt_ids, list) and len(prompt_ids) > INLINE_BYTES // 8:  # a 32k-token prompt: ~2 ms
+            await self.offload(check_answer, *checked)
+        else:
+            check_answer(*checked)
+        usage = answer.get("usage")
+        completion = usage.get("completion_tokens") if isinstance(usage, dict) else None
         if completion is not None and completion != len(output_ids):
             raise UpstreamError(f"the upstream returned {len(output_ids)} token ids for {completion} completion tokens")
+        limit_sent = body.get("max_tokens")
+        if limit_sent is not None and len(output_ids) > limit_sent:
+            raise UpstreamError(f"the upstream answered {len(output_ids)} output token ids for max_tokens {limit_sent}")
+        message = _checked_message(message)
         calls = []
         for call in message.get("tool_calls") or []:
-            function = call.get("function") or {}
+            function = call["function"]
             calls.append(
                 OutputCall(
                     call_id(),  # the dialect's form: the id the client will echo
-                    str(function.get("name", "")),
+                    function["name"],
                     tool_arguments_text(function.get("arguments", "{}")),
                 )
             )
@@ -90,3 +99,32 @@ class ChatUpstream(Upstream):
             upstream_id=str(answer.get("id")) if answer.get("id") else None,
             notes={"chat_template_kwargs": kwargs} if kwargs else {},
         )
+
+
+def _checked_message(message: Any) -> dict[str, Any]:
+    """The answer's ``choices[0].message`` if it has a chat message's shape, else UpstreamError naming the field."""
+    if not isinstance(message, dict):
+        raise UpstreamError(f"the upstream's choices[0].message is a {_kind(message)}, not an object")
+    for key in ("content", "reasoning_content", "reasoning"):
+        if message.get(key) is not None and not isinstance(message[key], str):
+            raise UpstreamError(f"the upstream's choices[0].message.{key} is a {_kind(message[key])}, not a string")
+    calls = message.get("tool_calls")
+    if calls is not None and not isinstance(calls, list):
+        raise UpstreamError(f"the upstream's choices[0].message.tool_calls is a {_kind(calls)}, not an array")
+    for i, call in enumerate(calls or []):
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            raise UpstreamError(f"the upstream's tool call {i} has no function with a string name")
+        arguments = function.get("arguments")
+        if arguments is not None and not isinstance(arguments, (str, dict)):
+            raise UpstreamError(f"the upstream's tool call {i} has arguments that are a {_kind(arguments)}")
+    return message
+
+
+def _kind(value: Any) -> str:
+    """A JSON value's kind, as JSON names it."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    return {str: "string", list: "array", dict: "object", int: "number", float: "number"}.get(type(value), "value")

@@ -3,9 +3,11 @@
 As the reference's adapters do: the messages are rendered with the tokenizer's chat template
 (``add_generation_prompt``, the tools), the ids sent with ``return_logprob``; the output ids and
 logprobs are read from ``meta_info.output_token_logprobs`` (``[logprob, id, text]`` each) and the
-finish reason from ``meta_info.finish_reason`` (a dict; its ``type`` is recorded).  The output text
-is split into reasoning, content and tool calls by the model family's parser (``--parser``, else the
-family the tokenizer belongs to).
+finish reason from ``meta_info.finish_reason`` (a dict; its ``type`` is recorded).  The ids and
+logprobs are checked (:func:`~.base.check_answer`, at most ``max_new_tokens`` of them) before anything
+is parsed or held.  The output text — decoded from the output ids, so the client's reply is what the
+turn records, never the upstream's ``text`` — is split into reasoning, content and tool calls by the
+model family's parser (``--parser``, else the family the tokenizer belongs to).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from ...families import FamilyProfile, family_for, family_named
 from ..exchange import ChatRequest, Generation, OutputCall, UpstreamError, assistant_message
 from ..history import RENDERED, TEMPLATE_OPTIONS, CanonicalHistory, RenderedHistory
 from ..template import ChatTemplate
-from .base import INLINE_BYTES, Upstream, check_lengths, tool_arguments_object, with_arguments
+from .base import INLINE_BYTES, Upstream, check_answer, tool_arguments_object, with_arguments
 
 __all__ = ["GenerateUpstream"]
 
@@ -104,18 +106,21 @@ class GenerateUpstream(Upstream):
         if not isinstance(meta, dict):
             raise UpstreamError("the upstream's /generate answer has no meta_info")
         pairs = meta.get("output_token_logprobs")
+        if isinstance(pairs, list) and len(pairs) > sampling["max_new_tokens"]:
+            raise UpstreamError(
+                f"the upstream answered {len(pairs)} output token ids for max_new_tokens {sampling['max_new_tokens']}"
+            )
         if not isinstance(pairs, list) or not all(isinstance(p, list) and len(p) >= 2 for p in pairs):
             raise UpstreamError("the upstream's /generate answer has no meta_info.output_token_logprobs")
         output_ids = [p[1] for p in pairs]
         logprobs = [p[0] for p in pairs]
-        check_lengths(prompt_ids, output_ids, logprobs, "/generate")
+        check_answer(prompt_ids, output_ids, logprobs, "/generate", self.vocabulary(), check_prompt=False)
         finish = meta.get("finish_reason")
         if isinstance(finish, dict) and finish.get("type") == "abort":
             raise UpstreamError(f"the upstream aborted the generation: {finish.get('message', '')}")
         finish_type = str(finish.get("type", "stop")) if isinstance(finish, dict) else str(finish or "stop")
-        text = answer.get("text")
-        if not isinstance(text, str):
-            text = await self.offload(template.decode, output_ids)
+        # The reply is what the recorded ids say: decoded from them, never the upstream's own ``text``.
+        text = await self.offload(template.decode, output_ids)
         parsed = profile.parse_output(text)
         calls = [OutputCall(call_id(), call.name, call.arguments) for call in parsed.tool_calls]
         reasoning = parsed.reasoning
