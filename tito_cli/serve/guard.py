@@ -90,7 +90,9 @@ class Guard:
             return
         headers = {key.lower(): value for key, value in scope["headers"]}
         server = scope.get("server")
-        refused = self.refusal(scope["method"], headers, server[1] if server else self.port)
+        # An ASGI server that names no port (in-process transports) serves the scheme's default one.
+        port = (server[1] or (443 if scope.get("scheme") == "https" else 80)) if server else self.port
+        refused = self.refusal(scope["method"], headers, port)
         if refused is None:
             declared = headers.get(b"content-length", b"")
             mark_request(int(declared) if declared.isdigit() else None)
