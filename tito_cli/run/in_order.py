@@ -130,5 +130,6 @@ def _decode(data: bytes) -> SessionOutput | Reject:
         return Reject(**record["reject"])
     report = record["report"]
     report["seq_gaps"] = tuple(tuple(gap) for gap in report["seq_gaps"])
+    report["rejected_samples"] = tuple(report["rejected_samples"])  # JSON has lists only; the report keeps tuples
     handoff = record["handoff"]
     return SessionOutput(record["session"], None, SessionReport(**report), None if handoff is None else tuple(handoff))
