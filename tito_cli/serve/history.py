@@ -1,7 +1,8 @@
 """How the gateway builds a prompt's token ids: rendered whole (``render``) or continued (``canonical``).
 
 ``render`` (the default, the reference adapters' behaviour): every request's conversation goes through
-the chat template and the tokenizer from scratch.  Whenever the template re-renders history differently
+the chat template from scratch, and its text is tokenized as a whole would be (by the gateway, by
+pieces: only the pieces the session's previous prompt did not have are encoded, ``incremental.py``).  Whenever the template re-renders history differently
 from what the model generated (earlier reasoning dropped, tool arguments re-serialized, whitespace
 stripped), the new prompt stops extending the tokens of the last turn, and the rebuild forks there.
 
@@ -46,6 +47,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from ..capture.records import PromptMessages
+from .incremental import PieceEncoder
 
 __all__ = [
     "HISTORIES",
@@ -96,8 +98,8 @@ class Renderer(Protocol):
 class Prompt:
     """A prompt's ids and how they were made (``history``: ``canonical`` or ``rendered``)."""
 
-    #: The prompt's ids: a list under ``render``; an ``array('i')`` under ``canonical`` (held turns keep
-    #: theirs that way, and the writer reads one without converting each id).
+    #: The prompt's ids: an ``array('i')`` (held turns and pieces keep theirs that way, and the writer
+    #: reads one without converting each id), or a list when the renderer encoded the text whole.
     ids: Sequence[int]
     history: str
     #: The conversation the ids hold, to record as the turn's ``prompt_messages``: a continued turn's
@@ -132,24 +134,31 @@ class Prompt:
 
 
 class RenderedHistory:
-    """``--history render``: every prompt rendered and tokenized whole."""
+    """``--history render``: every prompt rendered whole; tokenized whole, or by pieces (``pieces``)."""
 
     name = "render"
     summary = "render every request's conversation whole (the reference adapters' behaviour)"
 
-    def __init__(self, renderer: Renderer) -> None:
+    def __init__(self, renderer: Renderer, pieces: PieceEncoder | None = None) -> None:
         self.renderer = renderer
+        #: Tokenizes a session's prompt reusing its previous prompt's pieces (the same ids as whole).
+        self.pieces = pieces
 
     def prompt(self, session_id: str, messages: Sequence[Message], tools: Any) -> Prompt:
         text = self.renderer.render(list(messages), tools)
-        return Prompt(self.renderer.encode(text), RENDERED, list(messages), texts=_texts(messages))
+        if self.pieces is None:
+            return Prompt(self.renderer.encode(text), RENDERED, list(messages), texts=_texts(messages))
+        ids, ids_json = self.pieces.encode(session_id, text)
+        return Prompt(ids, RENDERED, list(messages), ids_json=ids_json, texts=_texts(messages))
 
     def remember(self, session_id: str, prompt: Prompt, messages: Sequence[Message], tools: Any,
                  output_ids: Sequence[int], answer: Message) -> None:
-        """Nothing is held under ``render``."""
+        """Nothing is held under ``render`` (the pieces are held when the prompt is made)."""
 
     def forget(self, session_id: str) -> None:
-        """Nothing is held under ``render``."""
+        """Drop the session's held pieces."""
+        if self.pieces is not None:
+            self.pieces.forget(session_id)
 
 
 @dataclass

@@ -8,6 +8,7 @@ from ..errors import TokenizerError
 from ..families import FamilyProfile, family_for, family_named, shipped_template
 from ..tokenizer import load, resolve
 from .exchange import ClientError
+from .incremental import PieceEncoder
 
 __all__ = ["ChatTemplate"]
 
@@ -17,6 +18,7 @@ class ChatTemplate:
 
     Thread-safe for what the gateway asks: rendering is a Jinja call, and encoding and decoding go
     straight to the Rust tokenizer (the transformers wrapper would toggle truncation state per call).
+    ``pieces`` tokenizes the ``render`` history's prompts by pieces, per session (``incremental.py``).
     """
 
     def __init__(self, name: str, family: str | None = None) -> None:
@@ -32,7 +34,10 @@ class ChatTemplate:
             self.template = shipped_template(self.family) if self.family is not None else None
             if self.template is None:
                 raise TokenizerError("the tokenizer has no chat template", file=self.folder)
-        self._backend = self.tokenizer.backend_tokenizer
+        #: The fast (Rust) tokenizer: ``encode_batch`` releases the GIL while it tokenizes, ``encode`` does not.
+        self.backend = self.tokenizer.backend_tokenizer
+        #: The ``render`` history's tokenizer of prompts by pieces, held per session (one per tokenizer).
+        self.pieces = PieceEncoder(self.backend)
 
     def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> str:
         """The prompt text, ending with the assistant generation prompt."""
@@ -52,10 +57,11 @@ class ChatTemplate:
         return text
 
     def encode(self, text: str) -> list[int]:
-        return list(self._backend.encode(text, add_special_tokens=False).ids)
+        """``text``'s ids (through ``encode_batch``, so that the event loop runs while Rust tokenizes)."""
+        return list(self.backend.encode_batch([text], add_special_tokens=False)[0].ids)
 
     def prompt_ids(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[int]:
         return self.encode(self.render(messages, tools))
 
     def decode(self, ids: list[int]) -> str:
-        return str(self._backend.decode(ids, skip_special_tokens=False))
+        return str(self.backend.decode(ids, skip_special_tokens=False))

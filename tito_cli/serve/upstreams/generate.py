@@ -49,7 +49,8 @@ class GenerateUpstream(Upstream):
             if self.config.history == CanonicalHistory.name:
                 self._history = CanonicalHistory(self.template(), self.profile().end_of_turn)
             else:
-                self._history = RenderedHistory(self.template())
+                template = self.template()
+                self._history = RenderedHistory(template, template.pieces)
         return self._history
 
     def session_finished(self, session_id: str) -> None:
