@@ -98,7 +98,7 @@ def test_each_familys_simulated_sessions_tokenize_as_whole(family: str, tmp_path
 
 def _spelled_marks(template: ChatTemplate) -> list[str]:
     added = [t.content for t in template.backend.get_added_tokens_decoder().values()]
-    return sorted(added) + ["<|im_end|>", "<|im_start|>", "<think>", "</think>", "<|im_end", "|>"]
+    return [*sorted(added), "<|im_end|>", "<|im_start|>", "<think>", "</think>", "<|im_end", "|>"]
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -15,6 +15,7 @@ import contextlib
 import json
 import logging
 import math
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -66,6 +67,7 @@ class Gateway:
         self._pending: set[asyncio.Task[None]] = set()
         self._template: ChatTemplate | None = template
         self._template_error: str | None = None
+        self._template_lock = threading.Lock()
         self.pool: ThreadPoolExecutor | None = None
         self.idle = IdleTrim(config.idle_trim, self.offload)
         self.writer: TurnLogWriter | None = None
@@ -119,15 +121,21 @@ class Gateway:
                 raise TokenizerError(f"--upstream-api {self.upstream_class.name} needs --tokenizer (or --model)")
             self._template_error = "the gateway was started without --tokenizer"
             return
-        try:
+        if self.upstream_class.renders:
             self._template = await self.offload(ChatTemplate, name)
-        except TokenizerError as exc:
-            if self.upstream_class.renders:
-                raise
-            self._template_error = str(exc)
-            log.warning("tito serve: no tokenizer for count_tokens: %s", exc)
+        # Any other upstream renders itself: only count_tokens needs the tokenizer, loaded on its first call.
 
     def template(self) -> ChatTemplate:
+        """The tokenizer: loaded at start when the upstream renders, else on first use (call it off the loop)."""
+        name = self.config.tokenizer_name
+        if self._template is None and self._template_error is None and name is not None:
+            with self._template_lock:
+                if self._template is None and self._template_error is None:
+                    try:
+                        self._template = ChatTemplate(name)
+                    except TokenizerError as exc:
+                        self._template_error = str(exc)
+                        log.warning("tito serve: no tokenizer for count_tokens: %s", exc)
         if self._template is None:
             raise ClientError(f"counting tokens needs the tokenizer: {self._template_error}", 501)
         return self._template

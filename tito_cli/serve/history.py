@@ -1,10 +1,11 @@
 """How the gateway builds a prompt's token ids: rendered whole (``render``) or continued (``canonical``).
 
 ``render`` (the default, the reference adapters' behaviour): every request's conversation goes through
-the chat template from scratch, and its text is tokenized as a whole would be (by the gateway, by
-pieces: only the pieces the session's previous prompt did not have are encoded, ``incremental.py``).  Whenever the template re-renders history differently
-from what the model generated (earlier reasoning dropped, tool arguments re-serialized, whitespace
-stripped), the new prompt stops extending the tokens of the last turn, and the rebuild forks there.
+the chat template from scratch, and its text gets the ids whole-text tokenization gives (the gateway
+encodes only the pieces its session's previous prompt did not have: ``incremental.py``).  Whenever the
+template re-renders history differently from what the model generated (earlier reasoning dropped, tool
+arguments re-serialized, whitespace stripped), the new prompt stops extending the tokens of the last
+turn, and the rebuild forks there.
 
 ``canonical`` (docs/spec.md §11): per session the gateway holds the token history it produced — the
 last turns' ``prompt_ids + output_ids`` — with the messages it rendered and the assistant message it

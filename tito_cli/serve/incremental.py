@@ -110,8 +110,8 @@ class PieceEncoder:
         if missing:
             for piece, encoding in zip(missing, self.backend.encode_batch(missing, add_special_tokens=False),
                                        strict=True):
-                ids = array("i", encoding.ids)
-                known[piece] = (ids, ",".join(map(str, ids)))
+                new = array("i", encoding.ids)
+                known[piece] = (new, ",".join(map(str, new)))
         ids: array[int] = array("i")
         texts = []
         kept: dict[str, _Piece] = {}

@@ -65,9 +65,8 @@ class Upstream(ABC):
 
     async def count_tokens(self, request: ChatRequest) -> int:
         """The prompt's length in tokens, rendered as ``generate`` would render it."""
-        template = self.template()
         messages, tools = self.prepare(request)
-        ids = await self.offload(template.prompt_ids, messages, tools)
+        ids = await self.offload(_prompt_ids, self.template, messages, tools)
         return len(ids)
 
     def max_tokens(self, request: ChatRequest) -> int | None:
@@ -214,3 +213,8 @@ def check_lengths(prompt: Any, output: Any, logprobs: Any, what: str) -> None:
         raise UpstreamError(f"the upstream returned no prompt ids ({what})")
     if not isinstance(output, list) or not isinstance(logprobs, list) or len(output) != len(logprobs):
         raise UpstreamError(f"the upstream's output ids and logprobs do not match ({what})")
+
+
+def _prompt_ids(template: Callable[[], ChatTemplate], messages: list[dict[str, Any]], tools: Any) -> list[int]:
+    """The prompt's ids, in a worker thread (a chat upstream's gateway loads its tokenizer on first use)."""
+    return template().prompt_ids(messages, tools)
