@@ -127,15 +127,13 @@ class Gateway:
 
     def template(self) -> ChatTemplate:
         """The tokenizer: loaded at start when the upstream renders, else on first use (call it off the loop)."""
-        name = self.config.tokenizer_name
-        if self._template is None and self._template_error is None and name is not None:
-            with self._template_lock:
+        if self._template is None and self._template_error is None and self.config.tokenizer_name:
+            with self._template_lock:  # the first count_tokens loads it (in a worker thread), once
                 if self._template is None and self._template_error is None:
                     try:
-                        self._template = ChatTemplate(name)
+                        self._template = ChatTemplate(self.config.tokenizer_name)
                     except TokenizerError as exc:
                         self._template_error = str(exc)
-                        log.warning("tito serve: no tokenizer for count_tokens: %s", exc)
         if self._template is None:
             raise ClientError(f"counting tokens needs the tokenizer: {self._template_error}", 501)
         return self._template
