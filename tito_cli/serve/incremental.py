@@ -17,8 +17,9 @@ that spells a mark is a mark to the tokenizer too (the gateway renders it verbat
 tokenization makes it the special token): the pieces agree with it.
 
 Held per session: the previous prompt's pieces with their ids and their JSON text (sent upstream as is),
-at most ``max_sessions`` sessions and ``max_chars`` characters of pieces, least recently used forgotten
-first; a finished session is forgotten at once.  ``tests/test_serve_incremental.py`` compares the
+at most ``max_sessions`` sessions and ``max_chars`` characters of pieces (64 Mi: about 3.5 bytes held
+per character with the ids and their text), least recently used forgotten first; a finished session is
+forgotten at once.  A session dropped by the bound costs its next prompt a whole encode, never an id.  ``tests/test_serve_incremental.py`` compares the
 result against whole-text tokenization for every family's tokenizer here.
 """
 
@@ -80,7 +81,7 @@ class PieceEncoder:
     Thread-safe: the held pieces are replaced whole under a lock, and encoding runs outside it.
     """
 
-    def __init__(self, backend: Any, *, max_sessions: int = 4096, max_chars: int = 128 << 20) -> None:
+    def __init__(self, backend: Any, *, max_sessions: int = 4096, max_chars: int = 64 << 20) -> None:
         if max_sessions < 1 or max_chars < 1:
             raise ValueError("max_sessions and max_chars must be positive")
         self.backend = backend
