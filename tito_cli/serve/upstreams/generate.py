@@ -113,10 +113,9 @@ class GenerateUpstream(Upstream):
         calls = [OutputCall(call_id(), call.name, call.arguments) for call in parsed.tool_calls]
         reasoning = parsed.reasoning
         response = assistant_message(parsed.content, reasoning, calls, tool_arguments_object)
-        # Held before the client has the answer: its next request must find this turn (canonical's
-        # remember decodes the output's end and joins the ids: in a worker thread; render's holds nothing).
-        if isinstance(history, CanonicalHistory):
-            await self.offload(history.remember, session_id, prompt, messages, tools, output_ids, response)
+        # Held before the client has the answer: its next request must find this turn.  On the loop: it
+        # decodes at most 8 ids and appends arrays (microseconds; a worker thread's hop costs more).
+        history.remember(session_id, prompt, messages, tools, output_ids, response)
         return Generation(
             prompt_ids=prompt_ids,
             output_ids=output_ids,
