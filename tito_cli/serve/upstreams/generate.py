@@ -114,7 +114,7 @@ class GenerateUpstream(Upstream):
         reasoning = parsed.reasoning
         response = assistant_message(parsed.content, reasoning, calls, tool_arguments_object)
         # Held before the client has the answer: its next request must find this turn.  On the loop: it
-        # decodes at most 8 ids and appends arrays (microseconds; a worker thread's hop costs more).
+        # decodes at most 8 ids and appends arrays (microseconds, not worth a hop to a worker thread).
         history.remember(session_id, prompt, messages, tools, output_ids, response)
         return Generation(
             prompt_ids=prompt_ids,
