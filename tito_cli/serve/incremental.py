@@ -12,7 +12,9 @@ rewritten pieces), and the others are encoded in one ``encode_batch`` call, whic
 A mark is an added token the split cannot move: not ``lstrip`` (it would take whitespace from the piece
 before it), not ``single_word`` (its match depends on the character before it), not ``normalized``
 (matched after normalization, not on the text), and not found inside another added token after that
-token's first character (a longer match starting earlier could swallow its start).  Text a user typed
+token's first character (a longer match starting earlier could swallow its start; an added token
+ending in the first characters of a mark would too: no tokenizer here has one, and the equality tests
+would show it).  Text a user typed
 that spells a mark is a mark to the tokenizer too (the gateway renders it verbatim, and whole-text
 tokenization makes it the special token): the pieces agree with it.
 
