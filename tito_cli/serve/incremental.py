@@ -21,8 +21,9 @@ tokenization makes it the special token): the pieces agree with it.
 Held per session: the previous prompt's pieces with their ids and their JSON text (sent upstream as is),
 at most ``max_sessions`` sessions and ``max_chars`` characters of pieces (64 Mi: about 3.5 bytes held
 per character with the ids and their text), least recently used forgotten first; a finished session is
-forgotten at once.  A session dropped by the bound costs its next prompt a whole encode, never an id.  ``tests/test_serve_incremental.py`` compares the
-result against whole-text tokenization for every family's tokenizer here.
+forgotten at once.  A session dropped by the bound costs its next prompt a whole encode, never an id.
+``tests/test_serve_incremental.py`` compares the result against whole-text tokenization for every
+family's tokenizer here.
 """
 
 from __future__ import annotations
