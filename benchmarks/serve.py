@@ -3,6 +3,9 @@
     python benchmarks/serve.py [--upstream-api chat generate] [--sessions 1 16 64] [--turns 16]
                                [--prompt-tokens 32000] [--runs 3] [--history render|canonical] [--fsync] [--quick]
     python benchmarks/serve.py --context-cpu [--contexts 3000 30000] [--turns 40] [--runs 3] [--quick]
+    python benchmarks/serve.py --peers [--sessions 8 32] [--turns 16] [--runs 3] [--quick]
+
+``--peers`` (``serve_peers.py``): CPU per turn of every tito mode and the rLLM model gateway side by side.
 
 An upstream that answers instantly (this script run with ``--upstream PORT`` in its own process: SGLang's
 ``/generate`` and vLLM's ``/v1/chat/completions`` shapes with token ids and logprobs, a scripted tool call
@@ -627,7 +630,7 @@ def context_cpu(args: argparse.Namespace, work: Path) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--upstream-api", nargs="+", default=["chat", "generate"], choices=["chat", "generate"])
-    parser.add_argument("--sessions", nargs="+", type=int, default=[1, 16, 64])
+    parser.add_argument("--sessions", nargs="+", type=int, help="concurrent sessions (default 1 16 64; --peers: 8 32)")
     parser.add_argument("--turns", type=int, default=16)
     parser.add_argument("--prompt-tokens", type=int, default=32_000)
     parser.add_argument("--runs", type=int, default=3)
@@ -639,6 +642,9 @@ def main() -> None:
                         help="instead: the gateway's CPU per turn at each --contexts size, both --history modes")
     parser.add_argument("--contexts", nargs="+", type=int, default=[3_000, 30_000],
                         help="context sizes (tokens) for --context-cpu")
+    parser.add_argument("--peers", action="store_true",
+                        help="instead: CPU per turn of tito chat, generate render and canonical and the rLLM gateway, "
+                             "side by side (benchmarks/serve_peers.py)")
     parser.add_argument("--upstream", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--probe", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -648,9 +654,17 @@ def main() -> None:
     if args.probe is not None:
         serve_probe(args.probe)
         return
+    if args.sessions is None:
+        args.sessions = [8, 32] if args.peers else [1, 16, 64]
     if args.quick:
         args.sessions, args.turns, args.prompt_tokens, args.runs = [1, 2], 2, 1_000, 1
         args.contexts = [1_000, 3_000]
+    if args.peers:
+        from serve_peers import peers
+
+        with tempfile.TemporaryDirectory(prefix="tito-serve-peers-") as tmp:
+            print(peers(args, Path(tmp)))
+        return
     if args.context_cpu:
         with tempfile.TemporaryDirectory(prefix="tito-serve-bench-") as tmp:
             print(context_cpu(args, Path(tmp)))

@@ -65,3 +65,29 @@ def test_context_cpu_mode_measures_both_histories_at_each_context() -> None:
         cells = row.split()
         # CPU is read in clock ticks (10 ms): two quick turns may round to zero, never below it.
         assert float(cells[1]) >= 0 and float(cells[3]) >= 0 and cells[5].endswith("x")
+
+
+def test_peers_mode_measures_every_mode_and_the_rllm_gateway_side_by_side() -> None:
+    needs("rllm_model_gateway", "import")
+    done = subprocess.run(
+        [sys.executable, "benchmarks/serve.py", "--peers", "--quick"],
+        cwd=REPO, capture_output=True, text=True, timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    title, header, *rows = done.stdout.strip().splitlines()
+    assert title.startswith("CPU per turn side by side: 2 turns a session, prompts growing to ~1,000 tokens, 1 inter")
+    assert header.split() == ["gateway", "sessions", "cpu/turn", "ms", "vs", "tito", "chat", "loop", "lag", "p99", "ms",
+                              "lag/cpu", "idle", "lag", "p99", "ms"]
+    names = [" ".join(row.split()[:-6]) for row in rows]
+    assert names == [name for name in ("tito chat", "tito generate render", "tito generate canonical", "rLLM gateway")
+                     for _ in (1, 2)]
+    for row in rows:
+        cells = row.split()[-6:]
+        assert cells[0] in ("1", "2") and float(cells[1]) > 0 and cells[2].endswith("x")
+        if row.startswith("tito"):  # the loop lag is measured inside tito's gateways only
+            assert float(cells[3]) >= 0 and float(cells[4]) >= 0
+        else:
+            assert cells[3:5] == ["-", "-"]
+        assert float(cells[5]) >= 0  # the idle probe's, for every phase
+    ratios = {" ".join(row.split()[:-6]): row.split()[-4] for row in rows}
+    assert ratios["tito chat"] == "1.00x"

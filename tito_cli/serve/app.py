@@ -17,6 +17,7 @@ import contextlib
 import json
 import logging
 import math
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -68,6 +69,7 @@ class Gateway:
         self.dialects: list[Dialect] = [DIALECTS.get(name)() for name in DIALECTS.names()]
         self._template: ChatTemplate | None = template
         self._template_error: str | None = None
+        self._template_lock = threading.Lock()
         self.pool: Pools | None = None
         self.upstream_failures = FailureLog()
         self.idle = IdleTrim(config.idle_trim, self.offload)
@@ -129,15 +131,21 @@ class Gateway:
                 raise TokenizerError(f"--upstream-api {self.upstream_class.name} needs --tokenizer (or --model)")
             self._template_error = "the gateway was started without --tokenizer"
             return
-        try:
+        if self.upstream_class.renders:
             self._template = await self.offload(ChatTemplate.configured, self.config)
-        except TokenizerError as exc:
-            if self.upstream_class.renders:
-                raise
-            self._template_error = "the gateway could not load its tokenizer (its log says why)"
-            log.warning("tito serve: no tokenizer for count_tokens: %s", exc)
+        # Any other upstream renders itself: only count_tokens and the answers' id check need the tokenizer,
+        # loaded on first use.
 
     def template(self) -> ChatTemplate:
+        """The tokenizer: loaded at start when the upstream renders, else on first use (call it off the loop)."""
+        if self._template is None and self._template_error is None and self.config.tokenizer_name:
+            with self._template_lock:  # the first count_tokens loads it (in a worker thread), once
+                if self._template is None and self._template_error is None:
+                    try:
+                        self._template = ChatTemplate.configured(self.config)
+                    except TokenizerError as exc:
+                        self._template_error = "the gateway could not load its tokenizer (its log says why)"
+                        log.warning("tito serve: no tokenizer for count_tokens: %s", exc)
         if self._template is None:
             raise ClientError(f"counting tokens needs the tokenizer: {self._template_error}", 501)
         return self._template

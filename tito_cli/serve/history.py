@@ -1,9 +1,11 @@
 """How the gateway builds a prompt's token ids: rendered whole (``render``) or continued (``canonical``).
 
 ``render`` (the default, the reference adapters' behaviour): every request's conversation goes through
-the chat template and the tokenizer from scratch.  Whenever the template re-renders history differently
-from what the model generated (earlier reasoning dropped, tool arguments re-serialized, whitespace
-stripped), the new prompt stops extending the tokens of the last turn, and the rebuild forks there.
+the chat template from scratch, and its text gets the ids whole-text tokenization gives (the gateway
+encodes only the pieces its session's previous prompt did not have: ``incremental.py``).  Whenever the
+template re-renders history differently from what the model generated (earlier reasoning dropped, tool
+arguments re-serialized, whitespace stripped), the new prompt stops extending the tokens of the last
+turn, and the rebuild forks there.
 
 ``canonical`` (docs/spec.md §11): per session the gateway holds the token history it produced — the
 last turns' ``prompt_ids + output_ids`` — with the messages it rendered and the assistant message it
@@ -46,6 +48,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from ..capture.records import PromptMessages
+from .incremental import PieceEncoder
 
 __all__ = [
     "HISTORIES",
@@ -98,8 +101,8 @@ class Renderer(Protocol):
 class Prompt:
     """A prompt's ids and how they were made (``history``: ``canonical`` or ``rendered``)."""
 
-    #: The prompt's ids: a list under ``render``; an ``array('i')`` under ``canonical`` (held turns keep
-    #: theirs that way, and the writer reads one without converting each id).
+    #: The prompt's ids: an ``array('i')`` (held turns and pieces keep theirs that way, and the writer
+    #: reads one without converting each id), or a list when the renderer encoded the text whole.
     ids: Sequence[int]
     history: str
     #: The conversation the ids hold, to record as the turn's ``prompt_messages``: a continued turn's
@@ -134,24 +137,31 @@ class Prompt:
 
 
 class RenderedHistory:
-    """``--history render``: every prompt rendered and tokenized whole."""
+    """``--history render``: every prompt rendered whole; tokenized whole, or by pieces (``pieces``)."""
 
     name = "render"
     summary = "render every request's conversation whole (the reference adapters' behaviour)"
 
-    def __init__(self, renderer: Renderer) -> None:
+    def __init__(self, renderer: Renderer, pieces: PieceEncoder | None = None) -> None:
         self.renderer = renderer
+        #: Tokenizes a session's prompt reusing its previous prompt's pieces (the same ids as whole).
+        self.pieces = pieces
 
     def prompt(self, session_id: str, messages: Sequence[Message], tools: Any) -> Prompt:
         text = self.renderer.render(list(messages), tools)
-        return Prompt(self.renderer.encode(text), RENDERED, list(messages), texts=_texts(messages))
+        if self.pieces is None:
+            return Prompt(self.renderer.encode(text), RENDERED, list(messages), texts=_texts(messages))
+        ids, ids_json = self.pieces.encode(session_id, text)
+        return Prompt(ids, RENDERED, list(messages), ids_json=ids_json, texts=_texts(messages))
 
     def remember(self, session_id: str, prompt: Prompt, messages: Sequence[Message], tools: Any,
                  output_ids: Sequence[int], answer: Message) -> None:
-        """Nothing is held under ``render``."""
+        """Nothing is held under ``render`` (the pieces are held when the prompt is made)."""
 
     def forget(self, session_id: str) -> None:
-        """Nothing is held under ``render``."""
+        """Drop the session's held pieces."""
+        if self.pieces is not None:
+            self.pieces.forget(session_id)
 
 
 @dataclass

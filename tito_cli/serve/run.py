@@ -52,23 +52,17 @@ def prepare(config: ServeConfig) -> ChatTemplate | None:
     if not config.upstream.startswith(("http://", "https://")):
         raise ValueError(f"--upstream {config.upstream!r} is not an http:// or https:// URL")
     name = config.tokenizer_name
+    if not upstream.renders:
+        return None  # the upstream renders: count_tokens and the id check load the tokenizer on first use
     if name is None:
-        if upstream.renders:
-            raise TokenizerError(f"--upstream-api {upstream.name} renders prompts itself: it needs --tokenizer")
-        return None
+        raise TokenizerError(f"--upstream-api {upstream.name} renders prompts itself: it needs --tokenizer")
+    template = ChatTemplate.configured(config)
     try:
-        template = ChatTemplate.configured(config)
-    except TokenizerError:
-        if upstream.renders:
-            raise
-        return None  # the chat upstream renders; only count_tokens would have used it
-    if upstream.renders:
-        try:
-            profile = family_named(config.parser) if config.parser else family_for(name, template.tokenizer)
-        except ValueError as exc:
-            raise ValueError(f"--parser: {exc}") from None
-        if profile is None:
-            raise ValueError(f"--parser: no output parser recognises the tokenizer {name!r}; name one")
+        profile = family_named(config.parser) if config.parser else family_for(name, template.tokenizer)
+    except ValueError as exc:
+        raise ValueError(f"--parser: {exc}") from None
+    if profile is None:
+        raise ValueError(f"--parser: no output parser recognises the tokenizer {name!r}; name one")
     return template
 
 

@@ -10,6 +10,7 @@ from ..families import FamilyProfile, family_for, family_named, shipped_template
 from ..tokenizer import TokenizerChoice, load, resolve
 from .config import ServeConfig
 from .exchange import ClientError
+from .incremental import PieceEncoder
 
 __all__ = ["ChatTemplate"]
 
@@ -19,6 +20,7 @@ class ChatTemplate:
 
     Thread-safe for what the gateway asks: rendering is a Jinja call, and encoding and decoding go
     straight to the Rust tokenizer (the transformers wrapper would toggle truncation state per call).
+    ``pieces`` tokenizes the ``render`` history's prompts by pieces, per session (``incremental.py``).
     """
 
     def __init__(
@@ -40,7 +42,10 @@ class ChatTemplate:
             self.template = shipped_template(self.family) if self.family is not None else None
             if self.template is None:
                 raise TokenizerError("the tokenizer has no chat template", file=self.folder)
-        self._backend = self.tokenizer.backend_tokenizer
+        #: The fast (Rust) tokenizer: ``encode_batch`` releases the GIL while it tokenizes, ``encode`` does not.
+        self.backend = self.tokenizer.backend_tokenizer
+        #: The ``render`` history's tokenizer of prompts by pieces, held per session (one per tokenizer).
+        self.pieces = PieceEncoder(self.backend)
 
     @classmethod
     def configured(cls, config: ServeConfig) -> ChatTemplate:
@@ -71,10 +76,11 @@ class ChatTemplate:
         return text
 
     def encode(self, text: str) -> list[int]:
-        return list(self._backend.encode(text, add_special_tokens=False).ids)
+        """``text``'s ids (through ``encode_batch``, so that the event loop runs while Rust tokenizes)."""
+        return list(self.backend.encode_batch([text], add_special_tokens=False)[0].ids)
 
     def prompt_ids(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[int]:
         return self.encode(self.render(messages, tools))
 
     def decode(self, ids: list[int]) -> str:
-        return str(self._backend.decode(ids, skip_special_tokens=False))
+        return str(self.backend.decode(ids, skip_special_tokens=False))

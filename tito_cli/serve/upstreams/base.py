@@ -74,9 +74,8 @@ class Upstream(ABC):
 
     async def count_tokens(self, request: ChatRequest) -> int:
         """The prompt's length in tokens, rendered as ``generate`` would render it."""
-        template = self.template()
         messages, tools = self.prepare(request)
-        ids = await self.offload(template.prompt_ids, messages, tools)
+        ids = await self.offload(_prompt_ids, self.template, messages, tools)
         return len(ids)
 
     def vocabulary(self) -> int | None:
@@ -344,3 +343,8 @@ def _shown(value: Any) -> str:
     except (TypeError, ValueError):
         text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _prompt_ids(template: Callable[[], ChatTemplate], messages: list[dict[str, Any]], tools: Any) -> list[int]:
+    """The prompt's ids, in a worker thread (a chat upstream's gateway loads its tokenizer on first use)."""
+    return template().prompt_ids(messages, tools)

@@ -59,7 +59,9 @@ class ChatUpstream(Upstream):
                 "the upstream's chat answer lacks prompt_token_ids, choices[0].token_ids or logprobs "
                 "(a vLLM that supports return_token_ids is needed)"
             ) from None
-        checked = (prompt_ids, output_ids, logprobs, "/v1/chat/completions", self.vocabulary())
+        # The tokenizer's size bounds the ids; a chat gateway loads its tokenizer on first use, in a worker.
+        vocabulary = self._vocabulary if self._vocabulary is not None else await self.offload(self.vocabulary)
+        checked = (prompt_ids, output_ids, logprobs, "/v1/chat/completions", vocabulary)
         if isinstance(prompt_ids, list) and len(prompt_ids) > INLINE_BYTES // 8:  # a 32k-token prompt: ~2 ms
             await self.offload(check_answer, *checked)
         else:
