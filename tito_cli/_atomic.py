@@ -25,7 +25,7 @@ try:
 except ImportError:  # pragma: no cover - Windows: no locks, no stale-file cleanup
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["StagedFile", "atomic_path", "fsync_directory", "publish", "remove_stale_temporaries"]
+__all__ = ["StagedFile", "atomic_path", "fsync_directory", "publish", "remove_stale_temporaries", "remove_unlocked"]
 
 
 def fsync_directory(directory: Path) -> None:
@@ -193,14 +193,24 @@ def remove_stale_temporaries(target: str | os.PathLike[str]) -> list[Path]:
         return []
     target = Path(target)
     pattern = re.compile(rf"\.{re.escape(target.name)}\.[0-9a-f]{{12}}\.tmp")
-    removed = []
     try:
         candidates = sorted(p for p in target.parent.iterdir() if pattern.fullmatch(p.name))
     except OSError:
         return []
-    for tmp in candidates:
+    return remove_unlocked(candidates)
+
+
+def remove_unlocked(paths: list[Path]) -> list[Path]:
+    """Remove each of ``paths`` whose ``flock`` no live process holds (a killed writer's); return them.
+
+    Where ``flock`` is not real nothing is removed: a live writer could not be told from a dead one.
+    """
+    if fcntl is None:  # pragma: no cover
+        return []
+    removed = []
+    for path in paths:
         try:
-            fd = os.open(tmp, os.O_RDONLY)
+            fd = os.open(path, os.O_RDONLY)
         except OSError:
             continue
         try:
@@ -209,8 +219,8 @@ def remove_stale_temporaries(target: str | os.PathLike[str]) -> list[Path]:
             continue  # held: a live writer
         else:
             with contextlib.suppress(FileNotFoundError):
-                tmp.unlink()
-            removed.append(tmp)
+                path.unlink()
+            removed.append(path)
         finally:
             os.close(fd)
     return removed

@@ -19,7 +19,7 @@ from typing import Any
 import pyarrow as pa
 
 from .._arrow import list_array
-from .._atomic import fsync_directory
+from .._atomic import fsync_directory, remove_unlocked
 from ..schema import PROVENANCE_FIELDS, SESSIONS_SCHEMA, TURNS_SCHEMA, TURNS_SCHEMA_V2, table_metadata
 from .row_groups import write_row_groups
 
@@ -87,29 +87,11 @@ def sweep_temporaries(directory: Path) -> list[Path]:
 
     A temporary whose lock a live writer holds is kept (where ``flock`` is real).
     """
-    removed = []
     try:
         names = sorted(name for name in os.listdir(directory) if _TEMPORARY.fullmatch(name))
     except OSError:
         return []
-    for name in names:
-        path = directory / name
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except OSError:
-            continue
-        try:
-            if fcntl is not None:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            continue  # held: a live writer
-        else:
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
-            removed.append(path)
-        finally:
-            os.close(fd)
-    return removed
+    return remove_unlocked([directory / name for name in names])
 
 
 def turns_table(rows: list[dict[str, Any]], tokenizer: str | None, format: int = 1) -> pa.Table:

@@ -31,6 +31,7 @@ import numpy as np
 import pyarrow as pa
 
 from .._arrow import common_prefix
+from ..schema import PROVENANCE_FIELDS
 from ..turns import CALL_KINDS, Provenance, RoutedExperts, VersionSpan
 from .records import loads_json
 
@@ -47,15 +48,7 @@ __all__ = [
 ]
 
 #: The turns-table columns that hold provenance (all nullable; a file without any of them has none).
-PROVENANCE_CELLS = (
-    "weight_versions",
-    "sampling",
-    "call_kind",
-    "routed_experts",
-    "routed_experts_start",
-    "routed_experts_layers",
-    "routed_experts_topk",
-)
+PROVENANCE_CELLS = tuple(field.name for field in PROVENANCE_FIELDS)
 
 #: Levels of zstd for the expert rows: rows of small integers compress well at any level.
 _ZSTD_LEVEL = 3

@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from .._arrow import NUMPY_TYPES, all_finite, numpy_view, true_cells, validity
-from ..schema import REFERENCE_COLUMNS
+from ..schema import PROVENANCE_FIELDS, REFERENCE_COLUMNS
 from ..turns import RowRef
 
 __all__ = ["INT32_MAX", "INT64_MAX", "Columns", "RawTurn", "Text", "int64_values"]
@@ -214,15 +214,7 @@ class Columns:
 
 
 
-_PROVENANCE_COLUMNS = (
-    "weight_versions",
-    "sampling",
-    "call_kind",
-    "routed_experts",
-    "routed_experts_start",
-    "routed_experts_layers",
-    "routed_experts_topk",
-)
+_PROVENANCE_COLUMNS = tuple(field.name for field in PROVENANCE_FIELDS)
 
 
 class _ProvenanceColumns:
