@@ -88,11 +88,21 @@ def test_the_defaults_and_every_accepted_edge_construct() -> None:
     assert config(upstream_api="chat", upstream="https://example.test").upstream_api == "chat"
 
 
-def test_create_app_refuses_what_tito_serve_refuses() -> None:
-    from tito_cli.serve import create_app
+def test_a_library_caller_gets_the_error_tito_serve_gives(tmp_path: Path) -> None:
+    import dataclasses
 
     with pytest.raises(ValueError, match="--history must be one of"):
-        create_app(ServeConfig(logs=Path("logs"), upstream=URL, history="canonicl"))
+        ServeConfig(logs=tmp_path, upstream=URL, history="canonicl")
+    # A changed copy is checked too: no path around the checks to create_app.
+    with pytest.raises(ValueError, match="--upstream-timeout must be a finite number"):
+        dataclasses.replace(config(), upstream_timeout=-1.0)
+    ran = subprocess.run(
+        [sys.executable, "-m", "tito_cli", "serve", "--logs", str(tmp_path / "logs"), "--upstream", URL,
+         "--history", "canonicl"],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert ran.returncode == 2
+    assert ran.stderr.strip() == "ERROR --history must be one of render, canonical, not 'canonicl'"
 
 
 def test_the_family_is_the_tokenizers_else_the_one_named() -> None:
