@@ -129,7 +129,11 @@ def _module_graph() -> dict[str, set[str]]:
         here = module.split(".")
         base = here if is_package else here[:-1]
         edges: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        type_only = _type_checking_imports(tree)
+        for node in ast.walk(tree):
+            if id(node) in type_only:
+                continue
             targets: list[str] = []
             if isinstance(node, ast.ImportFrom):
                 if node.level:
@@ -147,6 +151,16 @@ def _module_graph() -> dict[str, set[str]]:
             edges.update(t for t in targets if t and t in modules and t != module)
         graph[module] = edges
     return graph
+
+
+def _type_checking_imports(tree: ast.AST) -> set[int]:
+    """The import nodes under ``if TYPE_CHECKING:``: annotations only, never run, so they make no import cycle."""
+    found: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+            for statement in node.body:
+                found.update(id(n) for n in ast.walk(statement) if isinstance(n, (ast.Import, ast.ImportFrom)))
+    return found
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -197,6 +211,15 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_no_cycle_between_modules_even_inside_one_package() -> None:
     # Layers rule out cycles between packages; this catches one inside a package (policy <-> router).
     assert _cycles(_module_graph()) == []
+
+
+def test_imports_for_annotations_only_make_no_cycle_but_runtime_ones_do() -> None:
+    tree = ast.parse(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .a import A\nelse:\n    from .b import B\n"
+    )
+    skipped = _type_checking_imports(tree)
+    names = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and id(n) in skipped}
+    assert names == {"a"}
 
 
 def test_the_cycle_check_finds_a_cycle_inside_a_package() -> None:

@@ -148,7 +148,8 @@ def test_idle_upstream_connections_are_dropped_before_the_upstream_drops_them(
 
     from tito_cli.serve import ServeConfig
 
-    assert ServeConfig(logs=tmp_path, upstream="-").upstream_keepalive < uvicorn.Config(app=None).timeout_keep_alive
+    keepalive = ServeConfig(logs=tmp_path, upstream="http://127.0.0.1:9").upstream_keepalive
+    assert keepalive < uvicorn.Config(app=None).timeout_keep_alive
     first = len(standin.peers)
 
     def ask() -> None:

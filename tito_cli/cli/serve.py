@@ -3,15 +3,24 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import typer
 
 from .._paths import SHIPPED_NAMES
-from ..errors import MissingDependencyError
+from ..errors import EXIT_USAGE, MissingDependencyError, TitoError
 from ..families import FAMILIES
 from .app import app, exit_codes_help, guarded
+
+T = TypeVar("T")
+
+
+class SettingError(TitoError):
+    """A ``tito serve`` setting that cannot work (``ServeConfig``'s or start-up's ``ValueError``): one line, exit 2."""
+
+    exit_code = EXIT_USAGE
 
 
 @app.command(
@@ -114,7 +123,8 @@ def serve(
             f"tito serve needs the serve extra ({exc.name} is missing)", tip='pip install "tito-cli[serve]"'
         ) from None
     options = _json_object(chat_template_kwargs)
-    config = ServeConfig(
+    config = _checked(
+        ServeConfig,
         logs=logs,
         upstream=upstream,
         upstream_api=upstream_api,
@@ -140,7 +150,15 @@ def serve(
     try:
         run_gateway(config, log_level=log_level)
     except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from None
+        raise SettingError(str(exc)) from None
+
+
+def _checked(make: Callable[..., T], **settings: Any) -> T:
+    """``make(**settings)`` (the ``ServeConfig``, which checks itself), its ``ValueError`` a usage error."""
+    try:
+        return make(**settings)
+    except ValueError as exc:
+        raise SettingError(str(exc)) from None
 
 
 def _json_object(text: str | None) -> dict[str, Any]:

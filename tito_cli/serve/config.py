@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -101,3 +103,91 @@ class ServeConfig:
         if name and (name.startswith(("/", ".", "~")) or Path(name).exists()):
             return Path(name.rstrip("/")).name or "tito"
         return name or "tito"
+
+    def __post_init__(self) -> None:
+        """Check every setting, so that ``create_app`` and ``tito serve`` refuse the same mistakes the same way.
+
+        ``ValueError`` naming the option (``--history``; a setting the command does not take, by its field
+        name) and saying what it needs.  Only what needs I/O (loading the tokenizer) waits for start-up.
+        """
+        from ..families import FAMILIES
+        from .history import HISTORIES
+        from .upstreams import UPSTREAMS
+
+        if not isinstance(self.logs, (str, Path)) or not str(self.logs):
+            raise ValueError(f"--logs must be a folder, not {self.logs!r}")
+        if not isinstance(self.upstream, str) or not self.upstream.startswith(("http://", "https://")):
+            raise ValueError(f"--upstream {self.upstream!r} is not an http:// or https:// URL")
+        _one_of("upstream_api", self.upstream_api, UPSTREAMS.names())
+        _one_of("history", self.history, list(HISTORIES))
+        if self.parser is not None:
+            _one_of("parser", self.parser, FAMILIES.names())
+        for name in ("tokenizer", "model"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value.strip()):
+                raise ValueError(f"{_option(name)} must be a non-empty name, not {value!r}")
+        if not isinstance(self.host, str) or not self.host:
+            raise ValueError(f"--host must be an address, not {self.host!r}")
+        _whole("port", self.port, least=0)
+        if self.port > 65535:
+            raise ValueError(f"--port must be at most 65535, not {self.port}")
+        counts = ("max_connections", "max_request_bytes", "workers", "default_max_tokens", "max_client_connections")
+        for name in counts:
+            _whole(name, getattr(self, name), least=1)
+        if self.max_tokens_cap is not None:
+            _whole("max_tokens_cap", self.max_tokens_cap, least=1)
+        waits = ("upstream_timeout", "connect_timeout", "flush_every", "client_header_timeout", "client_idle_timeout")
+        for name in waits:
+            _seconds(name, getattr(self, name), zero=False)
+        for name in ("upstream_keepalive", "grace_period", "idle_trim"):
+            _seconds(name, getattr(self, name), zero=True)
+        if not isinstance(self.fsync, bool):
+            raise ValueError(f"--fsync must be true or false, not {self.fsync!r}")
+        origins = self.allow_origins
+        if not isinstance(origins, tuple) or not all(isinstance(o, str) and o for o in origins):
+            raise ValueError(f"--allow-origin must be a tuple of origins (https://app.example), not {origins!r}")
+        options = self.chat_template_kwargs
+        if not isinstance(options, dict) or not all(isinstance(k, str) for k in options):
+            raise ValueError(f"--chat-template-kwargs must be a JSON object, not {options!r}")
+        try:
+            json.dumps(options, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"--chat-template-kwargs must be a JSON object ({exc})") from None
+        upstream = UPSTREAMS.get(self.upstream_api)
+        if not upstream.renders:
+            for name, value, default in (("history", self.history, "render"), ("parser", self.parser, None)):
+                if value != default:
+                    raise ValueError(
+                        f"{_option(name)} {value} needs --upstream-api generate: "
+                        f"a {upstream.name} upstream renders prompts and parses outputs itself"
+                    )
+
+
+#: Settings the ``serve`` command takes under another name than ``--field-name``, or not at all.
+_OPTIONS = {"allow_origins": "--allow-origin"}
+_NOT_OPTIONS = {"connect_timeout", "max_connections", "workers", "default_max_tokens", "idle_trim"}
+
+
+def _option(name: str) -> str:
+    """How a setting is named in messages: the ``serve`` command's option, else the field itself."""
+    assert name in {f.name for f in fields(ServeConfig)}, name
+    if name in _NOT_OPTIONS:
+        return f"ServeConfig.{name}"
+    return _OPTIONS.get(name, "--" + name.replace("_", "-"))
+
+
+def _one_of(name: str, value: Any, names: list[str]) -> None:
+    if value not in names:
+        raise ValueError(f"{_option(name)} must be one of {', '.join(names)}, not {value!r}")
+
+
+def _whole(name: str, value: Any, *, least: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ValueError(f"{_option(name)} must be a whole number of at least {least}, not {value!r}")
+
+
+def _seconds(name: str, value: Any, *, zero: bool) -> None:
+    ok = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+    if not ok or value < 0 or (value == 0 and not zero):
+        least = "0 or more" if zero else "more than 0"
+        raise ValueError(f"{_option(name)} must be a finite number of seconds, {least}, not {value!r}")

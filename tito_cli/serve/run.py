@@ -19,11 +19,9 @@ import socket
 from typing import Any
 
 from ..errors import OutputError, TokenizerError
-from ..families import family_for, family_named
 from .app import Gateway
 from .config import ServeConfig
 from .connections import protocol_class, raise_open_files_limit
-from .history import HISTORIES
 from .template import ChatTemplate
 from .upstreams import UPSTREAMS
 
@@ -33,35 +31,20 @@ _SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 def prepare(config: ServeConfig) -> ChatTemplate | None:
-    """Check the configuration and load the tokenizer before serving.
+    """Load the tokenizer before serving, when the upstream renders (the options checked themselves).
 
-    ``ValueError`` for a setting that cannot work (naming the option), ``TokenizerError`` for a
-    tokenizer that cannot be found or loaded.
+    The model family is decided here, once (``template.decide_family``): ``ValueError`` naming ``--parser``
+    when none is recognised or named, or the one named contradicts the tokenizer's; ``TokenizerError``
+    for a tokenizer that cannot be found or loaded.
     """
-    try:
-        upstream = UPSTREAMS.get(config.upstream_api)
-    except ValueError as exc:
-        raise ValueError(f"--upstream-api: {exc}") from None
-    if config.history not in HISTORIES:
-        raise ValueError(f"--history must be one of {', '.join(HISTORIES)}, not {config.history!r}")
-    if config.history != "render" and not upstream.renders:
-        raise ValueError(
-            f"--history {config.history} needs --upstream-api generate: "
-            f"a {upstream.name} upstream renders prompts itself"
-        )
-    if not config.upstream.startswith(("http://", "https://")):
-        raise ValueError(f"--upstream {config.upstream!r} is not an http:// or https:// URL")
+    upstream = UPSTREAMS.get(config.upstream_api)
     name = config.tokenizer_name
     if not upstream.renders:
         return None  # the upstream renders: count_tokens and the id check load the tokenizer on first use
     if name is None:
         raise TokenizerError(f"--upstream-api {upstream.name} renders prompts itself: it needs --tokenizer")
     template = ChatTemplate.configured(config)
-    try:
-        profile = family_named(config.parser) if config.parser else family_for(name, template.tokenizer)
-    except ValueError as exc:
-        raise ValueError(f"--parser: {exc}") from None
-    if profile is None:
+    if template.family is None:
         raise ValueError(f"--parser: no output parser recognises the tokenizer {name!r}; name one")
     return template
 

@@ -3,16 +3,35 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from ..errors import TokenizerError
 from ..families import FamilyProfile, family_for, family_named, shipped_template
 from ..tokenizer import TokenizerChoice, load, resolve
-from .config import ServeConfig
 from .exchange import ClientError
 from .incremental import PieceEncoder
 
-__all__ = ["ChatTemplate"]
+if TYPE_CHECKING:
+    from .config import ServeConfig
+
+__all__ = ["ChatTemplate", "decide_family"]
+
+
+def decide_family(name: str, tokenizer: Any, parser: str | None = None) -> FamilyProfile | None:
+    """The gateway's one model family: the one the tokenizer is recognised as, else ``--parser``'s.
+
+    Made once, when the tokenizer is loaded; the template, the output parser and the canonical history
+    all use the profile returned.  ``ValueError`` for a ``parser`` no family answers to, or one that
+    contradicts the family the tokenizer is recognised as (it would render one family and parse another).
+    """
+    named = family_named(parser) if parser else None
+    recognised = family_for(name, tokenizer)
+    if named is not None and recognised is not None and named.name != recognised.name:
+        raise ValueError(
+            f"--parser {named.name} contradicts the tokenizer {name!r}, recognised as {recognised.name}: "
+            f"drop --parser or give a {named.name} tokenizer"
+        )
+    return recognised or named
 
 
 class ChatTemplate:
@@ -33,8 +52,9 @@ class ChatTemplate:
         choice = TokenizerChoice(mapping={name: folder}) if folder else None
         self.folder = resolve(name, choice=choice, label=f"tokenizer {name!r} (--tokenizer)")
         self.tokenizer = load(self.folder)
-        #: The model family (named, else recognised): how its servers hand messages to the template.
-        self.family: FamilyProfile | None = family_named(family) if family else family_for(name, self.tokenizer)
+        #: The model family (:func:`decide_family`): how its servers hand messages to the template, how
+        #: its outputs are parsed and where its turns end.
+        self.family: FamilyProfile | None = decide_family(name, self.tokenizer, family)
         # A folder without a template (lenML's gpt-oss copy lacks chat_template.jinja) renders with the
         # one tito ships for its family; a folder's own template always wins.
         self.template: str | None = None
@@ -49,10 +69,11 @@ class ChatTemplate:
 
     @classmethod
     def configured(cls, config: ServeConfig) -> ChatTemplate:
-        """The template ``tito serve`` renders with: ``--tokenizer`` (``NAME=PATH`` too), ``--chat-template-kwargs``."""
+        """The template ``tito serve`` renders with: ``--tokenizer`` (``NAME=PATH`` too), ``--parser``,
+        ``--chat-template-kwargs``."""
         name = config.tokenizer_name
         assert name is not None, "a tokenizer name first"
-        return cls(name, folder=config.tokenizer_folder, options=config.chat_template_kwargs)
+        return cls(name, config.parser, folder=config.tokenizer_folder, options=config.chat_template_kwargs)
 
     def render(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, options: Mapping[str, Any] = {}

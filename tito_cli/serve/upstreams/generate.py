@@ -7,7 +7,7 @@ finish reason from ``meta_info.finish_reason`` (a dict; its ``type`` is recorded
 logprobs are checked (:func:`~.base.check_answer`, at most ``max_new_tokens`` of them) before anything
 is parsed or held.  The output text — decoded from the output ids, so the client's reply is what the
 turn records, never the upstream's ``text`` — is split into reasoning, content and tool calls by the
-model family's parser (``--parser``, else the family the tokenizer belongs to).
+model family's parser: the family decided once, when the tokenizer was loaded (``template.decide_family``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from ...families import FamilyProfile, family_for, family_named
+from ...families import FamilyProfile
 from ..exchange import ChatRequest, Generation, OutputCall, UpstreamError, assistant_message
 from ..history import RENDERED, TEMPLATE_OPTIONS, CanonicalHistory, RenderedHistory
 from ..template import ChatTemplate
@@ -30,21 +30,15 @@ class GenerateUpstream(Upstream):
     summary = "SGLang's native /generate: the gateway renders the chat template and parses the output"
     renders = True
 
-    _profile: FamilyProfile | None = None
     _history: RenderedHistory | CanonicalHistory | None = None
 
     def profile(self) -> FamilyProfile:
-        if self._profile is None:
-            template = self.template()
-            profile = (
-                family_named(self.config.parser)
-                if self.config.parser
-                else family_for(template.name, template.tokenizer)
-            )
-            if profile is None:
-                raise ValueError(f"no output parser recognises the tokenizer {template.name!r}: name one with --parser")
-            self._profile = profile
-        return self._profile
+        """The model family the template decided (``decide_family``): its parser reads the outputs."""
+        template = self.template()
+        if template.family is None:
+            raise ValueError(f"no output parser recognises the tokenizer {template.name!r}: name one with --parser")
+        family = template.family
+        return family
 
     def history(self) -> RenderedHistory | CanonicalHistory:
         """How prompt ids are built (``--history``): rendered whole, or continued from the held tokens."""
