@@ -104,16 +104,30 @@ def serve(
     client_idle_timeout: float = typer.Option(
         30.0, "--client-idle-timeout", min=0.1, help="Seconds an idle keep-alive client connection is kept."
     ),
+    routed_experts: bool = typer.Option(
+        False, "--routed-experts",
+        help="Ask the generate upstream for each call's routed experts (return_routed_experts) and record them.",
+    ),
+    routed_experts_shape: str = typer.Option(
+        None, "--routed-experts-shape", metavar="LAYERS,TOPK",
+        help="The rows' shape; default: num_hidden_layers x num_experts_per_tok of the config.json beside "
+        "the tokenizer.",
+    ),
     log_level: str = typer.Option("warning", "--log-level", help="uvicorn's and the gateway's log level."),
 ) -> None:
     try:
         from ..serve.config import ServeConfig
+        from ..serve.experts import parse_shape
         from ..serve.run import serve as run_gateway
     except ImportError as exc:
         raise MissingDependencyError(
             f"tito serve needs the serve extra ({exc.name} is missing)", tip='pip install "tito-cli[serve]"'
         ) from None
     options = _json_object(chat_template_kwargs)
+    try:
+        shape = None if routed_experts_shape is None else parse_shape(routed_experts_shape)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
     config = ServeConfig(
         logs=logs,
         upstream=upstream,
@@ -136,6 +150,8 @@ def serve(
         max_client_connections=max_client_connections,
         client_header_timeout=client_header_timeout,
         client_idle_timeout=client_idle_timeout,
+        routed_experts=routed_experts,
+        routed_experts_shape=shape,
     )
     try:
         run_gateway(config, log_level=log_level)

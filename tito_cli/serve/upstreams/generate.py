@@ -5,9 +5,10 @@ As the reference's adapters do: the messages are rendered with the tokenizer's c
 logprobs are read from ``meta_info.output_token_logprobs`` (``[logprob, id, text]`` each) and the
 finish reason from ``meta_info.finish_reason`` (a dict; its ``type`` is recorded).  The ids and
 logprobs are checked (:func:`~.base.check_answer`, at most ``max_new_tokens`` of them) before anything
-is parsed or held.  The output text — decoded from the output ids, so the client's reply is what the
-turn records, never the upstream's ``text`` — is split into reasoning, content and tool calls by the
-model family's parser (``--parser``, else the family the tokenizer belongs to).
+is parsed or held.  The turn records the sampling parameters sent, the weight versions ``meta_info``
+reports, and with ``--routed-experts`` the rows asked for (:mod:`..experts`).  The output text — decoded
+from the output ids, so the client's reply is what the turn records, never the upstream's ``text`` — is
+split into reasoning, content and tool calls by the model family's parser (``--parser``, else the family the tokenizer belongs to).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 from ...families import FamilyProfile, family_for, family_named
 from ..exchange import ChatRequest, Generation, OutputCall, UpstreamError, assistant_message
+from ..experts import ExpertsAsk, decode_rows, experts_shape, weight_versions
 from ..history import RENDERED, TEMPLATE_OPTIONS, CanonicalHistory, RenderedHistory
 from ..template import ChatTemplate
 from .base import INLINE_BYTES, Upstream, check_answer, tool_arguments_object, with_arguments
@@ -32,6 +34,7 @@ class GenerateUpstream(Upstream):
 
     _profile: FamilyProfile | None = None
     _history: RenderedHistory | CanonicalHistory | None = None
+    _experts: ExpertsAsk | None = None
 
     def profile(self) -> FamilyProfile:
         if self._profile is None:
@@ -58,6 +61,8 @@ class GenerateUpstream(Upstream):
 
     def session_finished(self, session_id: str) -> None:
         self.history().forget(session_id)
+        if self._experts is not None:
+            self._experts.forget(session_id)
 
     def prepare(self, request: ChatRequest) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
         return with_arguments(request.messages, tool_arguments_object), request.tools
@@ -93,6 +98,13 @@ class GenerateUpstream(Upstream):
             "logprob_start_len": -1,
             "stream": False,
         }
+        asked = self.experts()
+        experts_start = 0
+        if asked is not None:
+            body["return_routed_experts"] = True
+            experts_start = asked.start(session_id, prompt_ids)
+            if experts_start:
+                body["routed_experts_start_len"] = experts_start
         headers = {"X-SMG-Routing-Key": session_id}
         if prompt.ids_json is not None:
             # The history kept the ids' JSON text: splice it in rather than serialize every id again.
@@ -127,6 +139,10 @@ class GenerateUpstream(Upstream):
         response = assistant_message(parsed.content, reasoning, calls, tool_arguments_object)
         # Held before the client has the answer: its next request must find this turn.  On the loop: it
         # decodes at most 8 ids and appends arrays (microseconds, not worth a hop to a worker thread).
+        rows = None
+        if asked is not None:
+            tokens = len(prompt_ids) + len(output_ids)
+            rows = decode_rows(meta.get("routed_experts"), tokens, experts_start, asked.shape)
         history.remember(session_id, prompt, messages, tools, output_ids, response)
         return Generation(
             prompt_ids=prompt_ids,
@@ -147,7 +163,24 @@ class GenerateUpstream(Upstream):
                 **({"history": RENDERED, "history_reason": TEMPLATE_OPTIONS} if canonical and own else {}),
                 **({"chat_template_kwargs": kwargs} if kwargs else {}),
             },
+            sampling=sampling,
+            weight_versions=weight_versions(meta),
+            routed_experts=rows,
+            routed_experts_start=experts_start,
         )
+
+    def experts(self) -> ExpertsAsk | None:
+        """What the session's log holds of routed experts (``--routed-experts``), else None."""
+        if not self.config.routed_experts:
+            return None
+        if self._experts is None:
+            self._experts = ExpertsAsk(experts_shape(self.config))
+        return self._experts
+
+    def recorded(self, session_id: str, generation: Generation) -> None:
+        if self._experts is not None and generation.routed_experts is not None:
+            tokens = [*generation.prompt_ids, *generation.output_ids]
+            self._experts.recorded(session_id, tokens, generation.routed_experts_start)
 
 
 class _WithOptions:
