@@ -8,7 +8,8 @@ logprobs are checked (:func:`~.base.check_answer`, at most ``max_new_tokens`` of
 is parsed or held.  The turn records the sampling parameters sent, the weight versions ``meta_info``
 reports, and with ``--routed-experts`` the rows asked for (:mod:`..experts`).  The output text — decoded
 from the output ids, so the client's reply is what the turn records, never the upstream's ``text`` — is
-split into reasoning, content and tool calls by the model family's parser (``--parser``, else the family the tokenizer belongs to).
+split into reasoning, content and tool calls by the model family's parser (``--parser``, else the family
+the tokenizer belongs to).
 """
 
 from __future__ import annotations
