@@ -16,6 +16,7 @@ import asyncio
 import base64
 import contextlib
 import json
+import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ from tito_cli.serve.demo.server import prefix_routing
 
 from .serve_helpers import QWEN3_NAME, need_extras
 from .serve_standin import StandIn, qwen3_output
+from .test_serve_recorder import _recorder_of
 
 need_extras("starlette", "httpx")
 
@@ -79,7 +81,8 @@ def standin() -> Iterator[StandIn]:
 
 @contextlib.asynccontextmanager
 async def gateway(standin: StandIn, logs: Path, **options: Any) -> AsyncIterator[httpx.AsyncClient]:
-    config = ServeConfig(logs=logs, upstream=standin.url, tokenizer=QWEN3_NAME, flush_every=0.2, **options)
+    options.setdefault("flush_every", 0.2)
+    config = ServeConfig(logs=logs, upstream=standin.url, tokenizer=QWEN3_NAME, **options)
     app = create_app(config)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
@@ -379,3 +382,65 @@ def test_the_call_kind_rule() -> None:
     assert kinds.decide("a", [{"role": "system", "content": "title"}], tools) == "agent"  # tools: always agent
     kinds.forget("a")
     assert kinds.decide("a", [{"role": "user", "content": "quota"}], None) == "agent"  # the known miss: first
+
+
+# -- the journal carries the rows ------------------------------------------------------------------
+
+
+def check_samples(samples: list[dict[str, Any]]) -> None:
+    assert samples
+    for row in samples:
+        rows = np.array(row["routed_experts"], dtype=np.int32).reshape(row["routed_experts_shape"])
+        assert np.array_equal(rows, prefix_routing(row["tokens"][:-1], SHAPE)), row["session_id"]
+
+
+def test_a_live_folder_reads_the_journaled_rows(standin: StandIn, tmp_path: Path) -> None:
+    standin.experts_shape = SHAPE
+    logs = tmp_path / "logs"
+
+    async def drive() -> None:
+        config = {"routed_experts": True, "routed_experts_shape": SHAPE, "flush_every": 600.0}
+        async with gateway(standin, logs, **config) as client:
+            await coding_session(client, "live")
+            assert not list(logs.glob("turns-*.parquet"))  # every turn is in the journal only
+            code, samples = rebuild(logs, tmp_path / "live.parquet", "--routed-experts")
+            assert code == 0
+            check_samples(samples)
+
+    asyncio.run(drive())
+
+
+def test_a_killed_gateways_journaled_rows_are_adopted(standin: StandIn, tmp_path: Path) -> None:
+    standin.experts_shape = SHAPE
+    logs = tmp_path / "logs"
+    config = ServeConfig(
+        logs=logs, upstream=standin.url, tokenizer=QWEN3_NAME, routed_experts=True, routed_experts_shape=SHAPE
+    )
+
+    async def killed() -> None:
+        app = create_app(config)
+        await _kill_and_drive(app, _recorder_of(app))
+
+    async def _kill_and_drive(app: Any, recorder: Any) -> None:
+        async def die() -> None:  # like a SIGKILL: nothing written as Parquet, the journal's lock released
+            recorder._ticker.cancel()
+            os.close(recorder.journal.current.fd)
+
+        recorder.close = die
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1", timeout=60) as client:
+                await coding_session(client, "k")
+
+    asyncio.run(killed())
+    assert not list(logs.glob("turns-*.parquet"))
+
+    async def restarted() -> None:
+        async with gateway(standin, logs, routed_experts=True, routed_experts_shape=SHAPE):
+            pass
+
+    asyncio.run(restarted())
+    assert sum(row["routed_experts"] is not None for row in turns(logs)) == 5
+    code, samples = rebuild(logs, tmp_path / "adopted.parquet", "--routed-experts")
+    assert code == 0
+    check_samples(samples)

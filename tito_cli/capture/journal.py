@@ -53,6 +53,7 @@ __all__ = [
     "decode_journal",
     "encode_finish",
     "encode_turn",
+    "experts_cells",
     "journal_files",
     "journal_name",
     "parse_journal_name",
@@ -232,6 +233,18 @@ def _turn(header: dict[str, Any], body: memoryview) -> dict[str, Any]:
         offset += 4 * (logprobs or 0)
         raw = _unpack_rows(bytes(body[offset : offset + size]), 4 * rows * layers * topk)
         row["experts"] = (np.frombuffer(raw, "<i4").reshape(rows, layers, topk).astype(np.int32), start)
+    return row
+
+
+def experts_cells(row: dict[str, Any]) -> dict[str, Any]:
+    """A decoded turn's ``experts`` (taken out of ``row``) as the turns table's cells: every row it carries."""
+    experts = row.pop("experts", None)
+    if experts is None:
+        return row
+    rows, start = experts
+    row["routed_experts"] = compress_rows(rows)
+    row["routed_experts_start"] = start
+    row["routed_experts_layers"], row["routed_experts_topk"] = int(rows.shape[1]), int(rows.shape[2])
     return row
 
 
