@@ -17,6 +17,7 @@ import base64
 import contextlib
 import json
 import os
+import re
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -444,3 +445,26 @@ def test_a_killed_gateways_journaled_rows_are_adopted(standin: StandIn, tmp_path
     code, samples = rebuild(logs, tmp_path / "adopted.parquet", "--routed-experts")
     assert code == 0
     check_samples(samples)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["--routed-experts"], "--routed-experts-shape LAYERS,TOPK"),
+        (["--routed-experts", "--routed-experts-shape", "48"], "is not LAYERS,TOPK"),
+        (
+            ["--routed-experts", "--routed-experts-shape", "2,2", "--upstream-api", "chat"],
+            "needs --upstream-api generate",
+        ),
+    ],
+    ids=["no-shape", "bad-shape", "chat"],
+)
+def test_routed_experts_options_that_cannot_work_are_usage_errors(
+    tmp_path: Path, options: list[str], message: str
+) -> None:
+    logs = tmp_path / "logs"
+    argv = ["serve", "--logs", str(logs), "--upstream", "http://127.0.0.1:9", "--tokenizer", QWEN3_NAME, *options]
+    run = CliRunner().invoke(cli, argv)
+    assert run.exit_code == 2, run.output
+    assert message in " ".join(re.sub("[\u2500-\u257f]", " ", run.output).split())  # (rich's box drawn away)
+    assert not logs.exists()
