@@ -143,7 +143,10 @@ class GenerateUpstream(Upstream):
         rows = None
         if asked is not None:
             tokens = len(prompt_ids) + len(output_ids)
-            rows = decode_rows(meta.get("routed_experts"), tokens, experts_start, asked.shape)
+            value = meta.get("routed_experts")
+            decode = (value, tokens, experts_start, asked.shape)
+            big = isinstance(value, str) and len(value) > INLINE_BYTES  # 1.5 KiB a token at 48 x 8: a worker's
+            rows = await self.offload(decode_rows, *decode) if big else decode_rows(*decode)
         history.remember(session_id, prompt, messages, tools, output_ids, response)
         return Generation(
             prompt_ids=prompt_ids,
