@@ -41,7 +41,7 @@ import httpx  # noqa: E402
 
 from tito_cli.serve.app import create_app  # noqa: E402
 from tito_cli.serve.config import ServeConfig  # noqa: E402
-from tito_cli.serve.experts import CallKinds, experts_shape, parse_shape  # noqa: E402
+from tito_cli.serve.experts import CallKinds, experts_shape  # noqa: E402
 
 SHAPE = (3, 2)
 SYSTEM = {"role": "system", "content": "You are a coding agent."}
@@ -288,9 +288,6 @@ def test_the_rows_shape_comes_from_the_models_config(tmp_path: Path) -> None:
         experts_shape(config)
     with pytest.raises(ValueError, match="--routed-experts-shape"):
         experts_shape(ServeConfig(logs=tmp_path, upstream="u", tokenizer=QWEN3_NAME + "-nowhere", routed_experts=True))
-    assert parse_shape("48,8") == (48, 8)
-    with pytest.raises(ValueError, match="LAYERS,TOPK"):
-        parse_shape("48")
 
 
 def test_weight_versions_on_the_chat_route_come_from_metadata(standin: StandIn, tmp_path: Path) -> None:

@@ -115,19 +115,15 @@ def serve(
     ),
     log_level: str = typer.Option("warning", "--log-level", help="uvicorn's and the gateway's log level."),
 ) -> None:
+    shape = None if routed_experts_shape is None else _shape(routed_experts_shape)
     try:
         from ..serve.config import ServeConfig
-        from ..serve.experts import parse_shape
         from ..serve.run import serve as run_gateway
     except ImportError as exc:
         raise MissingDependencyError(
             f"tito serve needs the serve extra ({exc.name} is missing)", tip='pip install "tito-cli[serve]"'
         ) from None
     options = _json_object(chat_template_kwargs)
-    try:
-        shape = None if routed_experts_shape is None else parse_shape(routed_experts_shape)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from None
     config = ServeConfig(
         logs=logs,
         upstream=upstream,
@@ -157,6 +153,17 @@ def serve(
         run_gateway(config, log_level=log_level)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
+
+
+def _shape(text: str) -> tuple[int, int]:
+    """``--routed-experts-shape LAYERS,TOPK``: two positive integers, or a usage error."""
+    try:
+        layers, topk = (int(part) for part in text.split(","))
+    except ValueError:
+        raise typer.BadParameter(f"{text!r} is not LAYERS,TOPK (two integers)") from None
+    if layers < 1 or topk < 1:
+        raise typer.BadParameter(f"{text!r}: both numbers must be at least 1")
+    return layers, topk
 
 
 def _json_object(text: str | None) -> dict[str, Any]:

@@ -31,19 +31,14 @@ from .exchange import UpstreamError
 if TYPE_CHECKING:
     from .config import ServeConfig
 
-__all__ = ["CallKinds", "ExpertsAsk", "decode_rows", "experts_shape", "parse_shape", "weight_versions"]
+__all__ = ["CallKinds", "ExpertsAsk", "check_routed_experts", "decode_rows", "experts_shape", "weight_versions"]
 
 
-def parse_shape(text: str) -> tuple[int, int]:
-    """``--routed-experts-shape L,K`` (``ValueError`` naming the option)."""
-    parts = text.replace("x", ",").split(",")
-    try:
-        layers, topk = (int(part) for part in parts)
-    except ValueError:
-        raise ValueError(f"--routed-experts-shape {text!r} is not LAYERS,TOPK (two integers)") from None
-    if layers < 1 or topk < 1:
-        raise ValueError(f"--routed-experts-shape {text!r}: both numbers must be at least 1")
-    return layers, topk
+def check_routed_experts(config: ServeConfig, upstream: str) -> None:
+    """``--routed-experts`` can work: a ``generate`` upstream and a known row shape (``ValueError`` saying why)."""
+    if upstream != "generate":
+        raise ValueError("--routed-experts needs --upstream-api generate (SGLang's return_routed_experts)")
+    experts_shape(config)
 
 
 def experts_shape(config: ServeConfig) -> tuple[int, int]:

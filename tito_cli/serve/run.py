@@ -23,7 +23,6 @@ from ..families import family_for, family_named
 from .app import Gateway
 from .config import ServeConfig
 from .connections import protocol_class, raise_open_files_limit
-from .experts import experts_shape
 from .history import HISTORIES
 from .template import ChatTemplate
 from .upstreams import UPSTREAMS
@@ -52,11 +51,11 @@ def prepare(config: ServeConfig) -> ChatTemplate | None:
         )
     if not config.upstream.startswith(("http://", "https://")):
         raise ValueError(f"--upstream {config.upstream!r} is not an http:// or https:// URL")
-    if config.routed_experts and upstream.name != "generate":
-        raise ValueError("--routed-experts needs --upstream-api generate (SGLang's return_routed_experts)")
-    if config.routed_experts:
-        experts_shape(config)
     name = config.tokenizer_name
+    if config.routed_experts:
+        from .experts import check_routed_experts
+
+        check_routed_experts(config, upstream.name)
     if not upstream.renders:
         return None  # the upstream renders: count_tokens and the id check load the tokenizer on first use
     if name is None:

@@ -5,11 +5,9 @@ As the reference's adapters do: the messages are rendered with the tokenizer's c
 logprobs are read from ``meta_info.output_token_logprobs`` (``[logprob, id, text]`` each) and the
 finish reason from ``meta_info.finish_reason`` (a dict; its ``type`` is recorded).  The ids and
 logprobs are checked (:func:`~.base.check_answer`, at most ``max_new_tokens`` of them) before anything
-is parsed or held.  The turn records the sampling parameters sent, the weight versions ``meta_info``
-reports, and with ``--routed-experts`` the rows asked for (:mod:`..experts`).  The output text — decoded
-from the output ids, so the client's reply is what the turn records, never the upstream's ``text`` — is
-split into reasoning, content and tool calls by the model family's parser (``--parser``, else the family
-the tokenizer belongs to).
+is parsed or held.  The output text — decoded from the output ids, so the client's reply is what the
+turn records, never the upstream's ``text`` — is split into reasoning, content and tool calls by the
+model family's parser (``--parser``, else the family the tokenizer belongs to).
 """
 
 from __future__ import annotations
@@ -69,6 +67,8 @@ class GenerateUpstream(Upstream):
         return with_arguments(request.messages, tool_arguments_object), request.tools
 
     async def generate(self, request: ChatRequest, session_id: str, call_id: Callable[[], str]) -> Generation:
+        """One /generate call; the turn records the sampling parameters sent, the weight versions ``meta_info``
+        reports, and with ``--routed-experts`` the rows asked for (:mod:`..experts`)."""
         template = self.template()
         profile = self.profile()
         messages, tools = self.prepare(request)
