@@ -281,13 +281,17 @@ def test_the_rows_shape_comes_from_the_models_config(tmp_path: Path) -> None:
     config = ServeConfig(logs=tmp_path, upstream="http://127.0.0.1:1", tokenizer=f"m={folder}", routed_experts=True)
     assert experts_shape(config) == (48, 8)
     assert experts_shape(
-        ServeConfig(logs=tmp_path, upstream="u", tokenizer=f"m={folder}", routed_experts_shape=(2, 4))
+        ServeConfig(logs=tmp_path, upstream="http://127.0.0.1:9", tokenizer=f"m={folder}", routed_experts_shape=(2, 4))
     ) == (2, 4)
     (folder / "config.json").write_text(json.dumps({"num_hidden_layers": 48}))
     with pytest.raises(ValueError, match="num_experts_per_tok"):
         experts_shape(config)
     with pytest.raises(ValueError, match="--routed-experts-shape"):
-        experts_shape(ServeConfig(logs=tmp_path, upstream="u", tokenizer=QWEN3_NAME + "-nowhere", routed_experts=True))
+        experts_shape(
+            ServeConfig(
+                logs=tmp_path, upstream="http://127.0.0.1:9", tokenizer=QWEN3_NAME + "-nowhere", routed_experts=True
+            )
+        )
 
 
 def test_weight_versions_on_the_chat_route_come_from_metadata(standin: StandIn, tmp_path: Path) -> None:
