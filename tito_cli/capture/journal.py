@@ -11,7 +11,8 @@ recovers a segment sees which of its files already exist and never writes a row 
 A segment file starts with :data:`MAGIC` and one JSON line (the tokenizer the rows are recorded
 with), then records, each ``<length u32> <crc32 u32> <payload>``: a payload is a kind byte (``T`` a
 turn, ``F`` a finish), a JSON header (with any text cell beyond the known ones), then the turn's
-texts (UTF-8) and ids (little-endian int32) and logprobs (float32) as raw bytes.  A record cut
+texts (UTF-8) and ids (little-endian int32) and logprobs (float32) as raw bytes, then its routed-experts
+rows (zstd of their int32 bytes) when it has them.  A record cut
 short (a write interrupted by a kill) or whose checksum does not match ends the segment: it was
 never acknowledged.  A failed append is cut off the file again before the error is raised, so the
 records after it stay readable.  The writing process
@@ -37,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from .._atomic import fsync_directory
+from .provenance import compress_rows
 
 try:
     import fcntl
@@ -51,6 +53,7 @@ __all__ = [
     "decode_journal",
     "encode_finish",
     "encode_turn",
+    "experts_cells",
     "journal_files",
     "journal_name",
     "parse_journal_name",
@@ -108,8 +111,12 @@ def try_lock(path: Path) -> int | None:
 # -- records -------------------------------------------------------------------------------
 
 
-def encode_turn(row: dict[str, Any]) -> bytes:
-    """The payload of a checked turns row (:func:`~tito_cli.capture.records.turn_row`'s, with seq and timestamp)."""
+def encode_turn(row: dict[str, Any], experts: tuple[np.ndarray, int] | None = None) -> bytes:
+    """The payload of a checked turns row (:func:`~tito_cli.capture.records.turn_row`'s, with seq and timestamp).
+
+    ``experts``: the turn's routed-experts rows ``[rows, layers, topk]`` and their start, carried after
+    the logprobs as zstd of their int32 bytes (:func:`decode_journal` gives them back as ``row["experts"]``).
+    """
     texts = [None if row[name] is None else row[name].encode() for name in _TEXTS]
     prompt = np.ascontiguousarray(row["prompt_ids"], dtype="<i4")
     output = np.ascontiguousarray(row["output_ids"], dtype="<i4")
@@ -128,11 +135,18 @@ def encode_turn(row: dict[str, Any]) -> bytes:
     extra = {name: value for name, value in row.items() if name not in _KNOWN and isinstance(value, str)}
     if extra:
         header["cells"] = extra
+    packed = None
+    if experts is not None:
+        rows, start = experts
+        packed = compress_rows(rows)
+        header["experts"] = [int(start), *(int(n) for n in rows.shape), len(packed)]
     parts = [b"T", *_header(header)]
     parts.extend(text for text in texts if text is not None)
     parts += [prompt.tobytes(), output.tobytes()]
     if logprobs is not None:
         parts.append(np.ascontiguousarray(logprobs, dtype="<f4").tobytes())
+    if packed is not None:
+        parts.append(packed)
     return b"".join(parts)
 
 
@@ -214,7 +228,32 @@ def _turn(header: dict[str, Any], body: memoryview) -> dict[str, Any]:
     row["output_ids"] = np.frombuffer(body, "<i4", output, offset).astype(np.int32)
     offset += 4 * output
     row["output_logprobs"] = None if logprobs is None else np.frombuffer(body, "<f4", logprobs, offset).copy()
+    if header.get("experts") is not None:
+        start, rows, layers, topk, size = header["experts"]
+        offset += 4 * (logprobs or 0)
+        raw = _unpack_rows(bytes(body[offset : offset + size]), 4 * rows * layers * topk)
+        row["experts"] = (np.frombuffer(raw, "<i4").reshape(rows, layers, topk).astype(np.int32), start)
     return row
+
+
+def experts_cells(row: dict[str, Any]) -> dict[str, Any]:
+    """A decoded turn's ``experts`` (taken out of ``row``) as the turns table's cells: every row it carries."""
+    experts = row.pop("experts", None)
+    if experts is None:
+        return row
+    rows, start = experts
+    row["routed_experts"] = compress_rows(rows)
+    row["routed_experts_start"] = start
+    row["routed_experts_layers"], row["routed_experts_topk"] = int(rows.shape[1]), int(rows.shape[2])
+    return row
+
+
+def _unpack_rows(packed: bytes, size: int) -> bytes:
+    if not size:
+        return b""
+    import pyarrow as pa
+
+    return bytes(pa.Codec("zstd").decompress(packed, decompressed_size=size, asbytes=True))
 
 
 # -- the writing side ----------------------------------------------------------------------

@@ -39,7 +39,6 @@ import time
 import uuid
 import weakref
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -50,6 +49,7 @@ import pyarrow as pa
 from .delta import DeltaEncoder
 from .log_files import sessions_table, turns_table, write_new_file
 from .provenance import ExpertsLedger, compress_rows, experts_rows, provenance_cells
+from .recorded_turn import RecordedTurn
 from .records import JsonLike, PromptMessages, TurnRow, sessions_row, turn_row
 from .row_groups import ROW_GROUP_BYTES, ROW_GROUP_ROWS
 
@@ -66,37 +66,6 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-@dataclass
-class RecordedTurn:
-    """One generation call as :meth:`TurnLogWriter.record` takes it (the arguments of ``record_turn``)."""
-
-    session_id: str
-    prompt_ids: Sequence[int] | np.ndarray
-    output_ids: Sequence[int] | np.ndarray
-    logprobs: Sequence[float] | np.ndarray | None
-    finish_reason: str
-    messages: JsonLike | PromptMessages
-    response: JsonLike
-    tools: JsonLike = None
-    metadata: JsonLike = None
-    ill_formed: bool = False
-
-    def check(self) -> TurnRow:
-        """The row it records, checked against the write contract (``ValueError`` naming the field)."""
-        return turn_row(
-            self.session_id,
-            self.prompt_ids,
-            self.output_ids,
-            self.logprobs,
-            self.finish_reason,
-            self.messages,
-            self.response,
-            self.tools,
-            self.metadata,
-            ill_formed=self.ill_formed,
-        )
 
 
 class TurnLogWriter:
@@ -283,8 +252,9 @@ class TurnLogWriter:
     def record(self, turn: RecordedTurn, *, seq: int | None = None, timestamp: datetime | None = None) -> int:
         """:meth:`record_turn` for a turn given as one value (the same checks, the same row)."""
         checked = turn.check()
+        experts = turn.experts()
         checked.row["timestamp"] = timestamp or datetime.now(timezone.utc)
-        return self.record_checked(checked, seq)
+        return self.record_checked(checked, seq, experts)
 
     def record_checked(
         self, checked: TurnRow, seq: int | None, experts: tuple[np.ndarray, int] | None = None
@@ -435,6 +405,10 @@ class TurnLogWriter:
         row["prompt_ids"] = delta.new_ids
         row["prompt_messages"] = cell
         return 4 * int(delta.new_ids.size) + len(cell) - before
+
+    def check_experts_shape(self, session_id: str, rows: np.ndarray) -> None:
+        """``ValueError`` when ``rows`` have another shape than the session's earlier calls' rows."""
+        self._experts.check_shape(session_id, (int(rows.shape[1]), int(rows.shape[2])))
 
     def _store_experts(self, row: dict[str, Any], rows: np.ndarray, start: int) -> int:
         """Store the rows the session does not already hold (lock held); returns their buffered size."""

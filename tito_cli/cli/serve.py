@@ -113,8 +113,18 @@ def serve(
     client_idle_timeout: float = typer.Option(
         30.0, "--client-idle-timeout", min=0.1, help="Seconds an idle keep-alive client connection is kept."
     ),
+    routed_experts: bool = typer.Option(
+        False, "--routed-experts",
+        help="Ask the generate upstream for each call's routed experts (return_routed_experts) and record them.",
+    ),
+    routed_experts_shape: str = typer.Option(
+        None, "--routed-experts-shape", metavar="LAYERS,TOPK",
+        help="The rows' shape; default: num_hidden_layers x num_experts_per_tok of the config.json beside "
+        "the tokenizer.",
+    ),
     log_level: str = typer.Option("warning", "--log-level", help="uvicorn's and the gateway's log level."),
 ) -> None:
+    shape = None if routed_experts_shape is None else _shape(routed_experts_shape)
     try:
         from ..serve.config import ServeConfig
         from ..serve.run import serve as run_gateway
@@ -146,6 +156,8 @@ def serve(
         max_client_connections=max_client_connections,
         client_header_timeout=client_header_timeout,
         client_idle_timeout=client_idle_timeout,
+        routed_experts=routed_experts,
+        routed_experts_shape=shape,
     )
     try:
         run_gateway(config, log_level=log_level)
@@ -159,6 +171,17 @@ def _checked(make: Callable[..., T], **settings: Any) -> T:
         return make(**settings)
     except ValueError as exc:
         raise SettingError(str(exc)) from None
+
+
+def _shape(text: str) -> tuple[int, int]:
+    """``--routed-experts-shape LAYERS,TOPK``: two positive integers, or a usage error."""
+    try:
+        layers, topk = (int(part) for part in text.split(","))
+    except ValueError:
+        raise typer.BadParameter(f"{text!r} is not LAYERS,TOPK (two integers)") from None
+    if layers < 1 or topk < 1:
+        raise typer.BadParameter(f"{text!r}: both numbers must be at least 1")
+    return layers, topk
 
 
 def _json_object(text: str | None) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from ..capture.journal import decode_journal, journal_files, parse_journal_name
+from ..capture.journal import decode_journal, experts_cells, journal_files, parse_journal_name
 from ..capture.log_files import sessions_table, turns_table
 from ..capture.records import sessions_row
 
@@ -57,7 +57,8 @@ def journal_tables(folder: Path) -> list[Path]:
         out = _private_folder() / f"{os.getpid()}-{len(os.listdir(_private_folder())):06d}"
         if turns:
             target = out.with_name(out.name + "-turns.parquet")
-            pq.write_table(turns_table(turns, contents.tokenizer), target)
+            turn_rows = [experts_cells(row) for row in turns]
+            pq.write_table(turns_table(turn_rows, contents.tokenizer), target)
             tables.append(target)
         if finishes:
             rows = [sessions_row(**fields) for fields in finishes]

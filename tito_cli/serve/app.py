@@ -38,6 +38,7 @@ from .debug_metrics import LoopLagMonitor
 from .dialects import DIALECTS, Dialect
 from .dialects.chat import openai_error
 from .exchange import ChatRequest, ClientError, Generation, UpstreamError
+from .experts import CallKinds
 from .guard import Guard, client_json
 from .idle import IdleTrim
 from .pools import Pools
@@ -81,6 +82,7 @@ class Gateway:
             offload=self.offload,
         )
         self.upstream: Upstream | None = None
+        self.call_kinds = CallKinds()
         #: Opt-in measurements (TITO_SERVE_DEBUG_METRICS=1): the loop's lag, CPU, RSS at GET /debug/metrics.
         self.metrics = LoopLagMonitor() if debug_metrics.enabled() else None
         guard = Middleware(Guard, host=config.host, port=config.port, allow_origins=config.allow_origins,
@@ -282,6 +284,7 @@ class Gateway:
             ):
                 raise ClientError("reward must be a finite number or null")
             turns = await self.recorder.finish(session_id, None if reward is None else float(reward), body)
+            self.call_kinds.forget(session_id)
             if self.upstream is not None:
                 self.upstream.session_finished(session_id)
         except ClientError as exc:
@@ -327,6 +330,11 @@ class Gateway:
             generation.tools,
             metadata,
             ill_formed=generation.ill_formed,
+            weight_versions=generation.weight_versions,
+            routed_experts=generation.routed_experts,
+            routed_experts_start=generation.routed_experts_start,
+            sampling=generation.sampling,
+            call_kind=self.call_kinds.decide(session_id, request.messages, request.tools),
         )
         summary = {
             "wire": dialect.name,
@@ -336,7 +344,10 @@ class Gateway:
             "tool_calls": len(generation.tool_calls),
             "ill_formed": generation.ill_formed,
         }
-        return await self.recorder.record(session_id, turn, summary)
+        seq = await self.recorder.record(session_id, turn, summary)
+        if self.upstream is not None:
+            self.upstream.recorded(session_id, generation)
+        return seq
 
 
 class _Exchange(Response):  # type: ignore[misc, unused-ignore]  # Response is Any where Starlette is absent

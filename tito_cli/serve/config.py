@@ -32,6 +32,10 @@ class ServeConfig:
     #: How ``generate`` builds prompt ids: ``render`` every conversation whole, or continue the
     #: ``canonical`` token history the gateway produced (docs/spec.md §11).
     history: str = "render"
+    #: Ask a ``generate`` upstream for routed experts (``--routed-experts``) and record them.
+    routed_experts: bool = False
+    #: The rows' ``(layers, topk)`` (``--routed-experts-shape L,K``); default: the model's ``config.json``.
+    routed_experts_shape: tuple[int, int] | None = None
     #: Options every prompt is rendered with (``--chat-template-kwargs``, e.g. ``{"enable_thinking": false}``):
     #: applied by the gateway's render (generate), forwarded as ``chat_template_kwargs`` (chat); a Chat
     #: Completions request's own ``chat_template_kwargs`` override them key by key.

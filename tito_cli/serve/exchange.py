@@ -135,6 +135,12 @@ class Generation:
     cached_tokens: int = 0
     #: What the upstream adds to the turn's metadata (how the prompt was built, for example).
     notes: dict[str, Any] = field(default_factory=dict)
+    #: Provenance: the sampling parameters sent upstream, the weight versions it reported (spans or a
+    #: scalar), its routed-experts rows ``[len(tokens) - 1 - start, layers, topk]`` and their start.
+    sampling: dict[str, Any] | None = None
+    weight_versions: Any = None
+    routed_experts: Any = None
+    routed_experts_start: int = 0
 
     @property
     def stop(self) -> str:

@@ -199,15 +199,21 @@ class Recorder:
     def _append_turn(self, turn: RecordedTurn, seq: int) -> None:
         try:
             checked = turn.check()
+            experts = turn.experts()
         except ValueError as exc:
             raise UpstreamError(f"the answer cannot be recorded, so it is not given: {exc}", 502) from None
         checked.row["seq"] = seq
         checked.row["timestamp"] = datetime.now(timezone.utc)
-        payload = encode_turn(checked.row)
+        payload = encode_turn(checked.row, experts)  # the experts rows are durable before acknowledged too
         assert self.journal is not None and self.writer is not None
         with self._lock:
+            if experts is not None:
+                try:  # rows of another shape than the session's earlier calls' are never journaled
+                    self.writer.check_experts_shape(turn.session_id, experts[0])
+                except ValueError as exc:
+                    raise UpstreamError(f"the answer cannot be recorded, so it is not given: {exc}", 502) from None
             self._append(payload)
-            self.writer.record_checked(checked, seq)
+            self.writer.record_checked(checked, seq, experts)
             self._grow(checked.size)
 
     def _append(self, payload: bytes) -> None:

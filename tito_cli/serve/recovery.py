@@ -81,6 +81,7 @@ def _adopt(directory: Path, path: Path) -> int:
             directory, tokenizer=contents.tokenizer, name=run, max_age=None, max_rows=1 << 62, max_bytes=1 << 62
         )
         for row in turns:
+            experts = row.pop("experts", None)
             checked = turn_row(
                 row["session_id"],
                 row["prompt_ids"],
@@ -97,7 +98,7 @@ def _adopt(directory: Path, path: Path) -> int:
             )
             # The cells the journal carried beyond the checked ones (columns a later schema adds).
             checked.row.update((name, value) for name, value in row.items() if name not in checked.row)
-            writer.record_checked(checked, row["seq"])
+            writer.record_checked(checked, row["seq"], experts)
         for fields in finishes:
             writer.finish_session(**fields)
         writer.write_rows(*writer.take_buffer(), number)

@@ -39,6 +39,10 @@ def prepare(config: ServeConfig) -> ChatTemplate | None:
     """
     upstream = UPSTREAMS.get(config.upstream_api)
     name = config.tokenizer_name
+    if config.routed_experts:
+        from .experts import check_routed_experts
+
+        check_routed_experts(config, upstream.name)
     if not upstream.renders:
         return None  # the upstream renders: count_tokens and the id check load the tokenizer on first use
     if name is None:

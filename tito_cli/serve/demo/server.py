@@ -14,6 +14,13 @@ It follows the wires exactly where the gateway reads them (``../shared/formats/W
   family's reasoning and tool parsers; streamed, the prompt ids come in the first chunk and token ids as
   per-chunk deltas.
 * ``GET /v1/models``, ``GET /health``.
+* Provenance, when told (:attr:`DemoUpstream.experts_shape`, :attr:`DemoUpstream.version_every`): asked
+  ``return_routed_experts``, ``meta_info.routed_experts`` is the base64 of raw int32 rows
+  ``[len(tokens) - 1 - routed_experts_start_len, layers, topk]``, row ``i`` a function of ``tokens[:i + 1]``
+  alone (:func:`prefix_routing`: what an engine computes with that prefix as its input); the weight version
+  changes every ``version_every`` generated tokens (so within a call too), reported as SGLang does:
+  ``meta_info.weight_version`` (the version at the call's end) and ``meta_info.weight_versions`` spans over
+  the output, on the chat route in a top-level ``metadata``.
 
 A *script* maps the conversation of a request — the messages for chat (a :class:`~.agent.Messages`,
 carrying the request's tools), the decoded prompt text for generate — to the raw model output text;
@@ -25,6 +32,8 @@ otherwise, on a free port (or ``port``), in a background thread.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import secrets
 import threading
@@ -33,14 +42,28 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import numpy as np
+
 from ...families import family_named
 from .agent import Messages
 from .wire import ChatAnswer, assistant_message
 
-__all__ = ["DemoUpstream", "Script"]
+__all__ = ["DemoUpstream", "Script", "prefix_routing"]
 
 #: The request's conversation (messages for chat, the decoded prompt text for generate) -> raw output text.
 Script = Callable[[Any], str]
+
+
+def prefix_routing(tokens: list[int], shape: tuple[int, int], experts: int = 64) -> np.ndarray:
+    """Rows ``[len(tokens), layers, topk]``: row ``i`` is a function of ``tokens[:i + 1]`` alone (a hash chain)."""
+    layers, topk = shape
+    rows = np.empty((len(tokens), layers, topk), dtype=np.int32)
+    state = b"tito-routing"
+    for i, token in enumerate(tokens):
+        state = hashlib.blake2b(state + int(token).to_bytes(4, "little"), digest_size=16).digest()
+        picks = np.frombuffer(hashlib.shake_128(state).digest(layers * topk), dtype=np.uint8)
+        rows[i] = (picks.astype(np.int32) % experts).reshape(layers, topk)
+    return rows
 
 
 class DemoUpstream:
@@ -64,6 +87,12 @@ class DemoUpstream:
         self.profile = family_named(family)
         self.end = self._backend.token_to_id(self.profile.end_of_turn[0])
         self.ledger: list[dict[str, Any]] = []
+        #: ``(layers, topk)`` of the routed experts answered when asked (None: never answered).
+        self.experts_shape: tuple[int, int] | None = None
+        #: The weight version changes every this many generated tokens (None: no version reported).
+        self.version_every: int | None = None
+        #: Generated tokens so far (what the weight version counts).
+        self.generated = 0
         #: The client port of each POST, in arrival order: which requests shared a connection.
         self.peers: list[int] = []
         self._lock = threading.Lock()
@@ -128,7 +157,39 @@ class DemoUpstream:
     def _log(self, entry: dict[str, Any]) -> None:
         with self._lock:
             entry["cached_tokens"] = self._cached(entry["prompt_ids"])
+            entry["weight_versions"] = self._versions(len(entry["output_ids"]))
             self.ledger.append(entry)
+
+    def _versions(self, outputs: int) -> list[dict[str, Any]] | None:
+        """Spans ``{version, start, end}`` over this call's outputs (lock held), or None without versions."""
+        every = self.version_every
+        if every is None:
+            return None
+        spans: list[dict[str, Any]] = []
+        for index in range(outputs):
+            version = f"v{self.generated // every}"
+            self.generated += 1
+            if spans and spans[-1]["version"] == version:
+                spans[-1]["end"] = index + 1
+            else:
+                spans.append({"version": version, "start": index, "end": index + 1})
+        return spans
+
+    def provenance(self, entry: dict[str, Any]) -> dict[str, Any]:
+        """The weight versions an answer reports (``weight_version`` at its end, ``weight_versions`` spans)."""
+        spans = entry.get("weight_versions")
+        if spans is None:
+            return {}
+        last = spans[-1]["version"] if spans else f"v{self.generated // (self.version_every or 1)}"
+        return {"weight_version": last, "weight_versions": spans}
+
+    def routed_experts(self, body: dict[str, Any], tokens: list[int]) -> str | None:
+        """``meta_info.routed_experts`` for a request that asks: rows ``[start, len(tokens) - 1)``, base64."""
+        if not body.get("return_routed_experts") or self.experts_shape is None:
+            return None
+        start = int(body.get("routed_experts_start_len") or 0)
+        rows = prefix_routing(tokens[:-1], self.experts_shape)[start:]
+        return base64.b64encode(np.ascontiguousarray(rows, dtype="<i4").tobytes()).decode()
 
     def generate(self, body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
         """SGLang's /generate answer (and its ledger entry)."""
@@ -149,6 +210,10 @@ class DemoUpstream:
             "cached_tokens": entry["cached_tokens"],
             "e2e_latency": 0.001,
         }
+        meta.update(self.provenance(entry))
+        experts = self.routed_experts(body, [*prompt, *output])
+        if experts is not None:
+            meta["routed_experts"] = experts
         if body.get("return_logprob"):
             meta["output_token_logprobs"] = [
                 [lp, t, self.decode([t]) if with_text else None] for lp, t in zip(logprobs, output, strict=True)
@@ -269,11 +334,14 @@ class DemoUpstream:
                     else:
                         self.send_json(200, upstream.outgoing(answer))
                 else:
-                    chat, _ = upstream.chat(body)
+                    chat, entry = upstream.chat(body)
                     if body.get("stream"):
                         self.send_stream(chat.chunks(upstream.decode))
                     else:
-                        self.send_json(200, upstream.outgoing(chat.response()))
+                        response = chat.response()
+                        if upstream.provenance(entry):
+                            response["metadata"] = upstream.provenance(entry)
+                        self.send_json(200, upstream.outgoing(response))
 
             def send_stream(self, chunks: list[dict[str, Any]]) -> None:
                 self.send_response(200)

@@ -94,6 +94,9 @@ class Upstream(ABC):
             return asked
         return cap if asked is None else min(asked, cap)
 
+    def recorded(self, session_id: str, generation: Generation) -> None:  # noqa: B027  (most hold nothing)
+        """The turn of ``generation`` is in the log (what it holds may now be built on)."""
+
     def session_finished(self, session_id: str) -> None:  # noqa: B027  (most upstreams hold nothing)
         """A session finished: forget what is held for it (nothing, unless the upstream holds history)."""
 

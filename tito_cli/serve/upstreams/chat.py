@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..exchange import ChatRequest, Generation, OutputCall, UpstreamError, assistant_message
+from ..experts import weight_versions
 from .base import INLINE_BYTES, Upstream, check_answer, tool_arguments_text, with_arguments
 
 __all__ = ["ChatUpstream"]
@@ -47,6 +48,9 @@ class ChatUpstream(Upstream):
                 body[key] = value
         if request.stop:
             body["stop"] = request.stop
+        sampling: dict[str, Any] = {
+            key: body[key] for key in ("max_tokens", "temperature", "top_p", "top_k", "stop") if key in body
+        }
         answer = await self.post_json("/v1/chat/completions", body, heavy=request.size > INLINE_BYTES)
         try:
             choice = answer["choices"][0]
@@ -100,6 +104,8 @@ class ChatUpstream(Upstream):
             response_message=assistant_message(content, reasoning or None, calls, tool_arguments_text),
             upstream_id=str(answer.get("id")) if answer.get("id") else None,
             notes={"chat_template_kwargs": kwargs} if kwargs else {},
+            sampling=sampling,
+            weight_versions=weight_versions(answer.get("metadata")),
         )
 
 

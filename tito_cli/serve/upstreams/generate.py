@@ -18,6 +18,7 @@ from typing import Any
 
 from ...families import FamilyProfile
 from ..exchange import ChatRequest, Generation, OutputCall, UpstreamError, assistant_message
+from ..experts import ExpertsAsk, decode_rows, experts_shape, weight_versions
 from ..history import RENDERED, TEMPLATE_OPTIONS, CanonicalHistory, RenderedHistory
 from ..template import ChatTemplate
 from .base import INLINE_BYTES, Upstream, check_answer, tool_arguments_object, with_arguments
@@ -31,6 +32,7 @@ class GenerateUpstream(Upstream):
     renders = True
 
     _history: RenderedHistory | CanonicalHistory | None = None
+    _experts: ExpertsAsk | None = None
 
     def profile(self) -> FamilyProfile:
         """The model family the template decided (``decide_family``): its parser reads the outputs."""
@@ -52,11 +54,15 @@ class GenerateUpstream(Upstream):
 
     def session_finished(self, session_id: str) -> None:
         self.history().forget(session_id)
+        if self._experts is not None:
+            self._experts.forget(session_id)
 
     def prepare(self, request: ChatRequest) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
         return with_arguments(request.messages, tool_arguments_object), request.tools
 
     async def generate(self, request: ChatRequest, session_id: str, call_id: Callable[[], str]) -> Generation:
+        """One /generate call; the turn records the sampling parameters sent, the weight versions ``meta_info``
+        reports, and with ``--routed-experts`` the rows asked for (:mod:`..experts`)."""
         template = self.template()
         profile = self.profile()
         messages, tools = self.prepare(request)
@@ -87,6 +93,13 @@ class GenerateUpstream(Upstream):
             "logprob_start_len": -1,
             "stream": False,
         }
+        asked = self.experts()
+        experts_start = 0
+        if asked is not None:
+            body["return_routed_experts"] = True
+            experts_start = asked.start(session_id, prompt_ids)
+            if experts_start:
+                body["routed_experts_start_len"] = experts_start
         headers = {"X-SMG-Routing-Key": session_id}
         if prompt.ids_json is not None:
             # The history kept the ids' JSON text: splice it in rather than serialize every id again.
@@ -121,6 +134,13 @@ class GenerateUpstream(Upstream):
         response = assistant_message(parsed.content, reasoning, calls, tool_arguments_object)
         # Held before the client has the answer: its next request must find this turn.  On the loop: it
         # decodes at most 8 ids and appends arrays (microseconds, not worth a hop to a worker thread).
+        rows = None
+        if asked is not None:
+            tokens = len(prompt_ids) + len(output_ids)
+            value = meta.get("routed_experts")
+            decode = (value, tokens, experts_start, asked.shape)
+            big = isinstance(value, str) and len(value) > INLINE_BYTES  # 1.5 KiB a token at 48 x 8: a worker's
+            rows = await self.offload(decode_rows, *decode) if big else decode_rows(*decode)
         history.remember(session_id, prompt, messages, tools, output_ids, response)
         return Generation(
             prompt_ids=prompt_ids,
@@ -141,7 +161,24 @@ class GenerateUpstream(Upstream):
                 **({"history": RENDERED, "history_reason": TEMPLATE_OPTIONS} if canonical and own else {}),
                 **({"chat_template_kwargs": kwargs} if kwargs else {}),
             },
+            sampling=sampling,
+            weight_versions=weight_versions(meta),
+            routed_experts=rows,
+            routed_experts_start=experts_start,
         )
+
+    def experts(self) -> ExpertsAsk | None:
+        """What the session's log holds of routed experts (``--routed-experts``), else None."""
+        if not self.config.routed_experts:
+            return None
+        if self._experts is None:
+            self._experts = ExpertsAsk(experts_shape(self.config))
+        return self._experts
+
+    def recorded(self, session_id: str, generation: Generation) -> None:
+        if self._experts is not None and generation.routed_experts is not None:
+            tokens = [*generation.prompt_ids, *generation.output_ids]
+            self._experts.recorded(session_id, tokens, generation.routed_experts_start)
 
 
 class _WithOptions:
