@@ -357,14 +357,14 @@ def test_claude_codes_title_and_quota_calls_are_auxiliary(standin: StandIn, tmp_
             headers = {k: v for k, v in recorded[0]["headers"].items() if k not in ("authorization", "content-length")}
             headers["authorization"] = "Bearer cc-1"
             title, quota = side_calls(recorded[0])
+            await send(client, recorded[0]["path"], quota, headers)  # as at an interactive start-up: first
             await send(client, recorded[0]["path"], recorded[0]["body"], headers)
             await send(client, recorded[0]["path"], title, headers)
             await send(client, recorded[1]["path"], recorded[1]["body"], headers)
-            await send(client, recorded[0]["path"], quota, headers)
             assert (await client.post("/sessions/cc-1/finish", json={"reward": 1.0})).status_code == 200
 
     asyncio.run(drive())
-    assert [row["call_kind"] for row in turns(logs)] == ["agent", "auxiliary", "agent", "auxiliary"]
+    assert [row["call_kind"] for row in turns(logs)] == ["auxiliary", "agent", "auxiliary", "agent"]
     _, kept = rebuild(logs, tmp_path / "all.parquet")
     _, dropped = rebuild(logs, tmp_path / "agent.parquet", "--exclude-auxiliary")
     assert len(kept) == 3 and len(dropped) == 1  # the main line's chain; the title and the probe were roots
@@ -383,7 +383,9 @@ def test_the_call_kind_rule() -> None:
     assert kinds.decide("a", [system, {"role": "user", "content": "sum up"}], None) == "agent"
     assert kinds.decide("a", [{"role": "system", "content": "title"}], tools) == "agent"  # tools: always agent
     kinds.forget("a")
-    assert kinds.decide("a", [{"role": "user", "content": "quota"}], None) == "agent"  # the known miss: first
+    # A probe for one token is a side call even before the first agent call (Claude Code's start-up quota check).
+    assert kinds.decide("a", [{"role": "user", "content": "quota"}], None, max_tokens=1) == "auxiliary"
+    assert kinds.decide("a", [{"role": "user", "content": "title?"}], None) == "agent"  # the known miss: first
 
 
 # -- the journal carries the rows ------------------------------------------------------------------

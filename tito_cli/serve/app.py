@@ -334,7 +334,7 @@ class Gateway:
             routed_experts=generation.routed_experts,
             routed_experts_start=generation.routed_experts_start,
             sampling=generation.sampling,
-            call_kind=self.call_kinds.decide(session_id, request.messages, request.tools),
+            call_kind=self.call_kinds.decide(session_id, request.messages, request.tools, request.max_tokens),
         )
         summary = {
             "wire": dialect.name,

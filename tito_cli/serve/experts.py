@@ -129,20 +129,24 @@ class CallKinds:
     """Each session's main line (the first messages of its agent calls), to tell side calls from it.
 
     A call that carries tools is ``agent`` and its first message becomes the session's main line; a call
-    without tools is ``agent`` when its first message is the main line's (or when the session has no main
-    line yet), else ``auxiliary``.  At most ``sessions`` sessions are kept, the least recent forgotten.
+    without tools that asks for at most one new token is a probe (``auxiliary``: no agent step fits in
+    one token); any other call without tools is ``agent`` when its first message is the main line's (or
+    when the session has no main line yet), else ``auxiliary``.  At most ``sessions`` sessions are kept,
+    the least recent forgotten.
     """
 
     def __init__(self, sessions: int = 16384) -> None:
         self.sessions = sessions
         self._main: OrderedDict[str, set[str]] = OrderedDict()
 
-    def decide(self, session_id: str, messages: Sequence[Any], tools: Any) -> str:
+    def decide(self, session_id: str, messages: Sequence[Any], tools: Any, max_tokens: int | None = None) -> str:
         first = _first(messages)
         known = self._main.get(session_id)
         if tools:
             self._remember(session_id, first)
             return "agent"
+        if max_tokens is not None and max_tokens <= 1:
+            return "auxiliary"  # a probe (Claude Code's quota check), before or after the first agent call
         if known is None:
             self._remember(session_id, first)
             return "agent"
