@@ -61,6 +61,10 @@ def config(**settings: Any) -> ServeConfig:
         ({"host": ""}, "--host must be an address"),
         ({"upstream_api": "chat", "history": "canonical"}, "--history canonical needs --upstream-api generate"),
         ({"upstream_api": "chat", "parser": "qwen3"}, "--parser qwen3 needs --upstream-api generate"),
+        ({"upstream_api": "chat", "routed_experts": True}, "--routed-experts needs --upstream-api generate"),
+        ({"routed_experts_shape": (48, 0)}, "--routed-experts-shape must be two positive integers"),
+        ({"routed_experts_shape": [48, 8]}, "--routed-experts-shape must be two positive integers"),
+        ({"routed_experts": 1}, "--routed-experts must be true or false"),
     ],
 )
 def test_a_setting_that_cannot_work_is_refused_naming_its_option(settings: dict[str, Any], named: str) -> None:

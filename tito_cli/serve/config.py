@@ -157,6 +157,15 @@ class ServeConfig:
             json.dumps(options, allow_nan=False)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"--chat-template-kwargs must be a JSON object ({exc})") from None
+        if not isinstance(self.routed_experts, bool):
+            raise ValueError(f"--routed-experts must be true or false, not {self.routed_experts!r}")
+        shape = self.routed_experts_shape
+        if shape is not None and not (
+            isinstance(shape, tuple) and len(shape) == 2 and all(type(n) is int and n > 0 for n in shape)
+        ):
+            raise ValueError(f"--routed-experts-shape must be two positive integers LAYERS,TOPK, not {shape!r}")
+        if self.routed_experts and self.upstream_api != "generate":
+            raise ValueError("--routed-experts needs --upstream-api generate (SGLang's return_routed_experts)")
         upstream = UPSTREAMS.get(self.upstream_api)
         if not upstream.renders:
             for name, value, default in (("history", self.history, "render"), ("parser", self.parser, None)):

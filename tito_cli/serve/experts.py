@@ -34,10 +34,9 @@ if TYPE_CHECKING:
 __all__ = ["CallKinds", "ExpertsAsk", "check_routed_experts", "decode_rows", "experts_shape", "weight_versions"]
 
 
-def check_routed_experts(config: ServeConfig, upstream: str) -> None:
-    """``--routed-experts`` can work: a ``generate`` upstream and a known row shape (``ValueError`` saying why)."""
-    if upstream != "generate":
-        raise ValueError("--routed-experts needs --upstream-api generate (SGLang's return_routed_experts)")
+def check_routed_experts(config: ServeConfig) -> None:
+    """``--routed-experts`` can work: its row shape is known (``ValueError`` saying why; the upstream and the
+    option's own shape are checked by ``ServeConfig`` itself)."""
     experts_shape(config)
 
 

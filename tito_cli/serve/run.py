@@ -42,7 +42,7 @@ def prepare(config: ServeConfig) -> ChatTemplate | None:
     if config.routed_experts:
         from .experts import check_routed_experts
 
-        check_routed_experts(config, upstream.name)
+        check_routed_experts(config)
     if not upstream.renders:
         return None  # the upstream renders: count_tokens and the id check load the tokenizer on first use
     if name is None:
