@@ -361,6 +361,8 @@ def test_claude_codes_title_and_quota_calls_are_auxiliary(standin: StandIn, tmp_
             await send(client, recorded[0]["path"], recorded[0]["body"], headers)
             await send(client, recorded[0]["path"], title, headers)
             await send(client, recorded[1]["path"], recorded[1]["body"], headers)
+            report = (await client.get("/sessions/cc-1")).json()
+            assert [t["call_kind"] for t in report["turns"]] == ["auxiliary", "agent", "auxiliary", "agent"]
             assert (await client.post("/sessions/cc-1/finish", json={"reward": 1.0})).status_code == 200
 
     asyncio.run(drive())

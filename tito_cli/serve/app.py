@@ -343,6 +343,7 @@ class Gateway:
             "output_tokens": len(generation.output_ids),
             "tool_calls": len(generation.tool_calls),
             "ill_formed": generation.ill_formed,
+            "call_kind": turn.call_kind,
         }
         seq = await self.recorder.record(session_id, turn, summary)
         if self.upstream is not None:
