@@ -37,6 +37,7 @@ from .importers.base import (
 from .importers.base import (
     align_responses as _align,
 )
+from .provenance import experts_rows, provenance_cells
 from .records import sessions_row, turn_row
 from .writer import TurnLogWriter
 
@@ -272,6 +273,7 @@ def _check_session(session: ImportedSession) -> tuple[str, SourceRef] | None:
     rejects a session whose seqs repeat, whether the source gave them or they were filled in.
     """
     seqs: dict[int, ImportedTurn] = {}
+    shape: tuple[int, ...] | None = None
     for turn, seq in zip(session.turns, _seqs(session), strict=True):
         boolean = _boolean_in(turn)
         if boolean is not None:
@@ -295,6 +297,12 @@ def _check_session(session: ImportedSession) -> tuple[str, SourceRef] | None:
             return str(exc), turn.source
         except (TypeError, OverflowError, RecursionError) as exc:
             return _unusable(exc), turn.source  # e.g. a 400-digit integer where a logprob belongs
+        try:
+            shape = _check_provenance(turn, shape)
+        except ValueError as exc:
+            return str(exc), turn.source
+        except (TypeError, OverflowError, RecursionError) as exc:
+            return _unusable(exc), turn.source
         if seq in seqs:
             if turn.seq is not None and seqs[seq].seq is not None:
                 return f"seq {seq} appears twice", turn.source
@@ -304,6 +312,20 @@ def _check_session(session: ImportedSession) -> tuple[str, SourceRef] | None:
             ), turn.source
         seqs[seq] = turn
     return None
+
+
+def _check_provenance(turn: ImportedTurn, shape: tuple[int, ...] | None) -> tuple[int, ...] | None:
+    """The turn's provenance as the writer checks it; returns the session's routed-experts row shape so far."""
+    provenance_cells(len(turn.output_ids), turn.weight_versions, turn.sampling, turn.call_kind)
+    if turn.routed_experts is None:
+        return shape
+    rows, _ = experts_rows(turn.routed_experts, turn.routed_experts_start, len(turn.prompt_ids) + len(turn.output_ids))
+    own = tuple(rows.shape[1:])
+    if shape is not None and own != shape:
+        raise ValueError(
+            f"routed_experts rows are {own[0]} x {own[1]}, but earlier calls of the session have {shape[0]} x {shape[1]}"
+        )
+    return own
 
 
 def _boolean_in(turn: ImportedTurn) -> str | None:
@@ -395,6 +417,11 @@ def _record_turn(writer: TurnLogWriter, session_id: str, turn: ImportedTurn, seq
         metadata=turn.metadata,
         seq=seq,
         timestamp=turn.timestamp,
+        weight_versions=turn.weight_versions,
+        routed_experts=turn.routed_experts,
+        routed_experts_start=turn.routed_experts_start,
+        sampling=turn.sampling,
+        call_kind=turn.call_kind,
     )
 
 

@@ -38,6 +38,8 @@ __all__ = [
     "read_json_file",
     "read_json_lines",
     "reject",
+    "reported_versions",
+    "request_sampling",
 ]
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +70,15 @@ class ImportedTurn:
     timestamp: datetime | None = None
     #: An explicit seq (kept from the source); ``None``: the session's arrival order.
     seq: int | None = None
+    #: Provenance the source carries (docs/spec.md §2; ``None``: the source lacks it), passed to the
+    #: writer as they are: weight versions (a str, or spans over the output token indices), routed
+    #: experts rows ``[rows, layers, topk]`` from position ``routed_experts_start``, the sampling
+    #: parameters sent upstream (a JSON object), the call kind (``agent`` or ``auxiliary``).
+    weight_versions: Any = None
+    routed_experts: Any = None
+    routed_experts_start: int = 0
+    sampling: Any = None
+    call_kind: str | None = None
 
 
 @dataclass(slots=True)
@@ -303,3 +314,46 @@ def iso_timestamp(value: Any) -> datetime | None:
 def int_list(value: Any) -> list[int] | None:
     """``value`` when it is a list (checked later against the write contract, :mod:`..records`), else ``None``."""
     return value if isinstance(value, list) else None
+
+
+#: The request fields that are sampling parameters (OpenAI chat and Responses, Anthropic messages, vLLM and
+#: SGLang extensions): what ``sampling`` keeps of a recorded request.
+SAMPLING_KEYS = (
+    "max_tokens",
+    "max_completion_tokens",
+    "max_output_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "stop",
+    "stop_sequences",
+    "seed",
+    "presence_penalty",
+    "frequency_penalty",
+    "repetition_penalty",
+)
+
+
+def request_sampling(request: Any) -> dict[str, Any] | None:
+    """The sampling parameters a recorded request sent (its non-null :data:`SAMPLING_KEYS`); ``None``: none."""
+    if not isinstance(request, dict):
+        return None
+    found = {key: request[key] for key in SAMPLING_KEYS if request.get(key) is not None}
+    return found or None
+
+
+def reported_versions(*sources: Any) -> Any:
+    """The weight versions the first of ``sources`` that reports any holds (SGLang ``meta_info``, or the
+    ``metadata`` of SGLang's and vLLM's OpenAI-compatible answers): its ``weight_versions`` spans, else
+    its scalar ``weight_version`` as a str (one version for every output token); ``None``: none reported."""
+    for source in sources:
+        if not isinstance(source, dict):
+            continue
+        spans = source.get("weight_versions")
+        if spans is not None:
+            return spans
+        version = source.get("weight_version")
+        if version not in (None, "") and not isinstance(version, (bool, dict, list)):
+            return str(version)
+    return None

@@ -12,12 +12,16 @@ whose capture failed for a call (``<rollout>.tokens.incomplete``, an
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import math
 import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from ...errors import InvalidSessionError, SourceError
 from .base import (
@@ -30,9 +34,10 @@ from .base import (
     iso_timestamp,
     read_json_lines,
     reject,
+    request_sampling,
 )
 
-__all__ = ["NemoGymImporter", "responses_messages"]
+__all__ = ["NemoGymImporter", "responses_messages", "routed_experts"]
 
 #: The newest TokenEntry schema this importer understands (NeMo Gym's records.py).
 MAX_SCHEMA_VERSION = 3
@@ -201,6 +206,9 @@ def _rollout(folder: Path, rid: str) -> ImportedSession | InvalidSessionError:
         messages, tools, response, finish = mapped
         if finish is None:
             session.note("finish_reason: not in the exchange: recorded as 'stop'")
+        experts, unusable = routed_experts(entry)
+        if unusable is not None:
+            session.note(f"routed_experts: {unusable}: not kept for the call")
         session.turns.append(
             ImportedTurn(
                 prompt_ids=entry.get("prompt_token_ids"),  # type: ignore[arg-type]  # checked by the driver
@@ -213,9 +221,54 @@ def _rollout(folder: Path, rid: str) -> ImportedSession | InvalidSessionError:
                 tools=tools,
                 metadata={"model_call_id": call, "dialect": exchange.get("dialect")},
                 timestamp=epoch_timestamp(exchange.get("completed_at")) or iso_timestamp(exchange.get("completed_at")),
+                routed_experts=experts,
+                sampling=request_sampling(exchange.get("request")),
             )
         )
     return session
+
+
+#: NeMo-RL's string envelope of routed experts (``nrlre1:<dtype>:<S>x<L>x<K>:<base64>``, little-endian).
+_ENVELOPE = re.compile(r"^nrlre1:(u?int(?:8|16|32|64)):(\d+)x(\d+)x(\d+):([A-Za-z0-9+/=]*)$")
+
+
+def routed_experts(entry: dict[str, Any]) -> tuple[Any, str | None]:
+    """A token entry's routed experts as rows ``[tokens - 1, layers, topk]`` (from position 0), and why not.
+
+    NeMo Gym stores what the model server returned (``TokenEntry.routed_experts``): nested int lists
+    ``[tokens, layers, topk]``, or NeMo-RL's string envelope, passed on without looking.  The rows are
+    the routing of every input position of the call, prompt and output: ``len(prompt) + len(output) - 1``
+    of them (the last generated token was never an input).  Rows of any other count are not kept (the
+    note says so): which positions they cover is unknowable.
+    """
+    value = entry.get("routed_experts")
+    if value is None:
+        return None, None
+    if isinstance(value, str):
+        match = _ENVELOPE.match(value)
+        if match is None:
+            return None, "a string that is not an nrlre1 envelope"
+        dtype, *dims, payload = match.groups()
+        shape = tuple(int(d) for d in dims)
+        try:
+            raw = base64.b64decode(payload, validate=True)
+            rows = np.frombuffer(raw, np.dtype(dtype).newbyteorder("<")).reshape(shape)
+        except (ValueError, binascii.Error):
+            return None, f"an nrlre1 envelope whose data is not {dims[0]}x{dims[1]}x{dims[2]} {dtype} values"
+    else:
+        try:
+            rows = np.asarray(value)
+        except (ValueError, TypeError, OverflowError):
+            return None, "not rows of integers"
+        if rows.ndim != 3 or (rows.size and rows.dtype.kind not in "iu"):
+            return None, "not rows [tokens, layers, topk] of integers"
+    prompt, output = entry.get("prompt_token_ids"), entry.get("generation_token_ids")
+    tokens = (len(prompt) if isinstance(prompt, list) else 0) + (len(output) if isinstance(output, list) else 0)
+    if rows.shape[0] != tokens - 1:
+        return None, f"{rows.shape[0]} rows for a call of {tokens} tokens (expected {tokens - 1})"
+    if rows.size and (int(rows.min()) < 0 or int(rows.max()) > 2**31 - 1):
+        return None, "an expert index outside 0..2**31-1"
+    return rows.astype(np.int32), None
 
 
 def _sort_key(started: Any) -> tuple[int, float, str]:

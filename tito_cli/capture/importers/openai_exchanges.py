@@ -33,6 +33,8 @@ from .base import (
     iso_timestamp,
     read_json_lines,
     reject,
+    reported_versions,
+    request_sampling,
 )
 
 __all__ = ["OpenAIExchangesImporter", "map_exchange", "session_from_path"]
@@ -159,6 +161,8 @@ def map_exchange(record: dict[str, Any], ref: SourceRef) -> tuple[ImportedTurn, 
             return None
         prompt, output, logprobs, streamed_message, finish = streamed
         message: Any = streamed_message
+        # The versions travel on the chunks that report them (the last one reporting: the call's end).
+        versions = reported_versions(*(c.get("metadata") for c in reversed(chunks) if isinstance(c, dict)))
     else:
         response = record.get("response")
         if not isinstance(response, dict):
@@ -176,6 +180,7 @@ def map_exchange(record: dict[str, Any], ref: SourceRef) -> tuple[ImportedTurn, 
         logprobs = _choice_logprobs(choice)
         message = choice.get("message")
         finish = choice.get("finish_reason")
+        versions = reported_versions(response.get("metadata"), choice.get("meta_info"), response.get("meta_info"))
     if prompt is None or output is None:
         missing = "prompt_token_ids" if prompt is None else "token_ids"
         return f"no token ids (the response has no {missing}; ask the server with return_token_ids)"
@@ -202,6 +207,8 @@ def map_exchange(record: dict[str, Any], ref: SourceRef) -> tuple[ImportedTurn, 
         metadata=metadata,
         timestamp=timestamp,
         seq=seq,
+        weight_versions=versions,
+        sampling=request_sampling(request),
     )
     return turn, notes
 

@@ -119,6 +119,8 @@ def _rollout(document: Any, ref: SourceRef) -> ImportedSession | InvalidSessionE
                 source=ref,
                 tools=call.get("request_tools"),
                 metadata={"call_kind": kind, "node_id": node_id},
+                # A discarded retry is neither: its call kind stays unknown (its metadata says discarded).
+                call_kind=kind if kind != "discarded" else None,
             )
         )
         if not call.get("finish_reason"):

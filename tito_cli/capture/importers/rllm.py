@@ -22,7 +22,16 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import InvalidSessionError, SourceError
-from .base import ImportedSession, ImportedTurn, Importer, SourceRef, epoch_timestamp, reject
+from .base import (
+    ImportedSession,
+    ImportedTurn,
+    Importer,
+    SourceRef,
+    epoch_timestamp,
+    reject,
+    reported_versions,
+    request_sampling,
+)
 
 __all__ = ["RllmImporter", "resolve_prompt"]
 
@@ -95,6 +104,8 @@ class RllmImporter(Importer):
             for key in ("model", "weight_version"):
                 if record.get(key):
                     metadata[key] = record[key]
+            raw_response = record.get("raw_response")
+            answer_meta = raw_response.get("metadata") if isinstance(raw_response, dict) else None
             session.turns.append(
                 ImportedTurn(
                     prompt_ids=prompt,
@@ -107,6 +118,9 @@ class RllmImporter(Importer):
                     tools=tools,
                     metadata=metadata,
                     timestamp=epoch_timestamp(record.get("timestamp")),
+                    # The answer's own spans first (finer than the record's scalar, the version at the call's end).
+                    weight_versions=reported_versions(answer_meta, record),
+                    sampling=request_sampling(raw_request),
                 )
             )
         if streamed:
