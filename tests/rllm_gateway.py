@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 from openai import OpenAI
 
-from .vllm_upstream import Upstream
+from .vllm_upstream import Upstream, Versions
 
 __all__ = ["DEADLINE", "SYSTEM", "TOOLS", "drive", "running_gateway", "script", "stop", "wait_for_traces"]
 
@@ -112,9 +112,12 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def running_gateway(db: Path, log_path: Path) -> Iterator[SimpleNamespace]:
-    """The gateway process in front of the upstream, storing traces in ``db``; stopped on exit."""
-    with Upstream(script) as upstream:
+def running_gateway(db: Path, log_path: Path, versions: Versions | None = None) -> Iterator[SimpleNamespace]:
+    """The gateway process in front of the upstream, storing traces in ``db``; stopped on exit.
+
+    ``versions``: the weight versions the upstream reports on its non-streamed answers (none by default).
+    """
+    with Upstream(script, versions) as upstream:
         port = free_port()
         command = [
             sys.executable, "-m", "rllm_model_gateway", "--host", "127.0.0.1", "--port", str(port),

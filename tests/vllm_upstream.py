@@ -30,12 +30,16 @@ __all__ = ["Upstream"]
 
 #: (request messages, tools) -> the assistant message to produce (content and optional tool_calls).
 Script = Callable[[list[dict[str, Any]], Any], dict[str, Any]]
+#: (the call's number from 1, its output token count) -> the ``metadata`` a non-streamed answer carries
+#: (SGLang's and vLLM's OpenAI-compatible routes report ``weight_version``/``weight_versions`` there), or None.
+Versions = Callable[[int, int], dict[str, Any] | None]
 
 
 class Upstream:
-    def __init__(self, script: Script) -> None:
+    def __init__(self, script: Script, versions: Versions | None = None) -> None:
         self.tokenizer = AutoTokenizer.from_pretrained(str(REPO / "fixtures" / "tokenizer"))
         self.script = script
+        self.versions = versions
         self.calls: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         upstream = self
@@ -142,4 +146,10 @@ class Upstream:
             want_ids=bool(body.get("return_token_ids")),
             want_logprobs=bool(body.get("logprobs")),
         )
-        return answer.chunks(self.tokenizer.decode) if stream else answer.response()
+        if stream:
+            return answer.chunks(self.tokenizer.decode)
+        response = answer.response()
+        metadata = self.versions(calls, len(output)) if self.versions is not None else None
+        if metadata is not None:
+            response["metadata"] = metadata
+        return response

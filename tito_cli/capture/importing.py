@@ -323,7 +323,8 @@ def _check_provenance(turn: ImportedTurn, shape: tuple[int, ...] | None) -> tupl
     own = tuple(rows.shape[1:])
     if shape is not None and own != shape:
         raise ValueError(
-            f"routed_experts rows are {own[0]} x {own[1]}, but earlier calls of the session have {shape[0]} x {shape[1]}"
+            f"routed_experts rows are {own[0]} x {own[1]}, "
+            f"but earlier calls of the session have {shape[0]} x {shape[1]}"
         )
     return own
 

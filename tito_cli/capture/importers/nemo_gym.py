@@ -244,6 +244,7 @@ def routed_experts(entry: dict[str, Any]) -> tuple[Any, str | None]:
     value = entry.get("routed_experts")
     if value is None:
         return None, None
+    rows: np.ndarray[Any, Any]
     if isinstance(value, str):
         match = _ENVELOPE.match(value)
         if match is None:
@@ -254,7 +255,7 @@ def routed_experts(entry: dict[str, Any]) -> tuple[Any, str | None]:
             raw = base64.b64decode(payload, validate=True)
             rows = np.frombuffer(raw, np.dtype(dtype).newbyteorder("<")).reshape(shape)
         except (ValueError, binascii.Error):
-            return None, f"an nrlre1 envelope whose data is not {dims[0]}x{dims[1]}x{dims[2]} {dtype} values"
+            return None, f"an nrlre1 envelope whose data is not {'x'.join(dims)} {dtype} values"
     else:
         try:
             rows = np.asarray(value)
