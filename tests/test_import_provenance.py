@@ -143,23 +143,23 @@ def test_nemo_gym_keeps_routed_experts_as_lists_or_envelopes_and_the_sampling_se
         check_rows(np.array(sample["tokens"]), rows)
 
 
-def test_nemo_gym_routed_experts_that_fit_no_position_are_not_kept_and_the_session_still_imports(
-    tmp_path: Path,
-) -> None:
+PROMPT, OUTPUT = [1, 2, 5], [3, 2]
+
+
+def _two_calls(tmp_path: Path, first: Any, second: Any) -> Path:
+    """A NeMo Gym capture folder of rollout ``r``: two chat calls of the same ids, with these routed experts."""
     capture = tmp_path / "capture"
     capture.mkdir()
-    prompt, output = [1, 2, 5], [3, 2]
     base = {
         "schema_version": 1,
         "rollout_id": "r",
-        "prompt_token_ids": prompt,
-        "generation_token_ids": output,
+        "prompt_token_ids": PROMPT,
+        "generation_token_ids": OUTPUT,
         "generation_log_probs": [-0.25, -0.5],
     }
     entries = [
-        # A row for every token (one more than the call's input positions): which rows are which is unknowable.
-        {**base, "model_call_id": "a", "routed_experts": _rows([*prompt, *output, 0]).tolist()},
-        {**base, "model_call_id": "b", "routed_experts": "nrlre1:int16:4x1x2:@@"},
+        {**base, "model_call_id": "a", "routed_experts": first},
+        {**base, "model_call_id": "b", "routed_experts": second},
     ]
     request = {"messages": [{"role": "user", "content": "hi"}]}
     response = {"choices": [{"message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}]}
@@ -169,7 +169,14 @@ def test_nemo_gym_routed_experts_that_fit_no_position_are_not_kept_and_the_sessi
     ]
     (capture / "r.tokens.jsonl").write_text("".join(json.dumps(e) + "\n" for e in entries))
     (capture / "r.capture.jsonl").write_text("".join(json.dumps(e) + "\n" for e in exchanges))
+    return capture
 
+
+def test_nemo_gym_routed_experts_that_fit_no_position_are_not_kept_and_the_session_still_imports(
+    tmp_path: Path,
+) -> None:
+    # A row for every token (one more than the call's input positions): which rows are which is unknowable.
+    capture = _two_calls(tmp_path, _rows([*PROMPT, *OUTPUT, 0]).tolist(), "nrlre1:int16:4x1x2:@@")
     summary = import_traces("nemo-gym", [capture], tmp_path / "log")
     assert summary.rejected == []
     [session] = summary.sessions
@@ -233,3 +240,32 @@ def test_openenv_keeps_the_call_kind_of_its_agent_and_auxiliary_rows(tmp_path: P
     everything = _rebuild(tmp_path / "log", tmp_path / "all.parquet")
     agents_only = _rebuild(tmp_path / "log", tmp_path / "agents.parquet", "--exclude-auxiliary")
     assert len(agents_only) < len(everything)
+
+
+def test_provenance_that_breaks_the_write_contract_in_a_later_call_rejects_its_session_only(tmp_path: Path) -> None:
+    source = tmp_path / "exchanges.jsonl"
+    shutil.copy(SOURCES / "openai-exchanges" / "exchanges.jsonl", source)
+    records = [json.loads(line) for line in source.read_text().splitlines()]
+    # The second call of the first session with a response reports a span past its output.
+    sid = next(r["session_id"] for r in records if "session_id" in r)
+    index = [i for i, r in enumerate(records) if r.get("session_id") == sid][1]
+    outputs = len(records[index]["response"]["choices"][0]["token_ids"])
+    span = {"version": "v1", "start": 0, "end": outputs + 1}
+    records[index]["response"] = {**records[index]["response"], "metadata": {"weight_versions": [span]}}
+    source.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+    summary = import_traces("openai-exchanges", [source], tmp_path / "log", session_header="X-Session-Id")
+    [reject] = summary.rejected
+    assert (reject.session_id, reject.row) == (sid, index + 1)
+    assert f"within the {outputs} output tokens" in reject.reason
+    assert sid not in {s.session_id for s in summary.sessions} and summary.sessions
+    assert {t["session_id"] for t in turns_of(tmp_path / "log")} == {s.session_id for s in summary.sessions}
+
+
+def test_routed_experts_of_another_shape_than_the_sessions_earlier_calls_reject_the_session(tmp_path: Path) -> None:
+    capture = _two_calls(tmp_path, np.zeros((4, 1, 2), dtype=int).tolist(), np.zeros((4, 2, 2), dtype=int).tolist())
+    summary = import_traces("nemo-gym", [capture], tmp_path / "log")
+    [reject] = summary.rejected
+    assert (reject.session_id, reject.row) == ("r", 2)
+    assert reject.reason == "routed_experts rows are 2 x 2, but earlier calls of the session have 1 x 2"
+    assert summary.sessions == []
