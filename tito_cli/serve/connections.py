@@ -81,7 +81,7 @@ def protocol_class(config: ServeConfig) -> type[asyncio.Protocol]:
     limit = config.max_client_connections
     throttled = _Throttled()
 
-    class GuardedProtocol(AutoHTTPProtocol):  # type: ignore[misc, valid-type]
+    class GuardedProtocol(AutoHTTPProtocol):  # type: ignore[misc, valid-type, unused-ignore]
         _deadline: asyncio.TimerHandle | None = None
         _armed_for: Any = None
         last_active = 0.0
