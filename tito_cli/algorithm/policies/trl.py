@@ -13,44 +13,27 @@ runs TRL's own code on the same turns and compares every row.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from ...turns import MessageKey, Turn, message_key
-from ..policy import ForkCause, Policy, RewardMode, Routing
+from ..policy import RewardMode, Routing
 from ..tree import Node
+from .slime_v4 import SlimeV4
 
 __all__ = ["TRL"]
 
 
 @dataclass(frozen=True)
-class TRL(Policy):
+class TRL(SlimeV4):
+    """slime-v4's decisions (TRL's ``classify_token_drift`` and ``_align_to_prompt`` are the same rules), on
+    one chain of the calls in order, every row with the whole reward."""
+
     name: ClassVar[str] = "trl"
     summary: ClassVar[str] = "TRL 1.16.0's async GRPO reconciler: each session's calls in order (docs/policies.md)"
     default_reward_mode: ClassVar[RewardMode] = "full"
     routing: ClassVar[Routing] = "calls"
-    fork_causes: ClassVar[tuple[ForkCause, ...]] = (
-        ForkCause.PROMPT_REGION,
-        ForkCause.BEFORE_LATEST_RESPONSE,
-        ForkCause.DRIFT_TOO_LONG,
-    )
-
-    @property
-    def message_key(self) -> Callable[[Any], MessageKey]:
-        # TRL compares token ids only; messages keep the canonical identity for the views.
-        return message_key
 
     def assistant_rewrite_candidates(self, mount: Node) -> Sequence[Node]:
         # Never asked: a call-order chain is not routed, so no rewrite is absorbed.
         return ()
-
-    def latest_response_drift(self, drift: int, turn: Turn) -> ForkCause | None:
-        # classify_token_drift: REALIGN when the held tokens drop fewer than the threshold.
-        if drift < self.fork_threshold:
-            return None
-        return ForkCause.DRIFT_TOO_LONG
-
-    def realign_cut(self, last_span_start: int, lcp: int) -> int:
-        # _align_to_prompt: the held tokens from the common prefix on are replaced, loss 0.
-        return lcp
