@@ -350,7 +350,7 @@ def test_a_segment_whose_files_are_in_place_is_not_read_twice(tmp_path: Path) ->
 
 
 def test_forgotten_summaries_never_restart_a_seq_or_reopen_a_finished_session(tmp_path: Path) -> None:
-    recorder = Recorder(tmp_path, tokenizer=None, flush_every=10.0, summaries=1)
+    recorder = Recorder(tmp_path, tokenizer=None, flush_every=10.0, sessions=1)
     recorder.open()
     prompt = [{"role": "user", "content": "x"}]
 

@@ -281,6 +281,15 @@ class TurnLogWriter:
             self._flush(only_if_full=True)
         return seq
 
+    def forget_session(self, session_id: str) -> None:
+        """Drop what is held for ``session_id``: its next ``seq`` (give ``seq`` explicitly after), its delta
+        bases and experts rows (its next turn is stored whole)."""
+        with self._lock:
+            self._next_seq.pop(session_id, None)
+            if self._deltas is not None:
+                self._deltas.forget(session_id)
+            self._experts.forget(session_id)
+
     def finish_session(
         self,
         session_id: str,

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import json
+import typing
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -12,6 +15,7 @@ import typer
 from .._paths import SHIPPED_NAMES
 from ..errors import EXIT_USAGE, MissingDependencyError, TitoError
 from ..families import FAMILIES
+from ..serve.config import ServeConfig, option_flag
 from .app import app, exit_codes_help, guarded
 
 T = TypeVar("T")
@@ -23,146 +27,75 @@ class SettingError(TitoError):
     exit_code = EXIT_USAGE
 
 
-@app.command(
-    help="Run the capture gateway: answer agent CLIs in the Anthropic Messages, OpenAI Responses and Chat "
-    "Completions dialects, call the inference server, and record every generation call as a turn "
-    "(docs/serve.md). Serves until SIGTERM or Ctrl-C, then finishes in-flight requests and closes the log.\n\n"
-    + exit_codes_help()
-)
-@guarded
-def serve(
-    logs: Path = typer.Option(..., "--logs", help="The turn-log folder to write (several gateways may share one)."),
-    upstream: str = typer.Option(..., "--upstream", help="The inference server's base URL."),
-    upstream_api: str = typer.Option(
-        "generate",
-        "--upstream-api",
-        help="generate: SGLang's native /generate (the gateway renders and parses); "
-        "chat: an OpenAI-compatible server returning token ids (vLLM return_token_ids).",
-    ),
-    tokenizer: str = typer.Option(
-        None,
-        "--tokenizer",
-        help="The tokenizer to render with and record: a hub id in the local Hugging Face cache, a folder, or a "
-        f"shipped name ({', '.join(SHIPPED_NAMES)}); NAME=PATH records NAME and loads PATH. Default: --model.",
-    ),
-    parser: str = typer.Option(
-        None,
-        "--parser",
-        help="The output parser's model family for generate: "
-        f"{', '.join(FAMILIES.names())} (default: recognised from the tokenizer).",
-    ),
-    chat_template_kwargs: str = typer.Option(
-        None,
-        "--chat-template-kwargs",
-        help='Options every prompt is rendered with, as a JSON object (e.g. \'{"enable_thinking": false}\' for '
-        "Qwen3): applied when the gateway renders (generate), forwarded as chat_template_kwargs (chat); a Chat "
-        "Completions request's own chat_template_kwargs override them; recorded in each turn's metadata.",
-    ),
-    history: str = typer.Option(
-        "render",
-        "--history",
-        help="How generate builds prompt ids: render (every conversation rendered and tokenized whole, as the "
-        "reference adapters do) or canonical (a turn that continues the last one extends the token history the "
-        "gateway produced, rendering only what is new: no drift; docs/serve.md).",
-    ),
-    host: str = typer.Option(
-        "127.0.0.1", "--host", help="The address to bind. The gateway trusts its network: see docs/serve.md."
-    ),
-    port: int = typer.Option(8000, "--port", help="The port to listen on."),
-    model: str = typer.Option(None, "--model", help="The model name sent upstream and listed by /v1/models."),
-    max_request_bytes: int = typer.Option(
-        64 << 20, "--max-request-bytes", min=1024, help="Larger request bodies are refused (413)."
-    ),
-    grace_period: float = typer.Option(
-        30.0, "--grace-period", min=0, help="Seconds in-flight requests get to finish on SIGTERM/SIGINT."
-    ),
-    flush_every: float = typer.Option(
-        10.0,
-        "--flush-every",
-        min=0.1,
-        help="Seconds after which recorded turns are written as Parquet files (every turn is in the journal "
-        "before it is answered: a SIGKILL loses nothing).",
-    ),
-    fsync: bool = typer.Option(
-        False, "--fsync", help="fsync the journal after every turn and finish: survives a power loss too (slower)."
-    ),
-    upstream_timeout: float = typer.Option(
-        600.0, "--upstream-timeout", min=0.1, help="Seconds to wait for the upstream's answer."
-    ),
-    upstream_keepalive: float = typer.Option(
-        2.0, "--upstream-keepalive", min=0.0,
-        help="Seconds an idle upstream connection is kept for reuse; keep it below the upstream's own idle "
-        "timeout (5 s in vLLM and SGLang).",
-    ),
-    max_tokens_cap: int = typer.Option(
-        None, "--max-tokens-cap", min=1, help="Lower any request's max_tokens to this many new tokens."
-    ),
-    allow_origin: list[str] = typer.Option(
-        [], "--allow-origin",
-        help="A web origin (https://app.example) whose browser requests are served (repeatable). By default any "
-        "request with an Origin header is refused: a web page must not drive the gateway.",
-    ),
-    max_client_connections: int = typer.Option(
-        1024, "--max-client-connections", min=1,
-        help="Open client connections beyond this close the one idle longest.",
-    ),
-    client_header_timeout: float = typer.Option(
-        10.0, "--client-header-timeout", min=0.1,
-        help="Seconds a client has to send a request's headers before its connection is closed.",
-    ),
-    client_idle_timeout: float = typer.Option(
-        30.0, "--client-idle-timeout", min=0.1, help="Seconds an idle keep-alive client connection is kept."
-    ),
-    routed_experts: bool = typer.Option(
-        False, "--routed-experts",
-        help="Ask the generate upstream for each call's routed experts (return_routed_experts) and record them.",
-    ),
-    routed_experts_shape: str = typer.Option(
-        None, "--routed-experts-shape", metavar="LAYERS,TOPK",
-        help="The rows' shape; default: num_hidden_layers x num_experts_per_tok of the config.json beside "
-        "the tokenizer.",
-    ),
-    log_level: str = typer.Option("warning", "--log-level", help="uvicorn's and the gateway's log level."),
-) -> None:
-    shape = None if routed_experts_shape is None else _shape(routed_experts_shape)
+def _serve(log_level: str, **options: Any) -> None:
     try:
-        from ..serve.config import ServeConfig
         from ..serve.run import serve as run_gateway
     except ImportError as exc:
         raise MissingDependencyError(
             f"tito serve needs the serve extra ({exc.name} is missing)", tip='pip install "tito-cli[serve]"'
         ) from None
-    options = _json_object(chat_template_kwargs)
-    config = _checked(
-        ServeConfig,
-        logs=logs,
-        upstream=upstream,
-        upstream_api=upstream_api,
-        tokenizer=tokenizer,
-        parser=parser,
-        chat_template_kwargs=options,
-        history=history,
-        model=model,
-        host=host,
-        port=port,
-        max_request_bytes=max_request_bytes,
-        grace_period=grace_period,
-        flush_every=flush_every,
-        fsync=fsync,
-        upstream_timeout=upstream_timeout,
-        upstream_keepalive=upstream_keepalive,
-        max_tokens_cap=max_tokens_cap,
-        allow_origins=tuple(allow_origin),
-        max_client_connections=max_client_connections,
-        client_header_timeout=client_header_timeout,
-        client_idle_timeout=client_idle_timeout,
-        routed_experts=routed_experts,
-        routed_experts_shape=shape,
-    )
+    settings = {name: _from_option(name, value) for name, value in options.items()}
+    settings = {name: value for name, value in settings.items() if value is not _DEFAULT}
+    config = _checked(ServeConfig, **settings)
     try:
         run_gateway(config, log_level=log_level)
     except ValueError as exc:
         raise SettingError(str(exc)) from None
+
+
+def _options() -> list[inspect.Parameter]:
+    """One typer option per :class:`ServeConfig` field that has help: its default the field's (one list of
+    defaults), its help the field's ``metadata["help"]``; ``--log-level`` besides."""
+    filled = {"{shipped}": ", ".join(SHIPPED_NAMES), "{families}": ", ".join(FAMILIES.names())}
+    made = []
+    for setting in dataclasses.fields(ServeConfig):
+        if "help" not in setting.metadata:
+            continue  # a library caller's setting (create_app), not an option
+        flag = option_flag(setting.name)
+        assert flag is not None
+        meta = setting.metadata
+        default = setting.default
+        if default is dataclasses.MISSING:
+            default = ... if setting.default_factory is dataclasses.MISSING else None
+        kind, default = _option_kind(setting.name, default)
+        extra = {key: meta[key] for key in ("min", "metavar") if key in meta}
+        text = meta["help"]
+        for mark, names in filled.items():
+            text = text.replace(mark, names)
+        option = typer.Option(default, flag, help=text, **extra)
+        made.append(inspect.Parameter(setting.name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=kind))
+    level = typer.Option("warning", "--log-level", help="uvicorn's and the gateway's log level.")
+    made.append(inspect.Parameter("log_level", inspect.Parameter.KEYWORD_ONLY, default=level, annotation=str))
+    return made
+
+
+def _option_kind(name: str, default: Any) -> tuple[Any, Any]:
+    """The option's type on the command line and its default there (JSON text, LAYERS,TOPK, repeated values)."""
+    hint = typing.get_type_hints(ServeConfig)[name]
+    if name in _AS_TEXT:
+        return str, None
+    if typing.get_origin(hint) is tuple:
+        return list[str], list(default)
+    if hint == Path:
+        return Path, default
+    for simple in (bool, int, float, str):
+        if hint == simple or hint == (simple | None):
+            return simple, default
+    raise AssertionError(f"ServeConfig.{name}: no command-line form for {hint}")
+
+
+#: Settings typed on the command line as text, read by these (not given: the field's default).
+_AS_TEXT: dict[str, Callable[[str], Any]] = {}
+_DEFAULT = object()
+
+
+def _from_option(name: str, value: Any) -> Any:
+    """An option's value as the ServeConfig field takes it."""
+    if name in _AS_TEXT:
+        return _DEFAULT if value is None else _AS_TEXT[name](value)
+    if isinstance(value, list):
+        return tuple(value)
+    return value
 
 
 def _checked(make: Callable[..., T], **settings: Any) -> T:
@@ -197,3 +130,20 @@ def _json_object(text: str | None) -> dict[str, Any]:
             f"a JSON object is needed, not {type(value).__name__}", param_hint="--chat-template-kwargs"
         )
     return value
+
+
+_AS_TEXT.update(chat_template_kwargs=_json_object, routed_experts_shape=_shape)
+
+
+def _command(**options: Any) -> None:
+    _serve(**options)
+
+
+_command.__signature__ = inspect.Signature(_options())  # type: ignore[attr-defined]
+serve = app.command(
+    name="serve",
+    help="Run the capture gateway: answer agent CLIs in the Anthropic Messages, OpenAI Responses and Chat "
+    "Completions dialects, call the inference server, and record every generation call as a turn "
+    "(docs/serve.md). Serves until SIGTERM or Ctrl-C, then finishes in-flight requests and closes the log.\n\n"
+    + exit_codes_help(),
+)(guarded(_command))

@@ -1,24 +1,18 @@
-"""The gateway: a Starlette app that answers each dialect, calls the upstream, and records turns.
+"""The gateway's assembly: a Starlette app with its routes, its life (start-up, shutdown) and its parts.
 
-One request = one generation call = at most one turn.  The turn is recorded — checked and appended
-to the write-ahead journal by the :class:`~tito_cli.serve.recorder.Recorder` — before the client is
-answered, and the client is answered only if that worked: a turn the log cannot hold is a 502, a log
-that cannot be written a 503 (a client gone before its answer came from the upstream, or an upstream
-error, records nothing).  The turns of one session are recorded in the order their answers came
-(each after the session's previous one), so ``seq`` follows the conversation.  CPU work — rendering,
-tokenizing, (de)serialising large bodies, recording — runs in a bounded thread pool; the event loop
-only waits.
+Each generation request is carried by :class:`~.call.Call` (the upstream called, the turn recorded,
+then the answer), given the parts this module makes at start-up; each dialect answers its own wire
+(its routes, models listing and error bodies); the :class:`~.recorder.Recorder` owns the sessions.
+CPU work — rendering, tokenizing, (de)serialising large bodies, recording — runs in a bounded thread
+pool; the event loop only waits.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import json
 import logging
 import math
 import threading
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -28,22 +22,21 @@ from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
 
-from ..capture.writer import RecordedTurn
 from ..errors import TokenizerError
 from . import debug_metrics
+from .call import Call, CallParts
 from .config import ServeConfig
 from .debug_metrics import LoopLagMonitor
-from .dialects import DIALECTS, Dialect
-from .dialects.chat import openai_error
-from .exchange import ChatRequest, ClientError, Generation, UpstreamError
+from .dialects import DIALECTS, Dialect, dialect_for
+from .exchange import ClientError
 from .experts import CallKinds
-from .guard import Guard, client_json
+from .guard import Guard
 from .idle import IdleTrim
 from .pools import Pools
+from .reading import json_body, offload_if, session_of
 from .recorder import Recorder
-from .sessions import check_session_id, session_from_headers
+from .sessions import check_session_id
 from .template import ChatTemplate
 from .upstreams import UPSTREAMS, Upstream
 from .upstreams.base import INLINE_BYTES, FailureLog
@@ -51,6 +44,9 @@ from .upstreams.base import INLINE_BYTES, FailureLog
 __all__ = ["Gateway", "create_app"]
 
 log = logging.getLogger("tito.serve")
+
+#: What a finish body may carry.
+_FINISH_FIELDS = frozenset({"reward", "metadata", "index", "group_index", "label", "rollout_id"})
 
 
 def create_app(config: ServeConfig, template: ChatTemplate | None = None) -> Starlette:
@@ -62,7 +58,7 @@ def create_app(config: ServeConfig, template: ChatTemplate | None = None) -> Sta
 
 
 class Gateway:
-    """The gateway's state: the shared upstream client, the worker pool, the recorder."""
+    """The gateway's parts: the shared upstream client, the worker pool, the recorder, the call kinds."""
 
     def __init__(self, config: ServeConfig, template: ChatTemplate | None = None) -> None:
         self.config = config
@@ -79,10 +75,14 @@ class Gateway:
             tokenizer=config.tokenizer_name,
             flush_every=config.flush_every,
             fsync=config.fsync,
+            sessions=config.live_sessions,
             offload=self.offload,
         )
         self.upstream: Upstream | None = None
         self.call_kinds = CallKinds()
+        self.recorder.sessions.on_forget(self.call_kinds.forget)
+        #: What each generation call is given (made at start-up, once the upstream is).
+        self.parts: CallParts | None = None
         #: Opt-in measurements (TITO_SERVE_DEBUG_METRICS=1): the loop's lag, CPU, RSS at GET /debug/metrics.
         self.metrics = LoopLagMonitor() if debug_metrics.enabled() else None
         guard = Middleware(Guard, host=config.host, port=config.port, allow_origins=config.allow_origins,
@@ -111,6 +111,11 @@ class Gateway:
             self.upstream = self.upstream_class(config, client, self.template, self.offload)
             if self.upstream.renders and hasattr(self.upstream, "profile"):
                 self.upstream.profile()
+            self.recorder.sessions.on_forget(self.upstream.session_finished)
+            self.parts = CallParts(
+                self.upstream, self.recorder, self.call_kinds, self.idle, self.upstream_failures,
+                config.public_model_name,
+            )  # fmt: skip
             await self.offload(self.recorder.open)  # (done already when run by tito serve)
             self.recorder.start()
             if self.metrics is not None:
@@ -190,92 +195,54 @@ class Gateway:
         return JSONResponse({"status": "ok"})
 
     async def _models(self, request: Request) -> Response:
-        name = self.config.public_model_name
-        if "anthropic-version" in request.headers:
-            model = {"type": "model", "id": name, "display_name": name, "created_at": "1970-01-01T00:00:00Z"}
-            return JSONResponse({"data": [model], "has_more": False, "first_id": name, "last_id": name})
-        return JSONResponse(
-            {"object": "list", "data": [{"id": name, "object": "model", "created": 0, "owned_by": "tito"}]}
-        )
+        dialect = dialect_for(self.dialects, request.url.path, request.headers)
+        return JSONResponse(dialect.models(self.config.public_model_name))
 
     async def _http_error(self, request: Request, exc: HTTPException) -> Response:
         message = f"{request.method} {request.url.path}: {exc.detail}"
-        dialect = self._dialect_named("anthropic") if "anthropic-version" in request.headers else None
-        body = dialect.error(exc.status_code, message) if dialect else openai_error(exc.status_code, message)
-        return JSONResponse(body, status_code=exc.status_code)
+        dialect = dialect_for(self.dialects, request.url.path, request.headers)
+        return JSONResponse(dialect.error(exc.status_code, message), status_code=exc.status_code)
 
-    def _dialect_named(self, name: str) -> Dialect | None:
-        return next((d for d in self.dialects if d.name == name), None)
+    def _error(self, dialect: Dialect, exc: ClientError) -> Response:
+        return JSONResponse(dialect.error(exc.status, exc.message), status_code=exc.status)
 
     def _generation_endpoint(self, dialect: Dialect) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
             try:
-                session_id = self._session_of(request)
-                body = await self._json_body(request)
-                parsed = await self._offload_if(len(body[1]) > INLINE_BYTES, dialect.parse, body[0])
-                parsed.size = len(body[1])
+                session_id = session_of(request)
+                body, data = await json_body(request, self.config.max_request_bytes, self.offload)
+                parsed = await offload_if(self.offload, len(data) > INLINE_BYTES, dialect.parse, body)
+                parsed.size = len(data)
             except ClientError as exc:
-                return JSONResponse(dialect.error(exc.status, exc.message), status_code=exc.status)
-            return _Exchange(self, dialect, session_id, parsed, request.headers.get("user-agent"))
+                return self._error(dialect, exc)
+            assert self.parts is not None
+            return Call(self.parts, dialect, session_id, parsed, request.headers.get("user-agent"))
 
         return endpoint
 
     def _count_endpoint(self, dialect: Dialect) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
             try:
-                self._session_of(request)
-                body = await self._json_body(request)
-                parsed = await self._offload_if(len(body[1]) > INLINE_BYTES, dialect.parse, body[0])
+                session_of(request)
+                body, data = await json_body(request, self.config.max_request_bytes, self.offload)
+                parsed = await offload_if(self.offload, len(data) > INLINE_BYTES, dialect.parse, body)
                 assert self.upstream is not None
                 tokens = await self.upstream.count_tokens(parsed)
             except ClientError as exc:
-                return JSONResponse(dialect.error(exc.status, exc.message), status_code=exc.status)
+                return self._error(dialect, exc)
             return JSONResponse(dialect.count_response(tokens))
 
         return endpoint
-
-    async def _offload_if(self, heavy: bool, fn: Callable[..., Any], *args: Any) -> Any:
-        return await self.offload(fn, *args) if heavy else fn(*args)
-
-    def _session_of(self, request: Request) -> str:
-        sid = request.path_params.get("sid")
-        if sid is not None:
-            return check_session_id(sid, "the /sessions/{id} path")
-        return session_from_headers(request.headers)
-
-    async def _json_body(self, request: Request) -> tuple[Any, bytes]:
-        """The parsed JSON body and its bytes; 413 beyond the limit, 400 for what is not JSON."""
-        limit = self.config.max_request_bytes
-        declared = request.headers.get("content-length")
-        too_big = declared is not None and declared.isdigit() and int(declared) > limit
-        chunks: list[bytes] = []
-        size = 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                too_big = True
-            if not too_big:
-                chunks.append(chunk)
-            elif size > 4 * limit + len(chunk):
-                break  # read (and dropped) enough to answer; the connection is closed after the 413
-        if too_big:
-            raise ClientError(f"the request body is larger than {limit} bytes (--max-request-bytes)", 413)
-        data = b"".join(chunks)
-        try:
-            parsed = await self._offload_if(len(data) > INLINE_BYTES, client_json, data)
-        except RecursionError:
-            raise ClientError("the request body is nested too deeply") from None
-        return parsed, data
 
     # -- sessions ------------------------------------------------------------------------------
 
     async def _finish(self, request: Request) -> Response:
         try:
             session_id = check_session_id(request.path_params["sid"], "the /sessions/{id} path")
-            body, _ = await self._json_body(request)
+            body, _ = await json_body(request, self.config.max_request_bytes, self.offload)
             if not isinstance(body, dict):
                 raise ClientError("the finish body must be a JSON object with reward (and metadata, index, ...)")
-            unknown = sorted(set(body) - {"reward", "metadata", "index", "group_index", "label", "rollout_id"})
+            unknown = sorted(set(body) - _FINISH_FIELDS)
             if unknown:
                 raise ClientError(f"unknown field(s) in the finish body: {', '.join(unknown)}")
             reward = body.get("reward")
@@ -288,180 +255,21 @@ class Gateway:
             if self.upstream is not None:
                 self.upstream.session_finished(session_id)
         except ClientError as exc:
-            return JSONResponse(openai_error(exc.status, exc.message), status_code=exc.status)
+            return self._error(self._session_wire(request), exc)
         return JSONResponse({"session_id": session_id, "finished": True, "reward": reward, "turns": turns})
 
     async def _report(self, request: Request) -> Response:
         try:
             session_id = check_session_id(request.path_params["sid"], "the /sessions/{id} path")
         except ClientError as exc:
-            return JSONResponse(openai_error(exc.status, exc.message), status_code=exc.status)
+            return self._error(self._session_wire(request), exc)
         await self.recorder.settled(session_id)
         report = self.recorder.report(session_id)
         if report is None:
             message = f"no session {session_id!r} here (no turn of it was ever recorded in this log)"
-            return JSONResponse(openai_error(404, message), status_code=404)
+            return self._error(self._session_wire(request), ClientError(message, 404))
         return JSONResponse(report)
 
-    # -- recording -------------------------------------------------------------------------------
-
-    async def record(
-        self, session_id: str, dialect: Dialect, request: ChatRequest, generation: Generation, agent: str | None
-    ) -> int:
-        """Record the turn of an answer before it is sent (raises ``UpstreamError``/``ClientError`` instead)."""
-        metadata: dict[str, Any] = {
-            "wire": dialect.name,
-            "user_agent": agent,
-            "upstream": self.upstream_class.name,
-            "model": request.model,
-            **request.notes,
-            **generation.notes,
-        }
-        if generation.upstream_id is not None:
-            metadata["upstream_id"] = generation.upstream_id
-        turn = RecordedTurn(
-            session_id,
-            generation.prompt_ids,
-            generation.output_ids,
-            generation.logprobs,
-            generation.finish_reason,
-            generation.prompt_messages,
-            generation.response_message,
-            generation.tools,
-            metadata,
-            ill_formed=generation.ill_formed,
-            weight_versions=generation.weight_versions,
-            routed_experts=generation.routed_experts,
-            routed_experts_start=generation.routed_experts_start,
-            sampling=generation.sampling,
-            call_kind=self.call_kinds.decide(session_id, request.messages, request.tools, request.max_tokens),
-        )
-        summary = {
-            "wire": dialect.name,
-            "finish_reason": generation.finish_reason,
-            "prompt_tokens": len(generation.prompt_ids),
-            "output_tokens": len(generation.output_ids),
-            "tool_calls": len(generation.tool_calls),
-            "ill_formed": generation.ill_formed,
-            "call_kind": turn.call_kind,
-        }
-        seq = await self.recorder.record(session_id, turn, summary)
-        if self.upstream is not None:
-            self.upstream.recorded(session_id, generation)
-        return seq
-
-
-class _Exchange(Response):  # type: ignore[misc, unused-ignore]  # Response is Any where Starlette is absent
-    """The response of one generation request: calls the upstream, records the turn, then answers.
-
-    While the upstream works, a listener waits for the client's disconnect: a client gone before
-    the upstream answered cancels the upstream call and records nothing.  The request counts as in
-    flight for its session (a finish waits for it) from its start to its end.
-    """
-
-    def __init__(
-        self, gateway: Gateway, dialect: Dialect, session_id: str, request: ChatRequest, agent: str | None
-    ) -> None:
-        self.gateway = gateway
-        self.dialect = dialect
-        self.session_id = session_id
-        self.request = request
-        self.agent = agent
-        # What a Response carries, for anything that inspects one; this one writes its own messages.
-        self.status_code = 200
-        self.body = b""
-        self.raw_headers: list[tuple[bytes, bytes]] = []
-        self.background = None
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        gone = asyncio.Event()
-
-        async def listen() -> None:
-            while True:
-                message = await receive()
-                if message["type"] == "http.disconnect":
-                    gone.set()
-                    return
-
-        recorder = self.gateway.recorder
-        try:
-            recorder.begin(self.session_id)
-        except ClientError as exc:
-            await _send_json(send, exc.status, self.dialect.error(exc.status, exc.message))
-            return
-        listener = asyncio.get_running_loop().create_task(listen())
-        self.gateway.idle.enter()
-        try:
-            await self._answer(send, gone)
-        finally:
-            self.gateway.idle.leave()
-            listener.cancel()
-            recorder.end(self.session_id)
-
-    async def _answer(self, send: Send, gone: asyncio.Event) -> None:
-        gateway, dialect = self.gateway, self.dialect
-        assert gateway.upstream is not None
-        started = time.perf_counter()
-        call = asyncio.get_running_loop().create_task(
-            gateway.upstream.generate(self.request, self.session_id, dialect.call_id)
-        )
-        waiter = asyncio.get_running_loop().create_task(gone.wait())
-        await asyncio.wait({call, waiter}, return_when=asyncio.FIRST_COMPLETED)
-        if not call.done():
-            call.cancel()
-            with contextlib.suppress(BaseException):
-                await call
-            log.info("tito serve: session %r: the client left before its answer; no turn", self.session_id)
-            return
-        waiter.cancel()
-        try:
-            generation = call.result()
-        except (UpstreamError, ClientError) as exc:
-            gateway.upstream_failures.failed(self.session_id, exc)
-            await _send_json(send, exc.status, dialect.error(exc.status, exc.message))
-            return
-        except Exception:
-            log.exception("tito serve: session %r: the request failed", self.session_id)
-            await _send_json(send, 500, dialect.error(500, "the gateway failed on this request (its log says why)"))
-            return
-        if gone.is_set():
-            log.info("tito serve: session %r: the client left before its answer; no turn", self.session_id)
-            return
-        try:
-            await gateway.record(self.session_id, dialect, self.request, generation, self.agent)
-        except (UpstreamError, ClientError) as exc:
-            if isinstance(exc, UpstreamError):  # (a log that cannot be written is said once, by the recorder)
-                log.warning("tito serve: session %r: %s", self.session_id, exc.message)
-            await _send_json(send, exc.status, dialect.error(exc.status, exc.message))
-            return
-        model = gateway.config.public_model_name
-        if self.request.stream:
-            events = dialect.events(self.request, generation, model)
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 200,
-                    "headers": [
-                        (b"content-type", b"text/event-stream; charset=utf-8"),
-                        (b"cache-control", b"no-cache"),
-                    ],
-                }
-            )
-            for event in events:
-                await send({"type": "http.response.body", "body": event, "more_body": True})
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
-        else:
-            await _send_json(send, 200, dialect.response(self.request, generation, model))
-        log.debug("tito serve: session %r answered in %.3f s", self.session_id, time.perf_counter() - started)
-
-
-async def _send_json(send: Send, status: int, body: Any) -> None:
-    data = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "backslashreplace")
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())],
-        }
-    )
-    await send({"type": "http.response.body", "body": data, "more_body": False})
+    def _session_wire(self, request: Request) -> Dialect:
+        """The dialect of a session route's answers (``/sessions/{id}``, ``/finish``): the default's (OpenAI's)."""
+        return dialect_for(self.dialects, request.url.path, ())

@@ -5,79 +5,118 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ServeConfig"]
+from .registry import DEFAULT_LIVE_SESSIONS
+
+__all__ = ["ServeConfig", "option_flag"]
+
+
+def _option(default: Any = MISSING, help: str = "", *, factory: Any = MISSING, **cli: Any) -> Any:
+    """A setting ``tito serve`` takes: ``help`` is its option's help text (``{shipped}`` and ``{families}``
+    filled in by the command); ``cli``: ``flag`` (another name than ``--field-name``), ``min``, ``metavar``."""
+    return field(default=default, default_factory=factory, metadata={"help": help, **cli})
 
 
 @dataclass(frozen=True)
 class ServeConfig:
-    """The gateway's settings (``tito serve``'s options; defaults are the command's)."""
+    """The gateway's settings: ``tito serve``'s options, generated from these fields (``cli/serve.py``).
 
-    #: The turn-log folder the gateway writes (several gateways may share one: file names never collide).
-    logs: Path
-    #: The inference server's base URL (``http://127.0.0.1:30000``).
-    upstream: str
-    #: ``generate`` (SGLang's native /generate, token in/out) or ``chat`` (an OpenAI-compatible server
-    #: returning token ids, vLLM's ``return_token_ids``).
-    upstream_api: str = "generate"
-    #: The tokenizer (hub name, shipped name or folder) the log records and ``generate`` renders with;
-    #: default: ``model``. ``NAME=PATH``, as the other commands take it: the log records ``NAME``, the
-    #: tokenizer is loaded from ``PATH``.
-    tokenizer: str | None = None
-    #: The output parser's family for ``generate`` (``--parser``); default: recognised from the tokenizer.
-    parser: str | None = None
-    #: How ``generate`` builds prompt ids: ``render`` every conversation whole, or continue the
-    #: ``canonical`` token history the gateway produced (docs/spec.md §11).
-    history: str = "render"
-    #: Ask a ``generate`` upstream for routed experts (``--routed-experts``) and record them.
-    routed_experts: bool = False
-    #: The rows' ``(layers, topk)`` (``--routed-experts-shape L,K``); default: the model's ``config.json``.
-    routed_experts_shape: tuple[int, int] | None = None
-    #: Options every prompt is rendered with (``--chat-template-kwargs``, e.g. ``{"enable_thinking": false}``):
-    #: applied by the gateway's render (generate), forwarded as ``chat_template_kwargs`` (chat); a Chat
-    #: Completions request's own ``chat_template_kwargs`` override them key by key.
-    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
-    #: The model name sent upstream and listed by ``GET /v1/models``; default: the tokenizer's name.
-    model: str | None = None
-    host: str = "127.0.0.1"
-    port: int = 8000
-    #: Seconds to wait for the upstream's answer (a generation can be long) and to connect to it.
-    upstream_timeout: float = 600.0
+    A field's ``metadata["help"]`` is its option's help and its default the option's default; a field
+    without help is a setting for library callers only (``create_app``).
+    """
+
+    logs: Path = _option(help="The turn-log folder to write (several gateways may share one).")
+    upstream: str = _option(help="The inference server's base URL.")
+    upstream_api: str = _option(
+        "generate",
+        "generate: SGLang's native /generate (the gateway renders and parses); "
+        "chat: an OpenAI-compatible server returning token ids (vLLM return_token_ids).",
+    )
+    tokenizer: str | None = _option(
+        None,
+        "The tokenizer to render with and record: a hub id in the local Hugging Face cache, a folder, or a "
+        "shipped name ({shipped}); NAME=PATH records NAME and loads PATH. Default: --model.",
+    )
+    parser: str | None = _option(
+        None, "The output parser's model family for generate: {families} (default: recognised from the tokenizer)."
+    )
+    history: str = _option(
+        "render",
+        "How generate builds prompt ids: render (every conversation rendered and tokenized whole, as the "
+        "reference adapters do) or canonical (a turn that continues the last one extends the token history the "
+        "gateway produced, rendering only what is new: no drift; docs/serve.md).",
+    )
+    routed_experts: bool = _option(
+        False,
+        "Ask the generate upstream for each call's routed experts (return_routed_experts) and record them.",
+    )
+    routed_experts_shape: tuple[int, int] | None = _option(
+        None,
+        "The rows' shape; default: num_hidden_layers x num_experts_per_tok of the config.json beside "
+        "the tokenizer.",
+        metavar="LAYERS,TOPK",
+    )
+    chat_template_kwargs: dict[str, Any] = _option(
+        help='Options every prompt is rendered with, as a JSON object (e.g. \'{"enable_thinking": false}\' for '
+        "Qwen3): applied when the gateway renders (generate), forwarded as chat_template_kwargs (chat); a Chat "
+        "Completions request's own chat_template_kwargs override them; recorded in each turn's metadata.",
+        factory=dict,
+    )
+    model: str | None = _option(None, "The model name sent upstream and listed by /v1/models.")
+    host: str = _option("127.0.0.1", "The address to bind. The gateway trusts its network: see docs/serve.md.")
+    port: int = _option(8000, "The port to listen on.")
+    upstream_timeout: float = _option(600.0, "Seconds to wait for the upstream's answer.", min=0.1)
+    #: Seconds to wait for a connection to the upstream.
     connect_timeout: float = 10.0
     #: The shared upstream client's connection pool.
     max_connections: int = 512
-    #: Seconds an idle upstream connection is kept for reuse. Below the upstream's own idle timeout (5 s in
-    #: vLLM's and SGLang's uvicorn), so the gateway never sends on a connection the server is closing.
-    upstream_keepalive: float = 2.0
-    #: Request bodies larger than this are refused with 413 before they are parsed.
-    max_request_bytes: int = 64 << 20
+    upstream_keepalive: float = _option(
+        2.0,
+        "Seconds an idle upstream connection is kept for reuse; keep it below the upstream's own idle "
+        "timeout (5 s in vLLM and SGLang).",
+        min=0.0,
+    )
+    max_request_bytes: int = _option(64 << 20, "Larger request bodies are refused (413).", min=1024)
     #: Threads that render chat templates, tokenize, (de)serialise large bodies and record turns.
     workers: int = min(8, (os.cpu_count() or 2) + 2)
     #: ``max_new_tokens`` sent to a ``generate`` upstream when the client gives no limit.
     default_max_tokens: int = 8192
-    #: The most new tokens any request may ask for (a client's larger ``max_tokens`` is lowered to it):
-    #: Claude Code asks for 64000, more than many models' context holds beside the prompt.
-    max_tokens_cap: int | None = None
-    #: On SIGTERM/SIGINT: seconds in-flight requests get to finish before they are cut.
-    grace_period: float = 30.0
+    max_tokens_cap: int | None = _option(None, "Lower any request's max_tokens to this many new tokens.", min=1)
+    grace_period: float = _option(30.0, "Seconds in-flight requests get to finish on SIGTERM/SIGINT.", min=0)
     #: Seconds with nothing in flight after which freed memory goes back to the system (0: never).
     idle_trim: float = 1.0
-    #: Seconds after which journaled turns are written as Parquet files (nothing is lost on a kill either way).
-    flush_every: float = 10.0
-    #: fsync the write-ahead journal after every turn and finish (survives a power loss, not only a kill).
-    fsync: bool = False
-    #: Web origins (``https://app.example``) whose browser requests are served; any other ``Origin`` is
-    #: refused (403), as is a ``Host`` that does not name the gateway (``serve/guard.py``).
-    allow_origins: tuple[str, ...] = ()
-    #: Seconds a client has to send a request's head (from connecting, or from its first byte after an answer).
-    client_header_timeout: float = 10.0
-    #: Seconds an idle keep-alive client connection is kept after an answer.
-    client_idle_timeout: float = 30.0
-    #: Open client connections beyond this close the one idle longest (``serve/connections.py``).
-    max_client_connections: int = 1024
+    flush_every: float = _option(
+        10.0,
+        "Seconds after which recorded turns are written as Parquet files (every turn is in the journal "
+        "before it is answered: a SIGKILL loses nothing).",
+        min=0.1,
+    )
+    fsync: bool = _option(
+        False, "fsync the journal after every turn and finish: survives a power loss too (slower)."
+    )
+    allow_origins: tuple[str, ...] = _option(
+        (),
+        "A web origin (https://app.example) whose browser requests are served (repeatable). By default any "
+        "request with an Origin header is refused: a web page must not drive the gateway.",
+        flag="--allow-origin",
+    )
+    client_header_timeout: float = _option(
+        10.0, "Seconds a client has to send a request's headers before its connection is closed.", min=0.1
+    )
+    client_idle_timeout: float = _option(30.0, "Seconds an idle keep-alive client connection is kept.", min=0.1)
+    max_client_connections: int = _option(
+        1024, "Open client connections beyond this close the one idle longest.", min=1
+    )
+    live_sessions: int = _option(
+        DEFAULT_LIVE_SESSIONS,
+        "Sessions whose state the gateway keeps (call kinds, held history, GET /sessions/{id}'s turns); beyond "
+        "it the least recently used idle session's is forgotten (its next prompt is rendered whole; never its "
+        "seq or its finish).",
+        min=1,
+    )
 
     @property
     def tokenizer_name(self) -> str | None:
@@ -129,13 +168,16 @@ class ServeConfig:
         for name in ("tokenizer", "model"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or not value.strip()):
-                raise ValueError(f"{_option(name)} must be a non-empty name, not {value!r}")
+                raise ValueError(f"{_named(name)} must be a non-empty name, not {value!r}")
         if not isinstance(self.host, str) or not self.host:
             raise ValueError(f"--host must be an address, not {self.host!r}")
         _whole("port", self.port, least=0)
         if self.port > 65535:
             raise ValueError(f"--port must be at most 65535, not {self.port}")
-        counts = ("max_connections", "max_request_bytes", "workers", "default_max_tokens", "max_client_connections")
+        counts = (
+            "max_connections", "max_request_bytes", "workers", "default_max_tokens", "max_client_connections",
+            "live_sessions",
+        )  # fmt: skip
         for name in counts:
             _whole(name, getattr(self, name), least=1)
         if self.max_tokens_cap is not None:
@@ -171,36 +213,37 @@ class ServeConfig:
             for name, value, default in (("history", self.history, "render"), ("parser", self.parser, None)):
                 if value != default:
                     raise ValueError(
-                        f"{_option(name)} {value} needs --upstream-api generate: "
+                        f"{_named(name)} {value} needs --upstream-api generate: "
                         f"a {upstream.name} upstream renders prompts and parses outputs itself"
                     )
 
 
-#: Settings the ``serve`` command takes under another name than ``--field-name``, or not at all.
-_OPTIONS = {"allow_origins": "--allow-origin"}
-_NOT_OPTIONS = {"connect_timeout", "max_connections", "workers", "default_max_tokens", "idle_trim"}
+def option_flag(name: str) -> str | None:
+    """The ``serve`` command's option for the setting ``name`` (``--field-name`` unless its ``flag`` says),
+    or None for a setting the command does not take."""
+    [setting] = [f for f in fields(ServeConfig) if f.name == name]
+    if "help" not in setting.metadata:
+        return None
+    return str(setting.metadata.get("flag", "--" + name.replace("_", "-")))
 
 
-def _option(name: str) -> str:
+def _named(name: str) -> str:
     """How a setting is named in messages: the ``serve`` command's option, else the field itself."""
-    assert name in {f.name for f in fields(ServeConfig)}, name
-    if name in _NOT_OPTIONS:
-        return f"ServeConfig.{name}"
-    return _OPTIONS.get(name, "--" + name.replace("_", "-"))
+    return option_flag(name) or f"ServeConfig.{name}"
 
 
 def _one_of(name: str, value: Any, names: list[str]) -> None:
     if value not in names:
-        raise ValueError(f"{_option(name)} must be one of {', '.join(names)}, not {value!r}")
+        raise ValueError(f"{_named(name)} must be one of {', '.join(names)}, not {value!r}")
 
 
 def _whole(name: str, value: Any, *, least: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < least:
-        raise ValueError(f"{_option(name)} must be a whole number of at least {least}, not {value!r}")
+        raise ValueError(f"{_named(name)} must be a whole number of at least {least}, not {value!r}")
 
 
 def _seconds(name: str, value: Any, *, zero: bool) -> None:
     ok = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
     if not ok or value < 0 or (value == 0 and not zero):
         least = "0 or more" if zero else "more than 0"
-        raise ValueError(f"{_option(name)} must be a finite number of seconds, {least}, not {value!r}")
+        raise ValueError(f"{_named(name)} must be a finite number of seconds, {least}, not {value!r}")

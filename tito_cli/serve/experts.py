@@ -18,7 +18,6 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -130,13 +129,12 @@ class CallKinds:
     A call that carries tools is ``agent`` and its first message becomes the session's main line; a call
     without tools that asks for at most one new token is a probe (``auxiliary``: no agent step fits in
     one token); any other call without tools is ``agent`` when its first message is the main line's (or
-    when the session has no main line yet), else ``auxiliary``.  At most ``sessions`` sessions are kept,
-    the least recent forgotten.
+    when the session has no main line yet), else ``auxiliary``.  The recorder's session registry bounds
+    how many sessions are kept: it calls :meth:`forget` for each session it forgets.
     """
 
-    def __init__(self, sessions: int = 16384) -> None:
-        self.sessions = sessions
-        self._main: OrderedDict[str, set[str]] = OrderedDict()
+    def __init__(self) -> None:
+        self._main: dict[str, set[str]] = {}
 
     def decide(self, session_id: str, messages: Sequence[Any], tools: Any, max_tokens: int | None = None) -> str:
         first = _first(messages)
@@ -150,20 +148,19 @@ class CallKinds:
             self._remember(session_id, first)
             return "agent"
         if first in known:
-            self._main.move_to_end(session_id)
             return "agent"
         return "auxiliary"
 
     def _remember(self, session_id: str, first: str) -> None:
         main = self._main.setdefault(session_id, set())
-        self._main.move_to_end(session_id)
         if len(main) < 8:
             main.add(first)
-        while len(self._main) > self.sessions:
-            self._main.popitem(last=False)
 
     def forget(self, session_id: str) -> None:
         self._main.pop(session_id, None)
+
+    def __len__(self) -> int:
+        return len(self._main)
 
 
 def _first(messages: Sequence[Any]) -> str:

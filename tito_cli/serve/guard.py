@@ -31,8 +31,7 @@ from typing import Any
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..capture.records import fast_json, strict_loads
-from .dialects import DIALECTS, Dialect
-from .dialects.chat import openai_error
+from .dialects import Dialect, dialect_for
 from .exchange import ClientError
 from .pools import mark_request
 
@@ -146,13 +145,8 @@ class Guard:
         return hosts
 
     def _error_shape(self, path: str, headers: dict[bytes, bytes]) -> Callable[[int, str], dict[str, Any]]:
-        for dialect in self.dialects:
-            if path.endswith(dialect.path) or (dialect.count_path and path.endswith(dialect.count_path)):
-                return dialect.error
-        if b"anthropic-version" in headers:
-            anthropic = DIALECTS.get("anthropic")()
-            return anthropic.error
-        return openai_error
+        names = {name.decode("latin-1").lower() for name in headers}
+        return dialect_for(self.dialects, path, names).error
 
 
 def _is_json(kind: bytes) -> bool:

@@ -1,7 +1,9 @@
 """The recorder: durable before acknowledged — every turn and finish in the journal before its answer.
 
-One recorder per gateway owns the session registry, each session's turn order and ``seq``, the
-write-ahead journal (:mod:`tito_cli.capture.journal`), the Parquet writer and finishing sessions.
+One recorder per gateway owns the session registry (:mod:`.registry`: the one memory bound every
+per-session store follows), each session's turn order and ``seq``, the write-ahead journal
+(:mod:`tito_cli.capture.journal`), the Parquet writer (written out by :mod:`.segments`) and finishing
+sessions.
 
 * A request registers with :meth:`Recorder.begin` when it starts and leaves with :meth:`end`;
   :meth:`record` checks its turn against the write contract (``UpstreamError`` 502 naming what the log
@@ -11,10 +13,9 @@ write-ahead journal (:mod:`tito_cli.capture.journal`), the Parquet writer and fi
 * :meth:`finish` waits for the session's requests in flight, then journals the finish.  A finished
   session refuses turns and a second finish (409), across restarts: the registry is rebuilt at start-up
   from the log and the journals (:mod:`.recovery`).  A session never recorded is a 404.
-* Every ``flush_every`` seconds (or 4096 rows, or 256 MiB) the journal moves to a new segment and the
-  old segment's rows are written as Parquet files named after it; the segment is removed once they are
-  in place.  A write that fails keeps the segment and its rows, makes ``/healthz`` fail with the reason
-  and refuses new turns (503) until a retry succeeds: the buffer stays bounded.
+* Every ``flush_every`` seconds the journal's segment is written out as Parquet (:mod:`.segments`); a
+  write that fails makes ``/healthz`` fail with the reason and refuses new turns (503) until a retry
+  succeeds.
 """
 
 from __future__ import annotations
@@ -24,27 +25,23 @@ import contextlib
 import logging
 import os
 import threading
-import time
 import uuid
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
 from typing import Any
 
-from ..capture.journal import Journal, Segment, encode_finish, encode_turn
+from ..capture.journal import Journal, encode_finish, encode_turn
 from ..capture.records import sessions_row
 from ..capture.writer import RecordedTurn, TurnLogWriter
 from ..errors import OutputError
 from .exchange import ClientError, UpstreamError
 from .recovery import Known, adopt_journals, known_sessions
+from .registry import DEFAULT_LIVE_SESSIONS, SessionRegistry
+from .segments import Segments, reason
 
 __all__ = ["Recorder"]
 
 log = logging.getLogger("tito.serve")
-
-#: A segment is written out when it holds this many rows or bytes (or is ``flush_every`` old).
-ROTATE_ROWS = 4096
-ROTATE_BYTES = 256 << 20
 
 
 class Recorder:
@@ -57,7 +54,7 @@ class Recorder:
         tokenizer: str | None,
         flush_every: float,
         fsync: bool = False,
-        summaries: int = 10_000,
+        sessions: int = DEFAULT_LIVE_SESSIONS,
         offload: Callable[..., Awaitable[Any]] | None = None,
     ) -> None:
         from pathlib import Path
@@ -70,25 +67,20 @@ class Recorder:
         self.known = Known()
         self.journal: Journal | None = None
         self.writer: TurnLogWriter | None = None
-        #: Why the log cannot be written now (``/healthz`` fails with it), else None.
+        self.segments: Segments | None = None
+        #: The sessions whose state is held (every per-session store registers its forget hook here).
+        self.sessions = SessionRegistry(sessions)
+        self.sessions.on_forget(self._forget)
+        #: Why the journal cannot be appended to now (``/healthz`` fails with it), else None.
         self.append_problem: str | None = None
-        self.write_problem: str | None = None
         #: Set by :meth:`close` when answered turns could not be written as Parquet (they stay in the journal).
         self.unwritten: str | None = None
         self._offload = offload
-        self._summary_limit = summaries
-        self._summaries: OrderedDict[str, dict[str, Any]] = OrderedDict()
-        self._inflight: dict[str, int] = {}
-        self._quiet: dict[str, asyncio.Event] = {}
+        self._summaries: dict[str, dict[str, Any]] = {}
         self._finishing: set[str] = set()
         self._tails: dict[str, asyncio.Task[int]] = {}
         self._pending: set[asyncio.Task[Any]] = set()
         self._lock = threading.Lock()  # a journal append and its buffered row, against a rotation
-        self._write_lock = threading.Lock()
-        self._rows = 0
-        self._bytes = 0
-        self._oldest: float | None = None
-        self._unwritten: list[tuple[Segment, list[dict[str, Any]], list[dict[str, Any]]]] = []
         self._ticker: asyncio.Task[None] | None = None
 
     # -- life --------------------------------------------------------------------------------
@@ -102,17 +94,19 @@ class Recorder:
             adopt_journals(self.directory)
             self.journal = Journal(self.directory, self.run, tokenizer=self.tokenizer, fsync=self.fsync)
         except OSError as exc:
-            reason = exc.strerror or str(exc)
-            raise OutputError(f"the log folder {self.directory} cannot be written: {reason}") from None
+            why = exc.strerror or str(exc)
+            raise OutputError(f"the log folder {self.directory} cannot be written: {why}") from None
         self.known = known_sessions(self.directory)
         self.writer = TurnLogWriter(
             self.directory, tokenizer=self.tokenizer, name=self.run, max_age=None, max_rows=1 << 62, max_bytes=1 << 62
         )
+        self.segments = Segments(self.directory, self.journal, self.writer, self._lock)
 
     def start(self) -> None:
         """Start the rotation ticker (on the running loop)."""
-        if self._ticker is None:
-            self._ticker = asyncio.get_running_loop().create_task(self._tick())
+        if self._ticker is None and self.segments is not None:
+            ticks = self.segments.tick(self.flush_every, self._run, lambda: self.append_problem)
+            self._ticker = asyncio.get_running_loop().create_task(ticks)
 
     async def close(self) -> None:
         """Record what is queued, write every segment as Parquet; :attr:`unwritten` says what could not be."""
@@ -122,14 +116,11 @@ class Recorder:
             self._ticker.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._ticker
-        if self.journal is None:
+        if self.journal is None or self.segments is None:
             return
-        await self._run(self._rotate)
-        if self._unwritten or self._rows:
-            rows = self._rows + sum(len(turns) + len(sessions) for _, turns, sessions in self._unwritten)
-            segments = [segment.path.name for segment, _, _ in self._unwritten]
-            if self._rows:
-                segments.append(self.journal.current.path.name)
+        await self._run(self.segments.rotate, self.append_problem)
+        rows, segments = self.segments.left()
+        if rows:
             self.unwritten = (
                 f"{rows} answered rows could not be written as Parquet ({self.problem()}); what is left of them is "
                 f"in {', '.join(segments)}, written by the next tito serve on this folder"
@@ -152,17 +143,16 @@ class Recorder:
         """A generation request of ``session_id`` starts (409 for a finished or finishing session)."""
         if session_id in self.known.finished or session_id in self._finishing:
             raise ClientError(f"session {session_id!r} is finished: start a new session id", 409)
-        self._inflight[session_id] = self._inflight.get(session_id, 0) + 1
+        self.sessions.enter(session_id)
 
     def end(self, session_id: str) -> None:
-        left = self._inflight[session_id] - 1
-        if left:
-            self._inflight[session_id] = left
-            return
-        del self._inflight[session_id]
-        quiet = self._quiet.pop(session_id, None)
-        if quiet is not None:
-            quiet.set()
+        """The request :meth:`begin` counted has ended (answered, failed or cut short)."""
+        self.sessions.leave(session_id)
+
+    @property
+    def write_problem(self) -> str | None:
+        """Why the journal's rows cannot be written as Parquet now (new turns are refused), else None."""
+        return None if self.segments is None else self.segments.problem
 
     async def record(self, session_id: str, turn: RecordedTurn, summary: dict[str, Any] | None = None) -> int:
         """Journal ``turn`` as the session's next; returns its ``seq``. Raise means: do not answer 200.
@@ -205,7 +195,7 @@ class Recorder:
         checked.row["seq"] = seq
         checked.row["timestamp"] = datetime.now(timezone.utc)
         payload = encode_turn(checked.row, experts)  # the experts rows are durable before acknowledged too
-        assert self.journal is not None and self.writer is not None
+        assert self.journal is not None and self.writer is not None and self.segments is not None
         with self._lock:
             if experts is not None:
                 try:  # rows of another shape than the session's earlier calls' are never journaled
@@ -214,27 +204,21 @@ class Recorder:
                     raise UpstreamError(f"the answer cannot be recorded, so it is not given: {exc}", 502) from None
             self._append(payload)
             self.writer.record_checked(checked, seq, experts)
-            self._grow(checked.size)
+            self.segments.grow(checked.size)
 
     def _append(self, payload: bytes) -> None:
         assert self.journal is not None
         try:
             self.journal.append(payload)
         except OSError as exc:
-            reason = _reason(exc)
-            if self.append_problem != reason:
-                log.error("tito serve: the turn log in %s cannot be written: %s", self.directory, reason)
-            self.append_problem = reason
-            raise ClientError(f"the turn log cannot be written: {reason}", 503) from None
+            why = reason(exc)
+            if self.append_problem != why:
+                log.error("tito serve: the turn log in %s cannot be written: %s", self.directory, why)
+            self.append_problem = why
+            raise ClientError(f"the turn log cannot be written: {why}", 503) from None
         if self.append_problem is not None:
             log.warning("tito serve: the turn log can be written again")
             self.append_problem = None
-
-    def _grow(self, size: int) -> None:
-        self._rows += 1
-        self._bytes += size
-        if self._oldest is None:
-            self._oldest = time.monotonic()
 
     # -- sessions ----------------------------------------------------------------------------
 
@@ -251,9 +235,7 @@ class Recorder:
             raise ClientError(f"session {session_id!r} is already finished", 409)
         self._finishing.add(session_id)
         try:
-            while self._inflight.get(session_id):
-                quiet = self._quiet.setdefault(session_id, asyncio.Event())
-                await quiet.wait()
+            await self.sessions.quiet(session_id)
             await self.settled(session_id)  # (a request cut short may have left its turn being journaled)
             if session_id not in self.known.next_seq:
                 raise ClientError(f"no session {session_id!r}: no turn of it was ever recorded in this log", 404)
@@ -270,12 +252,12 @@ class Recorder:
         return self.known.next_seq[session_id]
 
     def _append_finish(self, fields: dict[str, Any]) -> None:
-        assert self.writer is not None
+        assert self.writer is not None and self.segments is not None
         payload = encode_finish(fields)
         with self._lock:
             self._append(payload)
             self.writer.finish_session(**fields)
-            self._grow(64)
+            self.segments.grow(64)
 
     def report(self, session_id: str) -> dict[str, Any] | None:
         """What ``GET /sessions/{id}`` shows: None for a session never recorded."""
@@ -300,71 +282,15 @@ class Recorder:
         summary = self._summaries.get(session_id)
         if summary is None:
             summary = self._summaries[session_id] = {"turns": [], "reward": None}
-            while len(self._summaries) > self._summary_limit:
-                self._summaries.popitem(last=False)
-        else:
-            self._summaries.move_to_end(session_id)
+        self.sessions.touch(session_id)
         return summary
+
+    def _forget(self, session_id: str) -> None:
+        """The registry forgets the session: its summary and the writer's state of it (never its ``seq``)."""
+        self._summaries.pop(session_id, None)
+        if self.writer is not None:
+            self.writer.forget_session(session_id)
 
     def problem(self) -> str | None:
         """Why the log cannot be written now, or None."""
         return self.write_problem or self.append_problem or (self.journal.broken if self.journal else None)
-
-    # -- rotation ----------------------------------------------------------------------------
-
-    async def _tick(self) -> None:
-        tick = max(0.05, min(1.0, self.flush_every / 4))
-        while True:
-            await asyncio.sleep(tick)
-            due = self._oldest is not None and time.monotonic() - self._oldest >= self.flush_every
-            if due or self._rows >= ROTATE_ROWS or self._bytes >= ROTATE_BYTES or self._unwritten:
-                with contextlib.suppress(Exception):
-                    await self._run(self._rotate)
-
-    def _rotate(self) -> None:
-        """Move the journal to a new segment and write the old one's rows as Parquet (in a worker thread)."""
-        assert self.journal is not None and self.writer is not None
-        with self._lock:
-            if self._rows:
-                try:
-                    segment = self.journal.rotate()
-                except OSError as exc:
-                    self._write_failed(exc)
-                    return
-                if segment is not None:
-                    self._unwritten.append((segment, *self.writer.take_buffer()))
-                self._rows = self._bytes = 0
-                self._oldest = None
-        with self._write_lock:
-            while self._unwritten:
-                segment, turns, sessions = self._unwritten[0]
-                try:
-                    for kind in ("turns", "sessions"):
-                        rows = turns if kind == "turns" else sessions
-                        if rows:
-                            with contextlib.suppress(FileExistsError):  # written before a failed retire
-                                self.writer.write_rows(*((rows, []) if kind == "turns" else ([], rows)), segment.number)
-                            rows.clear()
-                    self.journal.retire(segment)
-                except OSError as exc:
-                    self._write_failed(exc)
-                    return
-                self._unwritten.pop(0)
-        if self.write_problem is not None:
-            log.warning("tito serve: the turn log can be written again")
-            self.write_problem = None
-
-    def _write_failed(self, exc: OSError) -> None:
-        reason = _reason(exc)
-        if self.write_problem != reason and self.append_problem != reason:
-            log.error(
-                "tito serve: the turn log in %s cannot be written (new turns are refused until it can): %s",
-                self.directory,
-                reason,
-            )
-        self.write_problem = reason
-
-
-def _reason(exc: OSError) -> str:
-    """Why a write failed, without the paths (the answers to clients carry it)."""
-    return exc.strerror or str(exc).split(": ", 1)[0]

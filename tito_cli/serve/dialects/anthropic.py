@@ -97,6 +97,7 @@ class AnthropicMessages(Dialect):
     path = "/v1/messages"
     count_path = "/v1/messages/count_tokens"
     call_prefix = "toolu_"
+    marker = "anthropic-version"
 
     def parse(self, body: Any) -> ChatRequest:
         body = want(body, dict, "the request body")
@@ -275,6 +276,10 @@ class AnthropicMessages(Dialect):
 
     def count_response(self, tokens: int) -> dict[str, Any]:
         return {"input_tokens": tokens}
+
+    def models(self, name: str) -> dict[str, Any]:
+        model = {"type": "model", "id": name, "display_name": name, "created_at": "1970-01-01T00:00:00Z"}
+        return {"data": [model], "has_more": False, "first_id": name, "last_id": name}
 
 
 def _signature(reasoning: str) -> str:

@@ -1,8 +1,10 @@
 """The dialect interface: the client's request into a :class:`ChatRequest`, a Generation back out.
 
-A dialect parses its request body (``ClientError`` naming the offending field for anything it
-cannot translate), answers a :class:`Generation` as its JSON response or its SSE events, and words
-errors in its own error shape.  Streaming is produced after the upstream call has finished: the
+A dialect owns its whole wire: it parses its request body (``ClientError`` naming the offending field
+for anything it cannot translate), answers a :class:`Generation` as its JSON response or its SSE
+events, words errors in its own error shape and lists the model in its own listing.  A request whose
+route names no dialect (``GET /v1/models``, an unknown path) speaks the dialect whose ``marker``
+header it carries, else the default one (:func:`~tito_cli.serve.dialects.dialect_for`).  Streaming is produced after the upstream call has finished: the
 events carry the whole reply, one delta per block.
 """
 
@@ -26,6 +28,8 @@ class Dialect(ABC):
     count_path: ClassVar[str | None] = None
     #: How this wire's tool-call ids start (a reply's ids are the ones the client echoes back).
     call_prefix: ClassVar[str] = "call_"
+    #: A header only this dialect's clients send (``anthropic-version``), naming it where the route does not.
+    marker: ClassVar[str | None] = None
 
     def call_id(self) -> str:
         return new_id(self.call_prefix)
@@ -49,6 +53,14 @@ class Dialect(ABC):
     def count_response(self, tokens: int) -> dict[str, Any]:
         """The token-counting response (dialects with ``count_path``)."""
         raise NotImplementedError
+
+    def models(self, name: str) -> dict[str, Any]:
+        """``GET /v1/models``: the one model the gateway serves, as this wire lists models (OpenAI's list)."""
+        return {"object": "list", "data": [{"id": name, "object": "model", "created": 0, "owned_by": "tito"}]}
+
+    def routes(self, path: str) -> bool:
+        """Whether ``path`` (under ``/sessions/{id}`` or not) is one of this dialect's routes."""
+        return path.endswith(self.path) or bool(self.count_path and path.endswith(self.count_path))
 
 
 def sse(data: Any, event: str | None = None) -> bytes:
