@@ -35,7 +35,7 @@ need_extras("starlette", "httpx")
 
 import httpx  # noqa: E402
 
-from tito_cli.serve.app import create_app  # noqa: E402
+from tito_cli.serve.app import Gateway, create_app  # noqa: E402
 from tito_cli.serve.config import ServeConfig  # noqa: E402
 from tito_cli.serve.exchange import ClientError, UpstreamError  # noqa: E402
 from tito_cli.serve.recorder import Recorder  # noqa: E402
@@ -375,6 +375,58 @@ def test_forgotten_summaries_never_restart_a_seq_or_reopen_a_finished_session(tm
 
     asyncio.run(run())
     assert turns_in(tmp_path) == {"a": [0, 1], "b": [0, 1, 2]}
+
+
+@pytest.mark.parametrize("history", ["render", "canonical"])
+def test_n_plus_k_sessions_leave_at_most_n_in_every_per_session_store(
+    standin: StandIn, tmp_path: Path, history: str
+) -> None:
+    limit, more = 3, 4
+    logs = tmp_path / "logs"
+    config = ServeConfig(
+        logs=logs, upstream=standin.url, tokenizer=QWEN3_NAME, history=history, live_sessions=limit
+    )  # (a generate upstream: it holds each session's history or prompt pieces)
+    gateway = Gateway(config)
+
+    async def two_turns(client: httpx.AsyncClient, sid: str) -> None:
+        messages: list[dict[str, Any]] = [{"role": "user", "content": f"hello from {sid}"}]
+        for text in ("go on", "and on"):
+            answer = await client.post("/v1/chat/completions", json={"messages": messages}, headers={"x-api-key": sid})
+            assert answer.status_code == 200, answer.text
+            messages += [answer.json()["choices"][0]["message"], {"role": "user", "content": text}]
+
+    def stores() -> dict[str, int]:
+        recorder, upstream = gateway.recorder, gateway.upstream
+        assert recorder.writer is not None and upstream is not None
+        held = upstream.history().held_sessions if history == "canonical" else upstream.template().pieces.held_sessions  # type: ignore[attr-defined]
+        return {
+            "registry": len(recorder.sessions),
+            "summaries (GET /sessions/{id})": len(recorder._summaries),
+            "the writer's next seq": len(recorder.writer._next_seq),
+            "call kinds": len(gateway.call_kinds),
+            f"{history} history": held,
+        }
+
+    async def run() -> None:
+        async with gateway.app.router.lifespan_context(gateway.app):
+            transport = httpx.ASGITransport(app=gateway.app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1", timeout=30) as client:
+                for n in range(limit + more):
+                    await two_turns(client, f"s{n}")
+                    assert all(0 < count <= limit for count in stores().values()), stores()
+                assert stores() == dict.fromkeys(stores(), limit)
+                kept = await client.get(f"/sessions/s{limit + more - 1}")
+                assert [turn["seq"] for turn in kept.json()["turns"]] == [0, 1]
+                # A forgotten session lost only what sped it up: its next turn continues its seq.
+                forgotten = await client.get("/sessions/s0")
+                assert forgotten.json()["turns"] == [] and forgotten.json()["recorded"] == 2
+                await two_turns(client, "s0")
+                assert [turn["seq"] for turn in (await client.get("/sessions/s0")).json()["turns"]] == [2, 3]
+                assert stores() == dict.fromkeys(stores(), limit)
+
+    asyncio.run(run())
+    assert turns_in(logs) == {f"s{n}": ([0, 1, 2, 3] if n == 0 else [0, 1]) for n in range(limit + more)}
+    assert rejected(logs, tmp_path / "samples.parquet") == 0
 
 
 def test_the_writers_value_path_records_what_record_turn_records(tmp_path: Path) -> None:

@@ -28,7 +28,7 @@ class ServeConfig:
     without help is a setting for library callers only (``create_app``).
     """
 
-    logs: Path = _option(help="The turn-log folder to write (several gateways may share one).")
+    logs: Path = _option(help="The turn-log folder to write (several gateways may share one).")  # noqa: RUF009
     upstream: str = _option(help="The inference server's base URL.")
     upstream_api: str = _option(
         "generate",
@@ -59,7 +59,7 @@ class ServeConfig:
         "the tokenizer.",
         metavar="LAYERS,TOPK",
     )
-    chat_template_kwargs: dict[str, Any] = _option(
+    chat_template_kwargs: dict[str, Any] = _option(  # noqa: RUF009  (a field(), its factory dict)
         help='Options every prompt is rendered with, as a JSON object (e.g. \'{"enable_thinking": false}\' for '
         "Qwen3): applied when the gateway renders (generate), forwarded as chat_template_kwargs (chat); a Chat "
         "Completions request's own chat_template_kwargs override them; recorded in each turn's metadata.",

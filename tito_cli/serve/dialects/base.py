@@ -4,8 +4,8 @@ A dialect owns its whole wire: it parses its request body (``ClientError`` namin
 for anything it cannot translate), answers a :class:`Generation` as its JSON response or its SSE
 events, words errors in its own error shape and lists the model in its own listing.  A request whose
 route names no dialect (``GET /v1/models``, an unknown path) speaks the dialect whose ``marker``
-header it carries, else the default one (:func:`~tito_cli.serve.dialects.dialect_for`).  Streaming is produced after the upstream call has finished: the
-events carry the whole reply, one delta per block.
+header it carries, else the default one (:func:`~tito_cli.serve.dialects.dialect_for`).  Streaming is
+produced after the upstream call has finished: the events carry the whole reply, one delta per block.
 """
 
 from __future__ import annotations
