@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from ..errors import TokenizerError
 from ..families import FamilyProfile, family_for, family_named, shipped_template
+from ..families.render import render_prompt
 from ..tokenizer import TokenizerChoice, load, resolve
 from .exchange import ClientError
 from .incremental import PieceEncoder
@@ -81,20 +82,13 @@ class ChatTemplate:
         """The prompt text, ending with the assistant generation prompt (``options``: the template's kwargs)."""
         import jinja2
 
-        if self.family is not None:
-            messages = self.family.server_messages(messages)
-        extra: dict[str, Any] = {**self.options, **options}
-        if self.template is not None:
-            extra["chat_template"] = self.template
+        variables = {**self.options, **options}
         try:
-            text = self.tokenizer.apply_chat_template(
-                messages, tools=cast(Any, tools), tokenize=False, add_generation_prompt=True, **extra
+            return render_prompt(
+                self.tokenizer, self.family, messages, tools, template=self.template, variables=variables
             )
         except (jinja2.TemplateError, TypeError, ValueError, KeyError) as exc:
             raise ClientError(f"the chat template cannot render these messages ({exc})") from None
-        if not isinstance(text, str):
-            raise ClientError("the chat template did not render text")
-        return text
 
     def encode(self, text: str) -> list[int]:
         """``text``'s ids (through ``encode_batch``, so that the event loop runs while Rust tokenizes)."""

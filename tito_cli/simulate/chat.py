@@ -27,13 +27,14 @@ import re
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from ..errors import TokenizerError
 from ..families import FamilyProfile, family_named, shipped_template
+from ..families.render import render_prompt
 from ..tokenizer import load
 
 __all__ = ["IM_END", "IM_START", "Chat"]
@@ -87,21 +88,14 @@ class Chat:
         """
         import jinja2  # (its exceptions only: templates run in transformers' sandboxed environment)
 
-        extra = self.family.template_kwargs(thinking=thinking)
-        if self.template is not None:
-            extra["chat_template"] = self.template if now is None else self.family.template_at(self.template, now)
+        template = self.template
+        if template is not None and now is not None:
+            template = self.family.template_at(template, now)
+        variables = self.family.template_kwargs(thinking=thinking)
         try:
-            text = self.tokenizer.apply_chat_template(
-                self.family.server_messages(messages),
-                tools=cast(Any, tools),
-                tokenize=False,
-                add_generation_prompt=True,
-                **extra,
-            )
+            return render_prompt(self.tokenizer, self.family, messages, tools, template=template, variables=variables)
         except jinja2.TemplateError as exc:
             raise TokenizerError(f"the chat template failed ({exc})", file=self.path) from None
-        assert isinstance(text, str)
-        return text
 
     def encode_prompt(self, text: str) -> Ids:
         """Token ids of a rendered prompt, tokenizing only blocks not seen before."""
