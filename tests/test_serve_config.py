@@ -147,3 +147,62 @@ def test_a_parser_that_contradicts_the_tokenizer_stops_start_up_naming_both(tmp_
     assert len(lines) == 1 and "Traceback" not in ran.stderr, ran.stderr
     assert f"--parser llama3 contradicts the tokenizer {QWEN3_NAME!r}, recognised as qwen3" in lines[0]
     assert not logs.exists()
+
+
+#: The settings only a library caller gives (``create_app``): tuning a user has no reason to touch.
+INTERNAL = {"connect_timeout", "max_connections", "workers", "default_max_tokens", "idle_trim"}
+
+
+def test_every_setting_is_a_serve_option_with_the_dataclass_default() -> None:
+    import dataclasses
+
+    import typer
+
+    from tito_cli.cli import _app
+
+    command = typer.main.get_command(_app("serve")).commands["serve"]  # type: ignore[attr-defined]
+    options = {param.name: param for param in command.params}
+    settings = {f.name: f for f in dataclasses.fields(ServeConfig)}
+    assert set(options) == (set(settings) - INTERNAL) | {"log_level"}
+    assert all("help" not in settings[name].metadata for name in INTERNAL)
+    empty = ServeConfig(logs=Path("logs"), upstream=URL)
+    for name, param in options.items():
+        if name == "log_level":
+            continue
+        assert param.help, name
+        flag = "--allow-origin" if name == "allow_origins" else "--" + name.replace("_", "-")
+        assert param.opts == [flag], name
+        if name in ("logs", "upstream"):
+            assert param.required, name
+        elif name == "allow_origins":
+            assert param.multiple and list(param.default) == list(empty.allow_origins) == []
+        elif name in ("chat_template_kwargs", "routed_experts_shape"):
+            assert param.default is None  # (text on the command line: not given is the field's default)
+        else:
+            assert param.default == getattr(empty, name), name
+
+
+def test_options_given_on_the_command_line_reach_the_config(tmp_path: Path) -> None:
+    """Every kind of option (text read as JSON or LAYERS,TOPK, repeated, flags, numbers) arrives as the field."""
+    import typer
+
+    from tito_cli.cli import _app
+    from tito_cli.cli.serve import config_of
+
+    command = typer.main.get_command(_app("serve")).commands["serve"]  # type: ignore[attr-defined]
+    args = [
+        "--logs", str(tmp_path), "--upstream", URL, "--chat-template-kwargs", '{"enable_thinking": false}',
+        "--routed-experts-shape", "2,3", "--allow-origin", "https://a.example", "--allow-origin",
+        "https://b.example", "--fsync", "--live-sessions", "7", "--max-tokens-cap", "100", "--log-level", "info",
+    ]  # fmt: skip
+    with command.make_context("serve", args) as context:
+        params = dict(context.params)
+    assert params.pop("log_level") == "info"
+    assert config_of(**params) == ServeConfig(
+        logs=tmp_path, upstream=URL, chat_template_kwargs={"enable_thinking": False}, routed_experts_shape=(2, 3),
+        allow_origins=("https://a.example", "https://b.example"), fsync=True, live_sessions=7, max_tokens_cap=100,
+    )  # fmt: skip
+    with command.make_context("serve", ["--logs", str(tmp_path), "--upstream", URL]) as context:
+        params = dict(context.params)
+    params.pop("log_level")
+    assert config_of(**params) == ServeConfig(logs=tmp_path, upstream=URL)

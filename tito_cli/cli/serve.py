@@ -34,13 +34,18 @@ def _serve(log_level: str, **options: Any) -> None:
         raise MissingDependencyError(
             f"tito serve needs the serve extra ({exc.name} is missing)", tip='pip install "tito-cli[serve]"'
         ) from None
-    settings = {name: _from_option(name, value) for name, value in options.items()}
-    settings = {name: value for name, value in settings.items() if value is not _DEFAULT}
-    config = _checked(ServeConfig, **settings)
+    config = config_of(**options)
     try:
         run_gateway(config, log_level=log_level)
     except ValueError as exc:
         raise SettingError(str(exc)) from None
+
+
+def config_of(**options: Any) -> ServeConfig:
+    """The :class:`ServeConfig` of the ``serve`` command's parsed options (``--log-level`` aside); a setting
+    that cannot work is a usage error."""
+    settings = {name: _from_option(name, value) for name, value in options.items()}
+    return _checked(ServeConfig, **{name: value for name, value in settings.items() if value is not _DEFAULT})
 
 
 def _options() -> list[inspect.Parameter]:
@@ -95,6 +100,8 @@ def _from_option(name: str, value: Any) -> Any:
         return _DEFAULT if value is None else _AS_TEXT[name](value)
     if isinstance(value, list):
         return tuple(value)
+    if name == "logs" and value is not None:
+        return Path(value)  # (typer makes it one when it runs the command; click's parsing alone gives text)
     return value
 
 
