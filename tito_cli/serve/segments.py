@@ -102,10 +102,13 @@ class Segments:
             self.problem = None
 
     def _write(self, segment: Segment, turns: _Rows, sessions: _Rows) -> None:
-        for rows, tables in ((turns, (turns, [])), (sessions, ([], sessions))):
+        for rows, kind in ((turns, "turns"), (sessions, "sessions")):
             if rows:
                 with contextlib.suppress(FileExistsError):  # written before a failed retire
-                    self.writer.write_rows(*tables, segment.number)
+                    if kind == "turns":
+                        self.writer.write_rows(rows, [], segment.number)
+                    else:
+                        self.writer.write_rows([], rows, segment.number)
                 rows.clear()
         self.journal.retire(segment)
 

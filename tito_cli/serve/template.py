@@ -11,6 +11,7 @@ from ..families.render import render_prompt
 from ..tokenizer import TokenizerChoice, load, resolve
 from .exchange import ClientError
 from .incremental import PieceEncoder
+from .registry import DEFAULT_LIVE_SESSIONS
 
 if TYPE_CHECKING:
     from .config import ServeConfig
@@ -44,7 +45,13 @@ class ChatTemplate:
     """
 
     def __init__(
-        self, name: str, family: str | None = None, *, folder: str | None = None, options: Mapping[str, Any] = {}
+        self,
+        name: str,
+        family: str | None = None,
+        *,
+        folder: str | None = None,
+        options: Mapping[str, Any] = {},
+        sessions: int = DEFAULT_LIVE_SESSIONS,
     ) -> None:
         self.name = name
         #: ``--chat-template-kwargs``: what every render passes the template (a request's own override them).
@@ -66,7 +73,7 @@ class ChatTemplate:
         #: The fast (Rust) tokenizer: ``encode_batch`` releases the GIL while it tokenizes, ``encode`` does not.
         self.backend = self.tokenizer.backend_tokenizer
         #: The ``render`` history's tokenizer of prompts by pieces, held per session (one per tokenizer).
-        self.pieces = PieceEncoder(self.backend)
+        self.pieces = PieceEncoder(self.backend, max_sessions=sessions)
 
     @classmethod
     def configured(cls, config: ServeConfig) -> ChatTemplate:
@@ -74,7 +81,10 @@ class ChatTemplate:
         ``--chat-template-kwargs``."""
         name = config.tokenizer_name
         assert name is not None, "a tokenizer name first"
-        return cls(name, config.parser, folder=config.tokenizer_folder, options=config.chat_template_kwargs)
+        return cls(
+            name, config.parser, folder=config.tokenizer_folder, options=config.chat_template_kwargs,
+            sessions=config.live_sessions,
+        )  # fmt: skip
 
     def render(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, options: Mapping[str, Any] = {}

@@ -46,7 +46,8 @@ class GenerateUpstream(Upstream):
         """How prompt ids are built (``--history``): rendered whole, or continued from the held tokens."""
         if self._history is None:
             if self.config.history == CanonicalHistory.name:
-                self._history = CanonicalHistory(self.template(), self.profile().end_of_turn)
+                end = self.profile().end_of_turn
+                self._history = CanonicalHistory(self.template(), end, max_sessions=self.config.live_sessions)
             else:
                 template = self.template()
                 self._history = RenderedHistory(template, template.pieces)
