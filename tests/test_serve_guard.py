@@ -32,6 +32,8 @@ import httpx  # noqa: E402
 
 from tito_cli.serve.app import Gateway  # noqa: E402
 from tito_cli.serve.config import ServeConfig  # noqa: E402
+from tito_cli.serve.dialects import DIALECTS  # noqa: E402
+from tito_cli.serve.dialects.chat import ChatCompletions  # noqa: E402
 from tito_cli.serve.template import ChatTemplate  # noqa: E402
 from tito_cli.serve.upstreams import UPSTREAMS  # noqa: E402
 from tito_cli.serve.upstreams.base import Upstream  # noqa: E402
@@ -517,3 +519,46 @@ def test_idle_sockets_cannot_hang_the_gateway(standin: StandIn, tmp_path: Path) 
     assert "(--max-client-connections 50): closed the one idle longest" in output
     assert output.count("--max-client-connections") <= 3  # one line per 10 s, not one per socket
     assert "Traceback" not in output
+
+
+class _Echo(ChatCompletions):
+    """A dialect plug-in: Chat Completions' body on its own route, with its own marker, listing and errors."""
+
+    name = "echo-for-test"
+    summary = "chat completions under another route"
+    path = "/v9/echo"
+    marker = "x-echo-version"
+
+    def error(self, status: int, message: str) -> dict[str, Any]:
+        return {"echo_error": {"status": status, "message": message}}
+
+    def models(self, name: str) -> dict[str, Any]:
+        return {"echo_models": [name]}
+
+
+def test_a_dialect_is_one_class_and_one_table_line_and_owns_its_whole_wire(
+    standin: StandIn, template: ChatTemplate, tmp_path: Path
+) -> None:
+    DIALECTS.register(_Echo)
+
+    async def scenario(gateway: Gateway, client: httpx.AsyncClient) -> None:
+        answer = await client.post("/v9/echo", json=chat_body(), headers={"x-api-key": "echo"})
+        assert answer.status_code == 200, answer.text
+        turns = (await client.get("/sessions/echo")).json()["turns"]
+        assert [turn["wire"] for turn in turns] == ["echo-for-test"]
+        refused = await client.post("/sessions/echo/v9/echo", json={"messages": []})
+        assert refused.status_code == 400 and refused.json()["echo_error"]["status"] == 400
+        wrong_method = await client.get("/v9/echo")  # Starlette's 405, worded by the route's dialect
+        assert wrong_method.status_code == 405 and "echo_error" in wrong_method.json()
+        assert (await client.get("/v1/models", headers={"x-echo-version": "1"})).json() == {"echo_models": ["qwen3"]}
+        anthropic = (await client.get("/v1/models", headers={"anthropic-version": "2023-06-01"})).json()
+        assert anthropic["data"][0]["type"] == "model" and anthropic["first_id"] == "qwen3"
+        assert (await client.get("/v1/models")).json()["object"] == "list"  # the default: OpenAI's
+        unknown = await client.get("/v1/nothing-here", headers={"x-echo-version": "1"})
+        assert unknown.status_code == 404 and "echo_error" in unknown.json()
+        assert "error" in (await client.get("/v1/nothing-here")).json()
+
+    try:
+        run(standin, template, tmp_path, scenario)
+    finally:
+        DIALECTS.unregister("echo-for-test")
