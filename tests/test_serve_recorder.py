@@ -398,7 +398,8 @@ def test_n_plus_k_sessions_leave_at_most_n_in_every_per_session_store(
     def stores() -> dict[str, int]:
         recorder, upstream = gateway.recorder, gateway.upstream
         assert recorder.writer is not None and upstream is not None
-        held = upstream.history().held_sessions if history == "canonical" else upstream.template().pieces.held_sessions  # type: ignore[attr-defined]
+        kept = upstream.history() if history == "canonical" else upstream.template().pieces  # type: ignore[attr-defined]
+        held = kept.held_sessions
         return {
             "registry": len(recorder.sessions),
             "summaries (GET /sessions/{id})": len(recorder._summaries),
