@@ -69,9 +69,9 @@ def experts_shape(config: ServeConfig) -> tuple[int, int]:
 class ExpertsAsk:
     """Which rows each session's log holds, so that a prompt asks only for the rows it adds."""
 
-    def __init__(self, shape: tuple[int, int]) -> None:
+    def __init__(self, shape: tuple[int, int], *, sessions: int = 4096) -> None:
         self.shape = shape
-        self._ledger = ExpertsLedger(calls=4, sessions=4096, max_bytes=64 << 20)
+        self._ledger = ExpertsLedger(calls=4, sessions=sessions, max_bytes=64 << 20)
 
     def start(self, session_id: str, prompt_ids: Sequence[int]) -> int:
         """``routed_experts_start_len`` for this prompt: the first position whose row the session lacks."""

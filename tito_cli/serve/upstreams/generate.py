@@ -173,7 +173,7 @@ class GenerateUpstream(Upstream):
         if not self.config.routed_experts:
             return None
         if self._experts is None:
-            self._experts = ExpertsAsk(experts_shape(self.config))
+            self._experts = ExpertsAsk(experts_shape(self.config), sessions=self.config.live_sessions)
         return self._experts
 
     def recorded(self, session_id: str, generation: Generation) -> None:
