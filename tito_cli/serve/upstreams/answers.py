@@ -36,7 +36,6 @@ def loads_answer(content: bytes) -> Any:
         return json.loads(content)
 
 
-
 #: The largest token id the log can hold (its ids are int32).
 ID_LIMIT = 1 << 31
 

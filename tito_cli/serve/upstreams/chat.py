@@ -246,4 +246,3 @@ def _kind(value: Any) -> str:
     if isinstance(value, bool):
         return "boolean"
     return {str: "string", list: "array", dict: "object", int: "number", float: "number"}.get(type(value), "value")
-

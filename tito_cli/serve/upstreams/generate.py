@@ -142,7 +142,6 @@ class GenerateUpstream(Upstream):
             self._experts.recorded(session_id, tokens, generation.routed_experts_start)
 
 
-
 def generate_sampling(request: ChatRequest, max_new_tokens: int) -> dict[str, Any]:
     """The ``sampling_params`` of ``request`` (what the turn records as its sampling provenance)."""
     sampling: dict[str, Any] = {
