@@ -51,7 +51,9 @@ class Transport:
             connector=connector,
             timeout=aiohttp.ClientTimeout(total=config.upstream_timeout, connect=config.connect_timeout),
             cookie_jar=aiohttp.DummyCookieJar(),  # an upstream's cookies are not the next session's
-            trust_env=True,  # HTTP(S)_PROXY and NO_PROXY as any HTTP client reads them
+            # No proxy from the environment: the upstream is the gateway's own inference server (and
+            # aiohttp would look the proxy up in a worker thread on every request).
+            trust_env=False,
         )
 
     async def post(self, path: str, payload: bytes, headers: dict[str, str] | None = None) -> bytes:
