@@ -104,24 +104,9 @@ class Upstream(ABC):
         """The messages and tools as this upstream renders or sends them (arguments normalised)."""
         return request.messages, request.tools
 
-    async def post_json(
-        self, path: str, body: dict[str, Any], headers: dict[str, str] | None = None, *, heavy: bool = True
-    ) -> Any:
-        """POST ``body`` to the upstream and return its JSON answer; every failure as an UpstreamError.
-
-        ``heavy``: the body is large enough that serialising it belongs in a worker thread (a small one
-        costs less than the hand-over).
-        """
-        payload = await self.offload(dumps_body, body) if heavy else dumps_body(body)
-        return await self.post_payload(path, payload, headers)
-
-    async def post_payload(self, path: str, payload: bytes, headers: dict[str, str] | None = None) -> Any:
-        """POST JSON already serialized; its answer parsed (:func:`.answers.loads_answer`), or an UpstreamError."""
-        content = await self.client.post(path, payload, headers)
-        return await self.parse(path, content, loads_answer)
-
     async def parse(self, path: str, content: bytes, read: Callable[[bytes], T]) -> T:
-        """``read(content)``, in a worker thread past :data:`INLINE_BYTES`; what is not JSON is an UpstreamError."""
+        """``read(content)`` (the answer's bytes, from ``await self.client.post(path, payload)``), in a worker
+        thread past :data:`INLINE_BYTES`; an answer that is not JSON is an UpstreamError."""
         try:
             if len(content) > INLINE_BYTES:
                 return cast(T, await self.offload(read, content))
