@@ -58,7 +58,7 @@ _NEEDS_EXTRA = [
     (re.compile(r"--(?:to|format) slime\b"), "torch", "slime"),  # slime dumps are torch files
     (re.compile(r"--engine ray\b"), "ray", "ray"),
     # The capture gateway's web stack.
-    *((re.compile(r"\btito serve\b"), module, "serve") for module in ("starlette", "uvicorn", "httpx")),
+    *((re.compile(r"\btito serve\b"), module, "serve") for module in ("starlette", "uvicorn", "aiohttp", "httpx")),
 ]
 
 

@@ -3,7 +3,7 @@
     from tito_cli.serve import ServeConfig, create_app
     app = create_app(ServeConfig(logs="logs/", upstream="http://127.0.0.1:30000", tokenizer="Qwen/Qwen3-8B"))
 
-Needs the ``serve`` extra (Starlette, uvicorn, httpx).  The gateway is imported when first named, so that
+Needs the ``serve`` extra (Starlette, uvicorn, aiohttp, httptools).  The gateway is imported when first named, so that
 the ``serve`` command can read :class:`ServeConfig` (its options) without the extra.
 """
 

@@ -38,6 +38,7 @@ from .reading import json_body, offload_if, session_of
 from .recorder import Recorder
 from .sessions import check_session_id
 from .template import ChatTemplate
+from .transport import Transport
 from .upstreams import UPSTREAMS, Upstream
 from .upstreams.base import INLINE_BYTES, FailureLog
 
@@ -94,18 +95,9 @@ class Gateway:
 
     @contextlib.asynccontextmanager
     async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
-        import httpx
-
         config = self.config
         self.pool = Pools(config.workers)
-        client = httpx.AsyncClient(
-            timeout=httpx.Timeout(config.upstream_timeout, connect=config.connect_timeout),
-            limits=httpx.Limits(
-                max_connections=config.max_connections,
-                max_keepalive_connections=config.max_connections,
-                keepalive_expiry=config.upstream_keepalive,
-            ),
-        )
+        client = Transport(config)
         try:
             await self._load_template()
             self.upstream = self.upstream_class(config, client, self.template, self.offload)
@@ -126,7 +118,7 @@ class Gateway:
                 await self.metrics.stop()
             await self.recorder.close()
             await self.idle.stop()
-            await client.aclose()
+            await client.close()
             self.pool.shutdown()
 
     async def _load_template(self) -> None:

@@ -16,6 +16,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from ..capture.records import PromptMessages
 
 __all__ = [
@@ -115,8 +117,9 @@ class OutputCall:
 class Generation:
     """One generation call as an upstream answered it, and what the turn records of it."""
 
-    #: A list, or an ``array('i')`` (canonical history's held ids, extended).
-    prompt_ids: Sequence[int]
+    #: A list, an ``array('i')`` (a history's held ids, extended) or an int32 numpy array (a chat answer's,
+    #: compacted as it was read): the writer takes either without a copy to numpy of a Python list.
+    prompt_ids: Sequence[int] | np.ndarray
     output_ids: list[int]
     logprobs: list[float]
     #: The upstream's own finish reason (SGLang's ``finish_reason.type``; vLLM's ``finish_reason``).

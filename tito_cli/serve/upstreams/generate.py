@@ -13,7 +13,7 @@ model family's parser: the family decided once, when the tokenizer was loaded (`
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ...families import FamilyProfile
@@ -21,9 +21,12 @@ from ..exchange import ChatRequest, Generation, OutputCall, UpstreamError, assis
 from ..experts import ExpertsAsk, decode_rows, experts_shape, weight_versions
 from ..history import RENDERED, TEMPLATE_OPTIONS, CanonicalHistory, RenderedHistory
 from ..template import ChatTemplate
-from .base import INLINE_BYTES, Upstream, check_answer, tool_arguments_object, with_arguments
+from .answers import check_answer, loads_answer
+from .base import INLINE_BYTES, Upstream, dumps_body, tool_arguments_object, with_arguments
 
-__all__ = ["GenerateUpstream"]
+__all__ = ["GenerateUpstream", "generate_payload", "generate_sampling", "read_generate_answer"]
+
+PATH = "/generate"
 
 
 class GenerateUpstream(Upstream):
@@ -76,57 +79,15 @@ class GenerateUpstream(Upstream):
         prompt = await self.offload(history.prompt, session_id, messages, tools)
         kwargs = {**template.options, **own}
         prompt_ids = prompt.ids
-        sampling: dict[str, Any] = {
-            "max_new_tokens": self.max_tokens(request) or self.config.default_max_tokens,
-            "skip_special_tokens": False,
-            "spaces_between_special_tokens": False,
-            "no_stop_trim": True,
-        }
-        for key in ("temperature", "top_p", "top_k"):
-            value = getattr(request, key)
-            if value is not None:
-                sampling[key] = value
-        if request.stop:
-            sampling["stop"] = request.stop
-        body: dict[str, Any] = {
-            "sampling_params": sampling,
-            "return_logprob": True,
-            "logprob_start_len": -1,
-            "stream": False,
-        }
+        sampling = generate_sampling(request, self.max_tokens(request) or self.config.default_max_tokens)
         asked = self.experts()
-        experts_start = 0
-        if asked is not None:
-            body["return_routed_experts"] = True
-            experts_start = asked.start(session_id, prompt_ids)
-            if experts_start:
-                body["routed_experts_start_len"] = experts_start
-        headers = {"X-SMG-Routing-Key": session_id}
-        if prompt.ids_json is not None:
-            # The history kept the ids' JSON text: splice it in rather than serialize every id again.
-            rest = json.dumps(body, ensure_ascii=False, separators=(",", ":"))
-            payload = f'{{"input_ids":{prompt.ids_json},{rest[1:]}'.encode()
-            answer = await self.post_payload("/generate", payload, headers)
-        else:
-            body = {"input_ids": prompt_ids if isinstance(prompt_ids, list) else list(prompt_ids), **body}
-            answer = await self.post_json("/generate", body, headers, heavy=len(prompt_ids) > INLINE_BYTES // 8)
-        meta = answer.get("meta_info") if isinstance(answer, dict) else None
-        if not isinstance(meta, dict):
-            raise UpstreamError("the upstream's /generate answer has no meta_info")
-        pairs = meta.get("output_token_logprobs")
-        if isinstance(pairs, list) and len(pairs) > sampling["max_new_tokens"]:
-            raise UpstreamError(
-                f"the upstream answered {len(pairs)} output token ids for max_new_tokens {sampling['max_new_tokens']}"
-            )
-        if not isinstance(pairs, list) or not all(isinstance(p, list) and len(p) >= 2 for p in pairs):
-            raise UpstreamError("the upstream's /generate answer has no meta_info.output_token_logprobs")
-        output_ids = [p[1] for p in pairs]
-        logprobs = [p[0] for p in pairs]
-        check_answer(prompt_ids, output_ids, logprobs, "/generate", self.vocabulary(), check_prompt=False)
-        finish = meta.get("finish_reason")
-        if isinstance(finish, dict) and finish.get("type") == "abort":
-            raise UpstreamError(f"the upstream aborted the generation: {finish.get('message', '')}")
-        finish_type = str(finish.get("type", "stop")) if isinstance(finish, dict) else str(finish or "stop")
+        experts_start = asked.start(session_id, prompt_ids) if asked is not None else 0
+        made = (prompt_ids, prompt.ids_json, sampling, asked is not None, experts_start)
+        heavy = prompt.ids_json is None and len(prompt_ids) > INLINE_BYTES // 8
+        payload = await self.offload(generate_payload, *made) if heavy else generate_payload(*made)
+        content = await self.client.post(PATH, payload, {"X-SMG-Routing-Key": session_id})
+        answer = await self.parse(PATH, content, loads_answer)
+        meta, output_ids, logprobs, finish_type = read_generate_answer(answer, prompt_ids, sampling, self.vocabulary())
         # The reply is what the recorded ids say: decoded from them, never the upstream's own ``text``.
         text = await self.offload(template.decode, output_ids)
         parsed = profile.parse_output(text)
@@ -180,6 +141,66 @@ class GenerateUpstream(Upstream):
         if self._experts is not None and generation.routed_experts is not None:
             tokens = [*generation.prompt_ids, *generation.output_ids]
             self._experts.recorded(session_id, tokens, generation.routed_experts_start)
+
+
+def generate_sampling(request: ChatRequest, max_new_tokens: int) -> dict[str, Any]:
+    """The ``sampling_params`` of ``request`` (what the turn records as its sampling provenance)."""
+    sampling: dict[str, Any] = {
+        "max_new_tokens": max_new_tokens,
+        "skip_special_tokens": False,
+        "spaces_between_special_tokens": False,
+        "no_stop_trim": True,
+    }
+    for key in ("temperature", "top_p", "top_k"):
+        value = getattr(request, key)
+        if value is not None:
+            sampling[key] = value
+    if request.stop:
+        sampling["stop"] = request.stop
+    return sampling
+
+
+def generate_payload(
+    prompt_ids: Sequence[int], ids_json: str | None, sampling: dict[str, Any], experts: bool, experts_start: int
+) -> bytes:
+    """The ``/generate`` body: the ids (their JSON text spliced in when the history kept it), the sampling
+    parameters, logprobs asked for, and with ``experts`` the routed experts from ``experts_start`` on."""
+    body: dict[str, Any] = {
+        "sampling_params": sampling,
+        "return_logprob": True,
+        "logprob_start_len": -1,
+        "stream": False,
+    }
+    if experts:
+        body["return_routed_experts"] = True
+        if experts_start:
+            body["routed_experts_start_len"] = experts_start
+    if ids_json is None:
+        ids_json = json.dumps(prompt_ids if isinstance(prompt_ids, list) else list(prompt_ids), separators=(",", ":"))
+    return f'{{"input_ids":{ids_json},{dumps_body(body)[1:].decode()}'.encode()
+
+
+def read_generate_answer(
+    answer: Any, prompt_ids: Sequence[int], sampling: dict[str, Any], vocabulary: int | None
+) -> tuple[dict[str, Any], list[int], list[float], str]:
+    """A ``/generate`` answer's ``meta_info``, output ids, logprobs and finish type, checked (UpstreamError)."""
+    meta = answer.get("meta_info") if isinstance(answer, dict) else None
+    if not isinstance(meta, dict):
+        raise UpstreamError("the upstream's /generate answer has no meta_info")
+    pairs = meta.get("output_token_logprobs")
+    limit = sampling["max_new_tokens"]
+    if isinstance(pairs, list) and len(pairs) > limit:
+        raise UpstreamError(f"the upstream answered {len(pairs)} output token ids for max_new_tokens {limit}")
+    if not isinstance(pairs, list) or not all(isinstance(p, list) and len(p) >= 2 for p in pairs):
+        raise UpstreamError("the upstream's /generate answer has no meta_info.output_token_logprobs")
+    output_ids = [p[1] for p in pairs]
+    logprobs = [p[0] for p in pairs]
+    check_answer(prompt_ids, output_ids, logprobs, PATH, vocabulary, check_prompt=False)
+    finish = meta.get("finish_reason")
+    if isinstance(finish, dict) and finish.get("type") == "abort":
+        raise UpstreamError(f"the upstream aborted the generation: {finish.get('message', '')}")
+    finish_type = str(finish.get("type", "stop")) if isinstance(finish, dict) else str(finish or "stop")
+    return meta, output_ids, logprobs, finish_type
 
 
 class _WithOptions:
