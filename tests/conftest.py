@@ -32,7 +32,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--tito-update-docs",
         action="store_true",
         default=False,
-        help="tests/test_docs.py: write the real output of every shown console command into the "
+        help="tests/docs/test_docs.py: write the real output of every shown console command into the "
         "documents (review the diff) instead of failing on a difference.",
     )
 

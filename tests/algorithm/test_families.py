@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 
+from tests.support.family_logs import TOKENIZERS, tokenizer_folder
+from tests.support.helpers import REPO
 from tito_cli.families import (
     FAMILIES,
     REASONING_DROPPED,
@@ -19,9 +21,6 @@ from tito_cli.families import (
     shipped_template,
 )
 from tito_cli.tokenizer import load
-
-from .family_logs import TOKENIZERS, tokenizer_folder
-from .helpers import REPO
 
 QWEN3 = REPO / "fixtures" / "tokenizers" / "qwen3"
 

@@ -1,7 +1,7 @@
 """Each family with a real tokenizer here: simulated sessions rebuilt, checked against the references, drift classified.
 
 The simulator renders DeepSeek-V3.1's, gpt-oss's and Llama 3's sessions through their real templates and
-tokenizers (``tests/family_logs.py``); the logs record the hub names, and every command finds the
+tokenizers (``tests/support/family_logs.py``); the logs record the hub names, and every command finds the
 folder through ``--tokenizer NAME=PATH``, so the family is recognised from the tokenizer or its name,
 never from a path.  What is checked:
 
@@ -22,6 +22,8 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from tests.support.family_logs import TOKENIZERS, tokenizer_folder
+from tests.support.spec_model import model_rebuild, model_rebuild_slime03
 from tito_cli.algorithm.policies import Slime03, SlimeV4
 from tito_cli.algorithm.session import rebuild_session
 from tito_cli.cli import app
@@ -32,9 +34,6 @@ from tito_cli.report.drift import OTHER, UNCLASSIFIED, divergences, family_of
 from tito_cli.simulate import SimulationSummary, simulate
 from tito_cli.tokenizer import TokenizerChoice, TokenText
 from tito_cli.turns import SessionInfo
-
-from .family_logs import TOKENIZERS, tokenizer_folder
-from .spec_model import model_rebuild, model_rebuild_slime03
 
 SESSIONS = 12
 SEED = 3

@@ -5,12 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.support.engine_helpers import msg, turn
 from tito_cli.algorithm.linearize import ForkCause, common_prefix_length
 from tito_cli.algorithm.policies import SlimeV4
 from tito_cli.algorithm.session import rebuild_session
 from tito_cli.turns import SessionInfo
-
-from .engine_helpers import msg, turn
 
 S, U = msg("system", "S"), msg("user", "u")
 A0 = msg("assistant", "a0")

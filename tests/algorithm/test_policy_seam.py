@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
+from tests.support.scenario_logs import scenario_log
 from tito_cli.algorithm.policies import Slime03, SlimeV4
 from tito_cli.algorithm.policy import POLICIES, ForkCause, Policy, policy_names, register_policy
 from tito_cli.algorithm.session import SessionResult
@@ -25,8 +26,6 @@ from tito_cli.cli import app
 from tito_cli.run.corpus import Corpus
 from tito_cli.run.rebuild import rebuild
 from tito_cli.turns import Turn
-
-from .scenario_logs import scenario_log
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """Provenance per token (issue #42): weight versions and routed experts through capture, rebuild and export.
 
-The stand-in engine's routing is a function of the prefix alone (``tests/provenance_sessions.py``), so
+The stand-in engine's routing is a function of the prefix alone (``tests/support/provenance_sessions.py``), so
 every row of every sample is checked against the sample's own tokens, whatever call computed it.
 """
 
@@ -16,6 +16,8 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
+from tests.support.helpers import needs, write_log
+from tests.support.provenance_sessions import END, LAYERS, TOPK, Engine, Harness, check_rows, render, reply, routing
 from tito_cli.algorithm.policy import Policy
 from tito_cli.algorithm.session import SessionResult
 from tito_cli.capture.writer import TurnLogWriter
@@ -25,9 +27,6 @@ from tito_cli.export.samples import session_table
 from tito_cli.run.compact import compact
 from tito_cli.run.corpus import Corpus
 from tito_cli.turns import Reject
-
-from .helpers import needs, write_log
-from .provenance_sessions import END, LAYERS, TOPK, Engine, Harness, check_rows, render, reply, routing
 
 SYSTEM = {"role": "system", "content": "you fix bugs"}
 USER = {"role": "user", "content": "please fix the parser"}

@@ -3,7 +3,7 @@
 The simulator renders every prompt with the real Qwen3 chat template and
 tokenizer, so its drift (reasoning the template drops, non-canonical splits,
 tool-call JSON the server re-renders) is the kind real logs have.  The engine
-(indexed routing, segments that never copy tokens) and ``tests/spec_model.py``
+(indexed routing, segments that never copy tokens) and ``tests/support/spec_model.py``
 (plain lists, each line a sentence of the spec) must give the same samples
 for every session, at the default threshold and at the edges.
 """
@@ -16,15 +16,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.support.helpers import REPO
+from tests.support.spec_model import model_rebuild
 from tito_cli.algorithm.policies import SlimeV4
 from tito_cli.algorithm.session import rebuild_session
 from tito_cli.read.turnlog import TurnLog
 from tito_cli.read.validate import parse_session
 from tito_cli.simulate import simulate
 from tito_cli.turns import SessionInfo, Turn
-
-from .helpers import REPO
-from .spec_model import model_rebuild
 
 DEMO_LOGS = REPO / "fixtures" / "logs"
 

@@ -7,10 +7,9 @@ import json
 import numpy as np
 import pytest
 
+from tests.support.engine_helpers import msg, turn
 from tito_cli.algorithm.policies import SlimeV4
 from tito_cli.algorithm.router import route
-
-from .engine_helpers import msg, turn
 
 S, U = msg("system", "S"), msg("user", "u")
 
@@ -136,10 +135,9 @@ def _shape(node):  # type: ignore[no-untyped-def]
 
 
 def test_starting_below_an_extended_prompt_routes_like_the_full_walk() -> None:
+    from tests.support.helpers import REPO
     from tito_cli.read.turnlog import TurnLog
     from tito_cli.read.validate import parse_session
-
-    from .helpers import REPO
 
     shortcuts = 0
     for rows in TurnLog.open([REPO / "fixtures" / "logs"]).iter_sessions():

@@ -1,6 +1,6 @@
 """``tito rebuild --policy trl`` equals TRL 1.16.0's own ``_chain_to_sequences``, session by session.
 
-The oracle is TRL's code from its pinned wheel (``tests/trl_oracle.py``).  Each log is rebuilt
+The oracle is TRL's code from its pinned wheel (``tests/support/trl_oracle.py``).  Each log is rebuilt
 through the real CLI; the turns it was rebuilt from are read back (the reader's validated turns,
 in ``seq`` order: TRL's call order) and handed to TRL; every session's rows must then agree in
 number and order, tokens, loss mask over the whole row, logprobs (float32, what the samples file
@@ -23,6 +23,9 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
+from tests.support.family_logs import TOKENIZERS, tokenizer_folder
+from tests.support.helpers import CONFORMANCE, CONFORMANCE_SLIME03, REPO, conformance_folders, read_jsonl, write_log
+from tests.support.trl_oracle import chain_to_sequences
 from tito_cli.algorithm.policy import Policy
 from tito_cli.algorithm.session import rebuild_session
 from tito_cli.cli import app
@@ -32,10 +35,6 @@ from tito_cli.read.validate import parse_session
 from tito_cli.report.drift import FIRST_MESSAGE_DIFFERS, REPLY_NOT_REPLAYED, divergences
 from tito_cli.simulate import simulate
 from tito_cli.tokenizer import TokenText
-
-from .family_logs import TOKENIZERS, tokenizer_folder
-from .helpers import CONFORMANCE, CONFORMANCE_SLIME03, REPO, conformance_folders, read_jsonl, write_log
-from .trl_oracle import chain_to_sequences
 
 THRESHOLDS = (1024, 64)
 SESSIONS = 10

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import REPO
+from tests.support.helpers import REPO
 
 
 @pytest.mark.parametrize("fmt", ["1", "2"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from .helpers import REPO
+from tests.support.helpers import REPO
 
 STAGES = [
     "imports",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from .helpers import REPO
+from tests.support.helpers import REPO
 
 
 def test_text_codecs_rewrites_a_log_as_tito_wrote_it_at_the_default_level() -> None:

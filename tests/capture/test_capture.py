@@ -15,11 +15,10 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from tests.support.helpers import REPO
 from tito_cli.capture.writer import TurnLogWriter
 from tito_cli.read.turnlog import TurnLog
 from tito_cli.schema import META_FORMAT, META_TABLE, META_TOKENIZER
-
-from .helpers import REPO
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 RESPONSE = {"role": "assistant", "content": "hello"}

@@ -17,6 +17,8 @@ import pyarrow.parquet as pq
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.support.helpers import write_log
+from tests.support.session_strategy import sessions
 from tito_cli.algorithm.linearize import Linearization, _Segment, linearize
 from tito_cli.algorithm.policies import Slime03, SlimeV4
 from tito_cli.algorithm.policy import Policy
@@ -27,9 +29,6 @@ from tito_cli.read.turnlog import TurnLog
 from tito_cli.read.validate import parse_session
 from tito_cli.run.rebuild import rebuild
 from tito_cli.turns import Turn
-
-from .helpers import write_log
-from .test_properties import sessions
 
 
 def read_turns(log: Path, policy: Policy | None = None) -> dict[str, list[Turn]]:

@@ -19,18 +19,15 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
+from tests.support.helpers import CONFORMANCE, read_jsonl, write_log
+from tests.support.imports import CASES, SOURCES, turns_of
+from tests.support.spec_model import model_rebuild
 from tito_cli.algorithm.policies import SlimeV4
 from tito_cli.capture.importing import import_traces
 from tito_cli.cli import app
 from tito_cli.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_OUTPUT, EXIT_REJECTED, OutputError, SourceError
 from tito_cli.export.openai_exchanges import export_exchanges
 from tito_cli.run.rebuild import rebuild
-
-from .helpers import CONFORMANCE, read_jsonl, write_log
-from .spec_model import model_rebuild
-
-SOURCES = Path(__file__).resolve().parent / "import_sources"
-CASES = Path(__file__).resolve().parent / "import_cases"
 
 #: Per format: the source arguments (relative to its folder) and import options.
 FIXTURES: dict[str, tuple[list[str], dict[str, Any]]] = {
@@ -47,27 +44,6 @@ def run_import(fmt: str, folder: Path, sources: list[str], options: dict[str, An
     if "rewards" in opts:
         opts["rewards"] = folder / opts["rewards"]
     return import_traces(fmt, [folder / s for s in sources], out, **opts)
-
-
-def turns_of(log: Path) -> list[dict[str, Any]]:
-    """The log's turn rows, each row stored against a base (format 2) made whole again (docs/spec.md §9)."""
-    rows = [row for path in sorted(log.glob("turns-*.parquet")) for row in pq.read_table(path).to_pylist()]
-    by_key = {(r["session_id"], r["seq"]): r for r in rows}
-
-    def whole(row: dict[str, Any]) -> dict[str, Any]:
-        if row.get("base_seq") is None:
-            return row
-        base = whole(by_key[(row["session_id"], row["base_seq"])])
-        ids = (base["prompt_ids"] + base["output_ids"])[: row["shared_prompt_ids"]] + row["prompt_ids"]
-        held = json.loads(base["prompt_messages"])
-        if base["response_message"] is not None and json.loads(base["response_message"]) is not None:
-            held.append(json.loads(base["response_message"]))
-        messages = held[: row["shared_messages"]] + json.loads(row["prompt_messages"])
-        rebuilt = {**row, "prompt_ids": ids, "prompt_messages": json.dumps(messages), "base_seq": None}
-        by_key[(row["session_id"], row["seq"])] = rebuilt
-        return rebuilt
-
-    return sorted((whole(r) for r in rows), key=lambda r: (r["session_id"], r["seq"]))
 
 
 @pytest.mark.parametrize("fmt", sorted(FIXTURES))

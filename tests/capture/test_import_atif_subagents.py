@@ -20,6 +20,8 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
+from tests.support.helpers import read_jsonl
+from tests.support.spec_model import model_rebuild
 from tito_cli.algorithm.policies import SlimeV4
 from tito_cli.algorithm.session import rebuild_session
 from tito_cli.capture.importing import import_traces
@@ -27,10 +29,7 @@ from tito_cli.read.turnlog import TurnLog
 from tito_cli.read.validate import parse_session
 from tito_cli.run.rebuild import rebuild
 
-from .helpers import read_jsonl
-from .spec_model import model_rebuild
-
-FIXTURE = Path(__file__).parent / "import_sources" / "atif"
+FIXTURE = Path(__file__).resolve().parent.parent / "import_sources" / "atif"
 PARENT, CHILD = "atif-tools", "atif-chat"
 
 

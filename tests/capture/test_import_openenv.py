@@ -18,17 +18,16 @@ from types import SimpleNamespace
 import pyarrow.parquet as pq
 from typer.testing import CliRunner
 
+from tests.support.helpers import read_jsonl
+from tests.support.imports import turns_of
+from tests.support.spec_model import model_rebuild
+from tests.support.trl_oracle import chain_to_sequences
 from tito_cli.capture.importing import import_traces
 from tito_cli.cli import app
 from tito_cli.errors import EXIT_OK
 from tito_cli.run.rebuild import rebuild
 
-from .helpers import read_jsonl
-from .spec_model import model_rebuild
-from .test_import import turns_of
-from .trl_oracle import chain_to_sequences
-
-FIXTURE = Path(__file__).parent / "import_sources" / "openenv"
+FIXTURE = Path(__file__).resolve().parent.parent / "import_sources" / "openenv"
 REWARDS = {"openenv-agent": 1.0, "openenv-chat": 0.25}
 
 

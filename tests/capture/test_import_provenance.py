@@ -20,13 +20,12 @@ import numpy as np
 import pyarrow.parquet as pq
 from typer.testing import CliRunner
 
+from tests.support.helpers import needs
+from tests.support.imports import SOURCES, turns_of
+from tests.support.provenance_sessions import LAYERS, TOPK, check_rows, routing
 from tito_cli.capture.importing import import_traces
 from tito_cli.cli import app
 from tito_cli.errors import EXIT_OK
-
-from .helpers import needs
-from .provenance_sessions import LAYERS, TOPK, check_rows, routing
-from .test_import import SOURCES, turns_of
 
 
 def _rebuild(log: Path, out: Path, *flags: str) -> list[dict[str, Any]]:
@@ -40,7 +39,7 @@ def test_rllm_keeps_the_weight_versions_the_upstream_reported_and_the_sampling_i
     needs("openai", "import")
     from openai import OpenAI
 
-    from .rllm_gateway import running_gateway, stop, wait_for_traces
+    from tests.support.rllm_gateway import running_gateway, stop, wait_for_traces
 
     def versions(call: int, outputs: int) -> dict[str, Any]:
         if call == 1:

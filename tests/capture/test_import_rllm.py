@@ -20,13 +20,12 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
+from tests.support.helpers import needs
+from tests.support.imports import turns_of
+from tests.support.spec_model import model_rebuild
 from tito_cli.capture.importers.rllm import resolve_prompt
 from tito_cli.capture.importing import import_traces
 from tito_cli.run.rebuild import rebuild
-
-from .helpers import needs
-from .spec_model import model_rebuild
-from .test_import import turns_of
 
 
 @pytest.fixture
@@ -34,7 +33,7 @@ def gateway(tmp_path: Path) -> Iterator[SimpleNamespace]:
     # The real gateway and the openai client that drives it: the import extra.
     needs("rllm_model_gateway", "import")
     needs("openai", "import")
-    from .rllm_gateway import running_gateway
+    from tests.support.rllm_gateway import running_gateway
 
     with running_gateway(tmp_path / "traces.db", tmp_path / "gateway.log") as running:
         yield running
@@ -86,7 +85,7 @@ def expected_samples(calls: list[dict[str, Any]], rewards: dict[str, float]) -> 
 def test_a_gateway_trace_store_rebuilds_to_the_samples_of_the_calls_it_proxied(
     gateway: SimpleNamespace, tmp_path: Path
 ) -> None:
-    from .rllm_gateway import TOOLS, drive, stop, wait_for_traces
+    from tests.support.rllm_gateway import TOOLS, drive, stop, wait_for_traces
 
     expected_calls = drive(gateway.base)
     wait_for_traces(gateway.base, expected_calls)

@@ -10,12 +10,11 @@ import pytest
 import typer.main
 from typer.testing import CliRunner
 
+from tests.support.helpers import REPO
 from tito_cli import __version__
 from tito_cli.cli import app
 from tito_cli.cli.app import _global_flags_first
 from tito_cli.errors import EXIT_BAD_INPUT, EXIT_OUTPUT, EXIT_USAGE
-
-from .helpers import REPO
 
 runner = CliRunner()
 

@@ -12,6 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
+from tests.support.bad_input_runs import SCENARIO_ROOT, build_scenario
+from tests.support.helpers import REPO, conformance_folders, read_jsonl, write_log
 from tito_cli.cli import app
 from tito_cli.errors import EXIT_OK, EXIT_OUTPUT, EXIT_REJECTED
 from tito_cli.read import index_pass
@@ -22,9 +24,6 @@ from tito_cli.run import rebuild as rebuild_module
 from tito_cli.run.compact import compact
 from tito_cli.run.rebuild import rejects_path
 from tito_cli.schema import META_FORMAT
-
-from .helpers import REPO, conformance_folders, read_jsonl, write_log
-from .test_bad_input import SCENARIO_ROOT, build_scenario
 
 sys.path.insert(0, str(REPO))
 from benchmarks.workload import WorkloadSpec, _generate_synthetic

@@ -8,14 +8,13 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from tests.support.helpers import REPO
+from tests.support.scenario_logs import scenario_log
+from tests.support.serve_checks import page_data
+from tests.support.serve_helpers import need_extras
 from tito_cli.cli import app
 from tito_cli.errors import EXIT_USAGE, TokenizerError
 from tito_cli.tokenizer import resolve, shipped_folder
-
-from .helpers import REPO
-from .scenario_logs import scenario_log
-from .serve_checks import page_data
-from .serve_helpers import need_extras
 
 runner = CliRunner()
 DEMO_LOGS = REPO / "fixtures" / "logs"
@@ -98,9 +97,9 @@ def test_chat_template_kwargs_from_the_command_line_and_the_request_are_rendered
     need_extras("starlette", "uvicorn", "httpx")
     import httpx
 
-    from .serve_checks import turns_by_session
-    from .serve_helpers import Gateway
-    from .serve_standin import StandIn, qwen3_output
+    from tests.support.serve_checks import turns_by_session
+    from tests.support.serve_helpers import Gateway
+    from tests.support.serve_standin import StandIn, qwen3_output
 
     no_thinking = "<|im_start|>assistant\n<think>\n\n</think>\n\n"
     logs = tmp_path / "logs"
@@ -149,8 +148,8 @@ def test_the_readme_says_what_its_test_command_skips_and_why() -> None:
     """The tests that skip without ../shared or torch are the ones the README names."""
     readme = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
     shared = sorted(
-        f"tests/{path.name}"
-        for path in (REPO / "tests").glob("test_*.py")
+        str(path.relative_to(REPO))
+        for path in (REPO / "tests").rglob("test_*.py")
         if path.name != Path(__file__).name and "assert_copy_matches_shared(" in path.read_text(encoding="utf-8")
     )
     assert len(shared) == 2

@@ -11,6 +11,8 @@ import pytest
 import typer.main
 from typer.testing import CliRunner
 
+from tests.support.helpers import CONFORMANCE, read_jsonl, write_log
+from tests.support.scenario_logs import scenario_log
 from tito_cli.algorithm.policies import SlimeV4
 from tito_cli.cli import app
 from tito_cli.errors import EXIT_OK, EXIT_USAGE
@@ -19,9 +21,6 @@ from tito_cli.report.filter import FilterError, compile_filter
 from tito_cli.run.corpus import Corpus
 from tito_cli.run.rebuild import rebuild
 from tito_cli.turns import Reject
-
-from .helpers import CONFORMANCE, read_jsonl, write_log
-from .scenario_logs import scenario_log
 
 
 @pytest.fixture(autouse=True)
@@ -284,7 +283,7 @@ def test_every_option_has_help(command: str) -> None:
     click_command = typer.main.get_command(app).commands[command]  # type: ignore[attr-defined]
     for param in click_command.params:
         assert getattr(param, "help", None), f"{command} {param.name} has no help"
-    assert command in Path(__file__).resolve().parent.parent.joinpath("docs", "inspect.md").read_text()
+    assert command in Path(__file__).resolve().parents[2].joinpath("docs", "inspect.md").read_text()
 
 
 def _grpo_rows(n: int) -> list[dict[str, Any]]:

@@ -11,10 +11,9 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
+from tests.support.helpers import CONFORMANCE, read_jsonl, write_log
 from tito_cli.cli import app
 from tito_cli.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_OUTPUT, EXIT_REJECTED
-
-from .helpers import CONFORMANCE, read_jsonl, write_log
 
 CASES = CONFORMANCE / "cases-threshold-1024"
 

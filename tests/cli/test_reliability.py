@@ -17,11 +17,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from tests.bad_input.kit import case, write_good, write_turns
+from tests.support.helpers import REPO
 from tito_cli.cli import app
 from tito_cli.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_OUTPUT, EXIT_USAGE
-
-from .bad_input.kit import case, write_good, write_turns
-from .helpers import REPO
 
 CASE = "cases-threshold-1024/case-2.7"
 

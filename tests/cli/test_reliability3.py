@@ -23,11 +23,10 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
+from tests.bad_input.kit import case, write_good, write_turns
+from tests.support.helpers import REPO, needs
 from tito_cli.cli import app
 from tito_cli.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_OUTPUT
-
-from .bad_input.kit import case, write_good, write_turns
-from .helpers import REPO, needs
 
 CASE = "cases-threshold-1024/case-2.7"
 DEMO = REPO / "fixtures" / "logs"

@@ -29,12 +29,11 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
+from tests.bad_input.kit import write_good
+from tests.support.helpers import REPO
 from tito_cli.cli import app
 from tito_cli.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_REJECTED
 from tito_cli.tokenizer import beyond_vocabulary
-
-from .bad_input.kit import write_good
-from .helpers import REPO
 
 SOURCES = REPO / "tests" / "import_sources"
 DEMO = REPO / "fixtures" / "logs"

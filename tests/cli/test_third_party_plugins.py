@@ -1,4 +1,4 @@
-"""Plug-ins from outside the package (tests/third_party_plugins.py): a policy, an output format and an
+"""Plug-ins from outside the package (tests/support/third_party_plugins.py): a policy, an output format and an
 importer, each a class and one ``register_…`` line, used through the command line with no other edit
 (docs/architecture.md, "Plug-ins")."""
 
@@ -18,15 +18,14 @@ import pytest
 from typer.testing import CliRunner
 
 import tito_cli
+from tests.support.helpers import REPO
+from tests.support.third_party_plugins import FullReward, OneTurnJsonl, TokensJsonl, register
 from tito_cli.algorithm.policies import SlimeV4
 from tito_cli.algorithm.policy import POLICIES
 from tito_cli.capture.importers import IMPORTERS
 from tito_cli.cli import app
 from tito_cli.errors import EXIT_OK, EXIT_USAGE
 from tito_cli.export.formats import OUTPUT_FORMATS
-
-from .helpers import REPO
-from .third_party_plugins import FullReward, OneTurnJsonl, TokensJsonl, register
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -87,7 +86,7 @@ def _help_of_a_tito_with_the_plug_ins(command: str) -> str:
     """``tito COMMAND --help`` of a program that registers the plug-ins, then runs tito's command line
     (help texts are built with the command line, from the classes registered by then)."""
     code = (
-        f"import sys; sys.path.insert(0, {str(REPO)!r}); import tests.third_party_plugins as plugins; "
+        f"import sys; sys.path.insert(0, {str(REPO)!r}); import tests.support.third_party_plugins as plugins; "
         f"plugins.register(); from tito_cli.cli import main; sys.argv = ['tito', {command!r}, '--help']; main()"
     )
     env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}

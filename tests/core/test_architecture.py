@@ -6,7 +6,7 @@ import ast
 import re
 from pathlib import Path
 
-from .helpers import REPO
+from tests.support.helpers import REPO
 
 PACKAGE = REPO / "tito_cli"
 

@@ -35,7 +35,7 @@ def test_import_does_not_pull_in_transformers() -> None:
 def test_a_rebuild_imports_no_slow_module_it_does_not_need(tmp_path) -> None:  # type: ignore[no-untyped-def]
     # Start-up is part of every command's time (docs/performance.md): transformers, pyarrow.compute
     # (~50 ms) and numpy.ma (~30 ms, pulled in by np.unique) stay out of it.
-    from .helpers import REPO
+    from tests.support.helpers import REPO
 
     slow = ["transformers", "pyarrow.compute", "numpy.ma"]
     code = (
@@ -65,7 +65,7 @@ def _modules_after_command(args: list[str], modules: list[str]) -> list[str]:
 
 def test_a_command_imports_its_own_module_not_every_commands(tmp_path) -> None:  # type: ignore[no-untyped-def]
     # Start-up is part of every command's time (docs/performance.md, "Where the time goes").
-    from .helpers import REPO
+    from tests.support.helpers import REPO
 
     others = ["tito_cli.cli.serve", "tito_cli.cli.view", "tito_cli.cli.simulate", "tito_cli.cli.inspect"]
     # A command that reads no Parquet loads neither pyarrow nor numpy.

@@ -14,9 +14,8 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.support.helpers import REPO
 from tito_cli._paths import safe_filename
-
-from .helpers import REPO
 
 SOURCES = sorted((REPO / "tito_cli").rglob("*.py"))
 UNSAFE_MODULES = {"pickle", "cPickle", "dill", "cloudpickle", "marshal", "shelve", "joblib"}

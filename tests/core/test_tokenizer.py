@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.helpers import REPO
+from tests.support.helpers import REPO
 
 TOKENIZER = REPO / "fixtures" / "tokenizer"
 

@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
+from tests.support.helpers import REPO
 from tito_cli.cli import app
 from tito_cli.errors import EXIT_CHECK_FAILED, EXIT_OK, EXIT_USAGE, TokenizerError
 from tito_cli.simulate import simulate
@@ -34,8 +35,6 @@ from tito_cli.tokenizer import (
     resolve,
     shipped_folder,
 )
-
-from .helpers import REPO
 
 QWEN3 = REPO / "fixtures" / "tokenizers" / "qwen3"
 HUB_ID = "Qwen/Qwen3-0.6B"

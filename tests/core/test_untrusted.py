@@ -12,10 +12,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from tests.bad_input.kit import case, turns_table, write_turns
+from tests.support.helpers import REPO
 from tito_cli.render.visible import one_line, visible
-
-from .bad_input.kit import case, turns_table, write_turns
-from .helpers import REPO
 
 FIXTURE_TOKENIZER = REPO / "fixtures" / "tokenizer"
 

@@ -1,8 +1,8 @@
 """Every command is documented, and every command the documentation shows runs and prints what it shows.
 
 The convention for shown commands (``console`` and ``sh`` blocks) and what is not run are in
-``tests/doc_examples.py``. After an intended change of output, rewrite the shown outputs with
-``python -m pytest tests/test_docs.py --tito-update-docs`` and review the diff: a console command
+``tests/support/doc_examples.py``. After an intended change of output, rewrite the shown outputs with
+``python -m pytest tests/docs/test_docs.py --tito-update-docs`` and review the diff: a console command
 whose output no longer matches gets its whole real output (``...`` placeholders in it are lost and
 must be put back by hand); a matching one is left as it is.
 """
@@ -20,10 +20,9 @@ from pathlib import Path
 import pytest
 import typer.main
 
+from tests.support import doc_examples
+from tests.support.helpers import REPO, needs
 from tito_cli.cli import app
-
-from . import doc_examples
-from .helpers import REPO, needs
 
 #: The pages and their notes (docs/notes/: dated measurements, ledgers, provenance): every shown command runs.
 DOCUMENTS = sorted([REPO / "README.md", *(REPO / "docs").glob("*.md"), *(REPO / "docs" / "notes").glob("*.md")])
@@ -190,7 +189,7 @@ def test_shown_command_runs_and_prints_what_is_shown(
     if request.config.getoption("tito_update_docs"):
         return  # the page is rewritten with what it printed when the module's tests are done
     diff = difflib.unified_diff(expected, actual, "shown", "printed", lineterm="")
-    hint = "after an intended change: python -m pytest tests/test_docs.py --tito-update-docs"
+    hint = "after an intended change: python -m pytest tests/docs/test_docs.py --tito-update-docs"
     pytest.fail(f"{where}\n" + "\n".join(diff) + f"\n{hint}", pytrace=False)
 
 

@@ -10,11 +10,8 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from tito_cli.cli import app
-from tito_cli.errors import EXIT_OK, EXIT_REJECTED
-
-from .helpers import CONFORMANCE as CONFORMANCE_COPY
-from .helpers import (
+from tests.support.helpers import CONFORMANCE as CONFORMANCE_COPY
+from tests.support.helpers import (
     REPO,
     assert_copy_matches_shared,
     assert_samples_match_expected,
@@ -22,6 +19,8 @@ from .helpers import (
     conformance_log,
     read_jsonl,
 )
+from tito_cli.cli import app
+from tito_cli.errors import EXIT_OK, EXIT_REJECTED
 
 CONFORMANCE_SHARED = REPO.parent / "shared" / "conformance"
 

@@ -12,32 +12,24 @@ Kill times are random but seeded, and every run is bounded by a timeout.
 from __future__ import annotations
 
 import json
-import os
 import random
 import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 
+from tests.support.processes import ENV, TIMEOUT, alive, children, wait_for, write_workload
 from tito_cli._atomic import atomic_path, remove_stale_temporaries
 from tito_cli.algorithm.policies import SlimeV4
 from tito_cli.read.turnlog import TurnLog
 from tito_cli.read.validate import parse_session
 from tito_cli.run.rebuild import rebuild
 
-from .bad_input.kit import turns_table, write_sessions
-from .helpers import CONFORMANCE, REPO, read_jsonl
-
 pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs POSIX signals")
-
-ENV = {**os.environ, "PYTHONPATH": str(REPO), "NO_COLOR": "1"}
-TIMEOUT = 60
 
 
 def tito(*args: str) -> subprocess.Popen[bytes]:
@@ -47,19 +39,6 @@ def tito(*args: str) -> subprocess.Popen[bytes]:
         stderr=subprocess.DEVNULL,
         env=ENV,
     )
-
-
-def write_workload(log: Path, copies: int) -> None:
-    """``copies`` renamed copies of the generated conformance sessions: a rebuild of a second or two."""
-    turns = read_jsonl(CONFORMANCE / "random-threshold-1024" / "turns.jsonl")
-    sessions = read_jsonl(CONFORMANCE / "random-threshold-1024" / "sessions.jsonl")
-    for c in range(copies):
-        log.mkdir(parents=True, exist_ok=True)
-        copy = [{**t, "session_id": f"c{c:02d}-{t['session_id']}"} for t in turns]
-        pq.write_table(turns_table(copy), log / f"turns-{c:02d}.parquet")
-        write_sessions(
-            log / f"sessions-{c:02d}.parquet", [{**s, "session_id": f"c{c:02d}-{s['session_id']}"} for s in sessions]
-        )
 
 
 def test_stale_temporaries_are_told_from_live_ones(tmp_path: Path) -> None:
@@ -207,37 +186,6 @@ def test_capture_killed_while_threads_record_keeps_every_flushed_turn(tmp_path: 
     assert sum(snapshot) > 0
 
 
-def _children(pid: int) -> list[int]:
-    """The live (not zombie) child processes of ``pid``, from /proc."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid and fields[0] != "Z":
-            found.append(int(entry.name))
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def _wait_for(condition: Callable[[], bool], seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return condition()
-
-
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads processes from /proc")
 @pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
 def test_workers_die_with_a_killed_rebuild_and_its_handoff_folder_is_swept(tmp_path: Path, how: int) -> None:
@@ -251,12 +199,12 @@ def test_workers_die_with_a_killed_rebuild_and_its_handoff_folder_is_swept(tmp_p
         [*args, "--out", str(tmp_path / "a.parquet")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env
     )
     try:
-        assert _wait_for(lambda: len(_children(proc.pid)) >= 2 and any(scratch.glob("tito-handoff-*")), TIMEOUT)
-        workers = _children(proc.pid)
+        assert wait_for(lambda: len(children(proc.pid)) >= 2 and any(scratch.glob("tito-handoff-*")), TIMEOUT)
+        workers = children(proc.pid)
         proc.send_signal(how)
         proc.wait(TIMEOUT)
         # Killed before any cleanup could run: the workers must go by themselves.
-        assert _wait_for(lambda: not any(_alive(w) for w in workers), 15), "workers outlived their rebuild"
+        assert wait_for(lambda: not any(alive(w) for w in workers), 15), "workers outlived their rebuild"
     finally:
         proc.kill()
         proc.wait(TIMEOUT)

@@ -21,14 +21,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.cli_drivers import CliRun, run_claude, run_codex
+from tests.support.helpers import REPO
+from tests.support.serve_checks import page_data
+from tests.support.serve_helpers import Gateway, free_port, need_extras
+from tests.support.serve_standin import QWEN3, _tokenizer
 from tito_cli.serve.demo import DemoUpstream, demo_agent
 from tito_cli.serve.demo.agent import HELP, Messages
-
-from .cli_drivers import CliRun, run_claude, run_codex
-from .helpers import REPO
-from .serve_checks import page_data
-from .serve_helpers import Gateway, free_port, need_extras
-from .serve_standin import QWEN3, _tokenizer
 
 need_extras("starlette", "uvicorn", "httpx")
 

@@ -19,15 +19,15 @@ from typing import Any
 
 import pytest
 
-from .cli_drivers import CliRun, run_claude, run_codex
-from .serve_checks import (
+from tests.support.cli_drivers import CliRun, run_claude, run_codex
+from tests.support.serve_checks import (
     assert_rebuild_trains_the_generated_tokens,
     assert_turns_are_the_ledger,
     assert_view_shows,
     turns_by_session,
 )
-from .serve_helpers import Gateway, need_extras
-from .serve_standin import StandIn, qwen3_output
+from tests.support.serve_helpers import Gateway, need_extras
+from tests.support.serve_standin import StandIn, qwen3_output
 
 #: What the file holds: a word no prompt contains unless the tool's output reached it.
 SECRET = "marmalade-7f3a"

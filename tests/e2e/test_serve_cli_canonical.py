@@ -18,13 +18,16 @@ from typing import Any
 
 import pytest
 
+from tests.support.cli_drivers import run_claude
+from tests.support.serve_checks import (
+    assert_rebuild_trains_the_generated_tokens,
+    assert_turns_are_the_ledger,
+    turns_by_session,
+)
+from tests.support.serve_helpers import Gateway, need_extras
+from tests.support.serve_standin import StandIn
 from tito_cli import Corpus, Policy
 from tito_cli.algorithm.session import SessionResult
-
-from .cli_drivers import run_claude
-from .serve_checks import assert_rebuild_trains_the_generated_tokens, assert_turns_are_the_ledger, turns_by_session
-from .serve_helpers import Gateway, need_extras
-from .serve_standin import StandIn
 
 FILES = {"notes.txt": "The password is marmalade-7f3a.\nThe colour is teal.\n"}
 FIRST = "Read notes.txt and tell me the password."

@@ -19,13 +19,12 @@ from typing import Any
 
 import pytest
 
+from tests.support.helpers import REPO
+from tests.support.serve_helpers import QWEN3_NAME, Gateway, converse, free_port, need_extras
+from tests.support.serve_standin import StandIn, qwen3_output
 from tito_cli.read.turnlog import TurnLog
 from tito_cli.read.validate import parse_session
 from tito_cli.run.rebuild import rebuild
-
-from .helpers import REPO
-from .serve_helpers import QWEN3_NAME, Gateway, free_port, need_extras
-from .serve_standin import StandIn, qwen3_output
 
 need_extras("starlette", "uvicorn", "httpx")
 
@@ -47,22 +46,6 @@ def standin() -> Any:
         yield server
 
 
-def _converse(url: str, sid: str, messages: list[dict[str, Any]], answered: list[str], turns: int) -> None:
-    """Go on with the session until it has ``turns`` answers or the gateway goes away."""
-    while len(answered) < turns:
-        try:
-            answer = httpx.post(
-                url + "/v1/chat/completions",
-                json={"model": "m", "messages": messages},
-                headers={"x-api-key": sid},
-                timeout=30,
-            )
-            answer.raise_for_status()
-            message = answer.json()["choices"][0]["message"]
-        except (httpx.HTTPError, ValueError, KeyError):
-            return
-        answered.append(message["content"])
-        messages += [{"role": "assistant", "content": message["content"]}, {"role": "user", "content": "next"}]
 
 
 def test_sigkill_under_load_loses_no_answered_turn_and_a_restart_continues(standin: StandIn, tmp_path: Path) -> None:
@@ -75,7 +58,7 @@ def test_sigkill_under_load_loses_no_answered_turn_and_a_restart_continues(stand
     try:
         with Gateway(standin.url, logs, api="chat") as gw:  # default flags: --flush-every 10, no --fsync
             threads = [
-                threading.Thread(target=_converse, args=(gw.url, sid, conversations[sid], answered[sid], TURNS))
+                threading.Thread(target=converse, args=(gw.url, sid, conversations[sid], answered[sid], TURNS))
                 for sid in conversations
             ]
             for thread in threads:
@@ -88,7 +71,7 @@ def test_sigkill_under_load_loses_no_answered_turn_and_a_restart_continues(stand
         assert sum(before.values()) < SESSIONS * TURNS, f"killed too late (seed {seed})"
         with Gateway(standin.url, logs, api="chat") as gw:
             threads = [
-                threading.Thread(target=_converse, args=(gw.url, sid, conversations[sid], answered[sid], TURNS))
+                threading.Thread(target=converse, args=(gw.url, sid, conversations[sid], answered[sid], TURNS))
                 for sid in conversations
             ]
             for thread in threads:

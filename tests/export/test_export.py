@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
+from tests.support.helpers import REPO, needs
 from tito_cli._atomic import publish
 from tito_cli.cli import app
 from tito_cli.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_REJECTED, EXIT_USAGE, ExportError
@@ -32,8 +33,6 @@ from tito_cli.export.slime import SlimeOptions
 from tito_cli.run.export import export_samples
 from tito_cli.run.rebuild import rebuild
 from tito_cli.schema import SAMPLES_SCHEMA
-
-from .helpers import REPO, needs
 
 try:
     import torch

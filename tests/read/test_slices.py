@@ -19,6 +19,8 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
+from tests.support.bad_input_runs import SCENARIOS, build_scenario, check_outcome, rebuild_args
+from tests.support.helpers import REPO, write_log
 from tito_cli.cli import app
 from tito_cli.read import index_pass
 from tito_cli.read import rows as readpath
@@ -31,9 +33,6 @@ from tito_cli.run import plan as planning
 from tito_cli.run.compact import compact
 from tito_cli.run.plan import MAX_DECODE_OVERHEAD, decoded_bytes, plan_batches, worker_cap, workers_for
 from tito_cli.run.rebuild import rebuild
-
-from .helpers import REPO, write_log
-from .test_bad_input import SCENARIOS, build_scenario, check_outcome, rebuild_args
 
 DEMO = REPO / "fixtures" / "logs"
 

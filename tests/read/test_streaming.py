@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from tests.support.helpers import write_log
 from tito_cli._arrow import all_finite
 from tito_cli.algorithm.policies import SlimeV4
 from tito_cli.algorithm.session import rebuild_session
@@ -26,8 +27,6 @@ from tito_cli.read.turnlog import TurnLog
 from tito_cli.read.validate import _MessageParser, parse_session
 from tito_cli.schema import TURNS_SCHEMA, table_metadata
 from tito_cli.turns import Reject, message_key
-
-from .helpers import write_log
 
 
 def _turn(sid: str, seq: int, prompt: list[int]) -> dict[str, Any]:
@@ -275,12 +274,11 @@ def test_the_samples_writer_buffers_a_bounded_number_of_sessions(tmp_path: Path)
     objects, however few tokens); by the token budget alone, 40,000 tiny
     sessions were all held until the end.
     """
+    from tests.bad_input.kit import case, write_turns
     from tito_cli._atomic import publish
     from tito_cli.export.base import SinkContext
     from tito_cli.export.parquet import SamplesWriter
     from tito_cli.run.corpus import Corpus
-
-    from .bad_input.kit import case, write_turns
 
     write_turns(tmp_path / "logs" / "turns.parquet", case("cases-threshold-1024/case-2.7", "tiny"))
     (result,) = Corpus.open([tmp_path / "logs"]).results()

@@ -10,6 +10,9 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from tests.support.helpers import REPO
+from tests.support.scenario_logs import TOKENIZER as SCENARIO_TOKENIZER
+from tests.support.scenario_logs import scenario_log
 from tito_cli.algorithm.policies import SlimeV4
 from tito_cli.algorithm.session import SessionResult
 from tito_cli.report.drift import (
@@ -25,10 +28,6 @@ from tito_cli.report.drift import (
 )
 from tito_cli.run.corpus import Corpus
 from tito_cli.tokenizer import TokenText
-
-from .helpers import REPO
-from .scenario_logs import TOKENIZER as SCENARIO_TOKENIZER
-from .scenario_logs import scenario_log
 
 SMALL = REPO / "fixtures" / "tokenizer"
 QWEN3 = REPO / "fixtures" / "tokenizers" / "qwen3"

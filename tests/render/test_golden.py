@@ -17,14 +17,13 @@ import pytest
 import typer.main
 from typer.testing import CliRunner
 
+from tests.support.helpers import CONFORMANCE, CONFORMANCE_SLIME03, REPO, conformance_folders, read_jsonl, write_log
 from tito_cli.cli import app
 from tito_cli.errors import EXIT_CHECK_FAILED, EXIT_OK, EXIT_USAGE
 from tito_cli.golden.compare import Status
 from tito_cli.golden.serialize import token_label
 from tito_cli.pytest_plugin import TitoGolden
 from tito_cli.tokenizer import TokenText
-
-from .helpers import CONFORMANCE, CONFORMANCE_SLIME03, REPO, conformance_folders, read_jsonl, write_log
 
 GOLDEN = REPO / "tests" / "golden"
 CASES = CONFORMANCE / "cases-threshold-1024"
@@ -556,7 +555,7 @@ DEMO_LOGS = REPO / "fixtures" / "logs"
 def test_demo_log_goldens(tito_golden: TitoGolden) -> None:
     """Full-style goldens of the demo logs, decoded through fixtures/tokenizers/qwen3.
 
-    After merging new demo logs: ``python -m pytest tests/test_golden.py -k demo_log --tito-update``.
+    After merging new demo logs: ``python -m pytest tests/render/test_golden.py -k demo_log --tito-update``.
     """
     report = tito_golden.check(DEMO_LOGS, GOLDEN / "logs")
     dumps = sorted((GOLDEN / "logs").glob("*.txt"))

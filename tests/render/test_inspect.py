@@ -15,6 +15,8 @@ from rich.console import Console
 from rich.text import Text
 from typer.testing import CliRunner
 
+from tests.support.helpers import conformance_folders, read_jsonl, write_log
+from tests.support.scenario_logs import TOKENIZER, scenario_log
 from tito_cli.algorithm.policies import SlimeV4
 from tito_cli.algorithm.session import SessionResult
 from tito_cli.cli import app
@@ -31,9 +33,6 @@ from tito_cli.report.session_facts import samples_data, tree_nodes, turn_rows
 from tito_cli.run.corpus import Corpus
 from tito_cli.tokenizer import TokenText, visible
 from tito_cli.turns import Reject
-
-from .helpers import conformance_folders, read_jsonl, write_log
-from .scenario_logs import TOKENIZER, scenario_log
 
 MAIN = "s-7f3a-fix-tests"
 
@@ -454,7 +453,7 @@ def test_explicit_tokenizer_overrides_the_log(agent_logs_no_tokenizer: Path) -> 
 
 # -- acceptance on the demo logs (fixtures/logs, from the simulator) ------------------------------
 
-DEMO_LOGS = Path(__file__).resolve().parent.parent / "fixtures" / "logs"
+DEMO_LOGS = Path(__file__).resolve().parents[2] / "fixtures" / "logs"
 #: A demo session with a sub-agent, realigns and forks, and drift of every class.
 DEMO = "qwen3-0-0028"
 

@@ -10,14 +10,13 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
+from tests.support.helpers import CONFORMANCE_SLIME03, read_jsonl, write_log
 from tito_cli.algorithm.policies import Slime03
 from tito_cli.algorithm.session import SessionResult
 from tito_cli.cli import app
 from tito_cli.errors import EXIT_OK
 from tito_cli.pytest_plugin import TitoGolden
 from tito_cli.run.corpus import Corpus
-
-from .helpers import CONFORMANCE_SLIME03, read_jsonl, write_log
 
 
 def cases_log(root: Path, threshold: int) -> Path:
@@ -173,7 +172,7 @@ def test_the_policies_page_shows_real_output() -> None:
     import subprocess
     import sys
 
-    from .helpers import REPO
+    from tests.support.helpers import REPO
 
     env = {k: v for k, v in os.environ.items() if k != "COLUMNS"} | {"PYTHONPATH": str(REPO), "NO_COLOR": "1"}
     text = (REPO / "docs" / "policies.md").read_text(encoding="utf-8")

@@ -16,16 +16,15 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
+from tests.support.helpers import write_log
+from tests.support.scenario_logs import scenario_log
 from tito_cli.algorithm.session import SessionResult
 from tito_cli.cli import app
 from tito_cli.errors import EXIT_OK, EXIT_OUTPUT, EXIT_USAGE
 from tito_cli.render.html import bar_chart
 from tito_cli.run.corpus import Corpus
 
-from .helpers import write_log
-from .scenario_logs import scenario_log
-
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "fixtures" / "logs"
 
 
@@ -191,7 +190,7 @@ def test_log_text_cannot_break_out_of_the_page(tmp_path: Path) -> None:
 def test_policy_flag_filters_mark_the_sessions_whose_samples_carry_them(tmp_path: Path) -> None:
     """Under slime-0.3 the table offers the per-sample flags as filters (docs/spec.md §8.6), and a session's
     row carries each flag that some expected sample of the reference carries; slime-v4 pages offer none."""
-    from .helpers import read_jsonl
+    from tests.support.helpers import read_jsonl
 
     folder = ROOT / "fixtures" / "conformance-slime03" / "cases-threshold-1024"
     log = tmp_path / "logs"

@@ -24,7 +24,7 @@ from tito_cli.report.facts import session_row
 from tito_cli.run.corpus import Corpus
 from tito_cli.turns import Reject
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "fixtures" / "logs"
 
 #: Flags that work as root in a container; a fresh profile per run (Playwright makes one).
@@ -290,7 +290,7 @@ def test_screenshots(tab: Tab, tmp_path: Path) -> None:
 
 
 def test_a_log_without_tokenizer_shows_token_ids(browser: Any, tmp_path: Path) -> None:
-    from .scenario_logs import scenario_log
+    from tests.support.scenario_logs import scenario_log
 
     logs = scenario_log("agent", tmp_path / "logs", tokenizer=None)
     out = tmp_path / "ids.html"

@@ -18,10 +18,9 @@ from typing import Any
 import pyarrow.parquet as pq
 from typer.testing import CliRunner
 
+from tests.bad_input.kit import turns_table, write_sessions
+from tests.support.helpers import CONFORMANCE, REPO, read_jsonl, write_log
 from tito_cli.cli import app
-
-from .bad_input.kit import turns_table, write_sessions
-from .helpers import CONFORMANCE, REPO, read_jsonl, write_log
 
 FOLDERS = ["cases-threshold-1024", "random-threshold-1024"]
 

@@ -25,12 +25,11 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.support.helpers import write_log
 from tito_cli.errors import OutputError
 from tito_cli.run import handoff, pool
 from tito_cli.run.lifetime import HANDOFF_PREFIX, handoff_folder, sweep_handoff_folders
 from tito_cli.run.rebuild import rebuild
-
-from .helpers import write_log
 
 
 @pytest.fixture

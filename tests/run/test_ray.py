@@ -12,11 +12,10 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from tests.support.helpers import CONFORMANCE_SLIME03, conformance_folders, needs, read_jsonl, write_log
+from tests.support.slime03 import assert_matches_reference, folder_log
 from tito_cli.algorithm.policies import SlimeV4
 from tito_cli.run.rebuild import rebuild
-
-from .helpers import CONFORMANCE_SLIME03, conformance_folders, needs, read_jsonl, write_log
-from .test_conformance_slime03 import assert_matches_reference, folder_log
 
 ray = needs("ray", "ray", module_level=True)
 needs("ray.data", "ray", module_level=True)

@@ -11,13 +11,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from tests.support.helpers import REPO
+from tests.support.processes import ENV, TIMEOUT, alive, children, wait_for, write_workload
 from tito_cli.cli import app
 from tito_cli.errors import EXIT_USAGE
 from tito_cli.run.local import LocalOptions, LocalRunner
 from tito_cli.run.rebuild import RebuildOptions, rebuild, rebuild_with, runner_for
-
-from .helpers import REPO
-from .test_crash import ENV, TIMEOUT, _alive, _children, _wait_for, write_workload
 
 DEMO = REPO / "fixtures" / "logs"
 
@@ -68,12 +67,12 @@ def test_golden_dump_workers_die_with_a_killed_dump(tmp_path: Path, how: int) ->
     args = [sys.executable, "-m", "tito_cli", "dump", str(log), "-j", "2", "--out", str(tmp_path / "dumps")]
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
     try:
-        assert _wait_for(lambda: len(_children(proc.pid)) >= 2, TIMEOUT), "the dump started no workers"
-        workers = _children(proc.pid)
+        assert wait_for(lambda: len(children(proc.pid)) >= 2, TIMEOUT), "the dump started no workers"
+        workers = children(proc.pid)
         proc.send_signal(how)
         proc.wait(TIMEOUT)
         # Killed before any cleanup could run: the workers must go by themselves.
-        assert _wait_for(lambda: not any(_alive(w) for w in workers), 15), "workers outlived their dump"
+        assert wait_for(lambda: not any(alive(w) for w in workers), 15), "workers outlived their dump"
     finally:
         proc.kill()
         proc.wait(TIMEOUT)

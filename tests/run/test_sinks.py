@@ -8,14 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.helpers import REPO
 from tito_cli import _atomic
 from tito_cli._atomic import StagedFile, publish
 from tito_cli.algorithm.policies import SlimeV4
 from tito_cli.errors import OutputError
 from tito_cli.export import rejects
 from tito_cli.run.rebuild import rebuild
-
-from .helpers import REPO
 
 DEMO = REPO / "fixtures" / "logs"
 

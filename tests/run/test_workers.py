@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
+from tests.support.helpers import conformance_folders, read_jsonl, write_log
 from tito_cli.algorithm.policies import SlimeV4
 from tito_cli.cli import app
 from tito_cli.errors import EXIT_BAD_INPUT, UnreadableLogError
@@ -35,8 +36,6 @@ from tito_cli.run.plan import (
     workers_for,
 )
 from tito_cli.run.rebuild import rebuild
-
-from .helpers import conformance_folders, read_jsonl, write_log
 
 FOLDERS = conformance_folders()
 

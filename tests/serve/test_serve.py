@@ -15,13 +15,14 @@ from typing import Any
 
 import pytest
 
+from tests.support.serve_checks import (
+    assert_rebuild_trains_each_output_once,
+    assert_turns_are_the_ledger_in_order,
+    session_turns,
+)
+from tests.support.serve_helpers import ANTHROPIC_TOOLS, OPENAI_TOOLS, Gateway, need_extras
+from tests.support.serve_standin import StandIn, qwen3_output
 from tito_cli.read.turnlog import TurnLog
-from tito_cli.read.validate import parse_session
-from tito_cli.turns import Turn
-
-from .serve_checks import assert_rebuild_trains_each_output_once, assert_turns_are_the_ledger_in_order
-from .serve_helpers import Gateway, need_extras
-from .serve_standin import StandIn, qwen3_output
 
 need_extras("starlette", "uvicorn", "httpx", "anthropic", "openai")
 
@@ -96,40 +97,7 @@ def gateway(
 # -- reading what was recorded ------------------------------------------------------------------
 
 
-def session_turns(logs: Path, session_id: str, expected: int, timeout: float = 20.0) -> list[Turn]:
-    """The session's turns once the log holds ``expected`` of them (the writer flushes on a timer)."""
-    deadline = time.monotonic() + timeout
-    turns: list[Turn] = []
-    while time.monotonic() < deadline:
-        if list(logs.glob("*.parquet")):
-            log = TurnLog.open([logs])
-            turns = [t for rows in log.iter_sessions({session_id}) for t in parse_session(rows)]
-            if len(turns) >= expected:
-                return turns
-        time.sleep(0.1)
-    raise AssertionError(f"session {session_id}: {len(turns)} turns in the log, expected {expected}")
-
-
 # -- the SDK agents -------------------------------------------------------------------------------
-
-OPENAI_TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "run",
-            "description": "Run a shell command.",
-            "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}, "n": {"type": "integer"}}},
-        },
-    }
-]
-ANTHROPIC_TOOLS = [
-    {
-        "name": t["function"]["name"],
-        "description": t["function"]["description"],
-        "input_schema": t["function"]["parameters"],
-    }
-    for t in OPENAI_TOOLS
-]
 
 
 def chat_agent(client: openai.OpenAI, stream: bool) -> int:

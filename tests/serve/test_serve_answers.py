@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from .helpers import needs
+from tests.support.helpers import needs
 
 # tito_cli.serve imports the gateway's web stack: skipped without the serve extra, failed under CI.
 needs("starlette", "serve", module_level=True)

@@ -17,19 +17,21 @@ from typing import Any
 
 import pytest
 
+from tests.support.serve_helpers import ANTHROPIC_TOOLS, OPENAI_TOOLS, Gateway, need_extras
+from tests.support.serve_standin import StandIn
 from tito_cli import Corpus, Policy
 from tito_cli.algorithm.session import SessionResult
-
-from .serve_helpers import Gateway, need_extras
-from .serve_standin import StandIn
 
 need_extras("starlette", "uvicorn", "httpx", "anthropic", "openai")
 
 import anthropic  # noqa: E402
 import openai  # noqa: E402
 
-from .serve_checks import assert_rebuild_trains_each_output_once, assert_turns_are_the_ledger_in_order  # noqa: E402
-from .test_serve import ANTHROPIC_TOOLS, OPENAI_TOOLS, session_turns  # noqa: E402
+from tests.support.serve_checks import (  # noqa: E402
+    assert_rebuild_trains_each_output_once,
+    assert_turns_are_the_ledger_in_order,
+    session_turns,
+)
 
 FOLLOW_UP = "Now run the tests."
 SUB_AGENT = "You are a sub-agent that lists files."

@@ -13,10 +13,9 @@ from typing import Any
 
 import pytest
 
+from tests.support.helpers import REPO
+from tests.support.serve_helpers import QWEN3_NAME, need_extras
 from tito_cli.families import family_named
-
-from .helpers import REPO
-from .serve_helpers import QWEN3_NAME, need_extras
 
 need_extras("starlette", "uvicorn", "httpx")
 

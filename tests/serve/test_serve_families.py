@@ -1,6 +1,6 @@
 """tito serve --upstream-api generate for each family with a tokenizer here: one agent session through the gateway.
 
-The stand-in upstream (tests/serve_standin.py) writes each reply in the family's own format (the
+The stand-in upstream (tests/support/serve_standin.py) writes each reply in the family's own format (the
 profile's ``write_output``: DeepSeek's call markers, harmony channels, Llama 3's JSON lines); the
 gateway renders the prompt with the family's template (gpt-oss's folder has none: the one tito
 ships), parses the output with the family's parser, and the OpenAI SDK agent gets the reasoning and
@@ -17,14 +17,13 @@ from typing import Any
 
 import pytest
 
+from tests.support.family_logs import tokenizer_folder
+from tests.support.serve_helpers import Gateway, need_extras
+from tests.support.serve_standin import StandIn
 from tito_cli.families import family_named
 from tito_cli.read.turnlog import TurnLog
 from tito_cli.read.validate import parse_session
 from tito_cli.run.rebuild import rebuild
-
-from .family_logs import tokenizer_folder
-from .serve_helpers import Gateway, need_extras
-from .serve_standin import StandIn
 
 need_extras("starlette", "uvicorn", "httpx", "openai")
 

@@ -22,9 +22,9 @@ from typing import Any
 
 import pytest
 
-from .serve_helpers import Gateway as GatewayProcess
-from .serve_helpers import need_extras
-from .serve_standin import QWEN3, StandIn, qwen3_output
+from tests.support.serve_helpers import Gateway as GatewayProcess
+from tests.support.serve_helpers import need_extras
+from tests.support.serve_standin import QWEN3, StandIn, qwen3_output
 
 need_extras("starlette", "uvicorn", "httpx")
 

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from .helpers import REPO, needs
+from tests.support.helpers import REPO, needs
+from tests.support.serve_helpers import BASH_TOOLS as TOOLS
 
 # tito_cli.serve imports the gateway's web stack: skipped without the serve extra, failed under CI.
 needs("starlette", "serve", module_level=True)
@@ -34,16 +35,6 @@ from tito_cli.tokenizer import load  # noqa: E402
 QWEN3 = REPO / "fixtures" / "tokenizers" / "qwen3"
 LLAMA3 = REPO / "tests" / "npm" / "node_modules" / "@lenml" / "tokenizer-llama3_1" / "models"
 
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "bash",
-            "description": "Run a shell command.",
-            "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]},
-        },
-    }
-]
 
 
 class Renderer:

@@ -20,15 +20,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tokenizers import AddedToken
 
+from tests.support.family_logs import TOKENIZERS, tokenizer_folder
+from tests.support.helpers import REPO
 from tito_cli.serve.exchange import ClientError
 from tito_cli.serve.history import RenderedHistory
 from tito_cli.serve.incremental import PieceEncoder, marks_of
 from tito_cli.serve.template import ChatTemplate
 from tito_cli.serve.upstreams.base import tool_arguments_object, with_arguments
 from tito_cli.simulate import simulate
-
-from .family_logs import TOKENIZERS, tokenizer_folder
-from .helpers import REPO
 
 QWEN3 = REPO / "fixtures" / "tokenizers" / "qwen3"
 FAMILIES = ["qwen3", *sorted(TOKENIZERS)]

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from .serve_checks import assert_turns_are_the_ledger, raw_seqs_by_session, turns_by_session
-from .serve_helpers import Gateway, need_extras
-from .serve_standin import StandIn
+from tests.support.serve_checks import assert_turns_are_the_ledger, raw_seqs_by_session, turns_by_session
+from tests.support.serve_helpers import Gateway, need_extras
+from tests.support.serve_standin import StandIn
 
 SESSIONS = 64
 #: Enough for an order per session; every turn of every session is in flight beside 63 others.

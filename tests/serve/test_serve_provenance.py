@@ -27,13 +27,12 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
+from tests.support.serve_helpers import BASH_TOOLS as TOOLS
+from tests.support.serve_helpers import QWEN3_NAME, need_extras, recorder_of
+from tests.support.serve_standin import StandIn, qwen3_output
 from tito_cli.cli import app as cli
 from tito_cli.errors import EXIT_REJECTED
 from tito_cli.serve.demo.server import prefix_routing
-
-from .serve_helpers import QWEN3_NAME, need_extras
-from .serve_standin import StandIn, qwen3_output
-from .test_serve_recorder import _recorder_of
 
 need_extras("starlette", "httpx")
 
@@ -46,16 +45,6 @@ from tito_cli.serve.experts import CallKinds, experts_shape  # noqa: E402
 SHAPE = (3, 2)
 SYSTEM = {"role": "system", "content": "You are a coding agent."}
 TASK = {"role": "user", "content": "Fix the failing test."}
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "bash",
-            "description": "Run a shell command.",
-            "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]},
-        },
-    }
-]
 
 
 def script(prompt: Any) -> str:
@@ -311,7 +300,7 @@ def test_weight_versions_on_the_chat_route_come_from_metadata(standin: StandIn, 
 
 # -- call kind -----------------------------------------------------------------------------------
 
-CASES = Path(__file__).parent / "serve_cases"
+CASES = Path(__file__).resolve().parent.parent / "serve_cases"
 
 #: Claude Code 2.1.197's side calls, as its code builds them (the binary tests/npm installs:
 #: querySource "generate_session_title" sends a title system prompt and one user message with the
@@ -425,7 +414,7 @@ def test_a_killed_gateways_journaled_rows_are_adopted(standin: StandIn, tmp_path
 
     async def killed() -> None:
         app = create_app(config)
-        await _kill_and_drive(app, _recorder_of(app))
+        await _kill_and_drive(app, recorder_of(app))
 
     async def _kill_and_drive(app: Any, recorder: Any) -> None:
         async def die() -> None:  # like a SIGKILL: nothing written as Parquet, the journal's lock released

@@ -21,15 +21,14 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.support.serve_helpers import QWEN3_NAME, need_extras, recorder_of
+from tests.support.serve_standin import StandIn, qwen3_output
 from tito_cli.capture.journal import Journal, decode_journal, encode_finish, encode_turn, journal_files
 from tito_cli.capture.records import turn_row
 from tito_cli.capture.writer import RecordedTurn, TurnLogWriter
 from tito_cli.read.turnlog import TurnLog
 from tito_cli.read.validate import parse_session
 from tito_cli.run.rebuild import rebuild
-
-from .serve_helpers import QWEN3_NAME, need_extras
-from .serve_standin import StandIn, qwen3_output
 
 need_extras("starlette", "httpx")
 
@@ -111,7 +110,7 @@ def test_a_killed_gateways_journal_is_adopted_at_start_up(standin: StandIn, tmp_
     async def killed() -> None:
         config = ServeConfig(logs=logs, upstream=standin.url, upstream_api="chat", tokenizer=QWEN3_NAME)
         app = create_app(config)
-        recorder = _recorder_of(app)
+        recorder = recorder_of(app)
 
         async def die() -> None:  # like a SIGKILL: nothing written as Parquet, the journal's lock released
             assert recorder._ticker is not None and recorder.journal is not None
@@ -195,17 +194,10 @@ def test_a_removed_log_folder_is_a_503_and_healthz_fails(standin: StandIn, tmp_p
                 assert answer.status_code == 503 and answer.json()["type"] == "error"
 
     asyncio.run(run())
-    recorder = _recorder_of(app)  # (the app outlives its lifespan)
+    recorder = recorder_of(app)  # (the app outlives its lifespan)
     assert recorder.unwritten is not None and "could not be written" in recorder.unwritten
 
 
-def _recorder_of(app: Any) -> Recorder:
-    for route in app.routes:
-        endpoint = getattr(route, "endpoint", None)
-        owner = getattr(endpoint, "__self__", None)
-        if owner is not None and hasattr(owner, "recorder"):
-            return owner.recorder  # type: ignore[no-any-return]
-    raise AssertionError("no gateway behind the app")
 
 
 def test_a_turn_the_log_cannot_hold_is_refused_before_it_is_journaled(tmp_path: Path) -> None:
@@ -396,7 +388,7 @@ def test_the_journal_benchmark_runs() -> None:
     import subprocess
     import sys
 
-    from .helpers import REPO
+    from tests.support.helpers import REPO
 
     done = subprocess.run(
         [sys.executable, "benchmarks/journal.py", "--turns", "2"], cwd=REPO, capture_output=True, text=True, timeout=120

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from .serve_helpers import need_extras
-from .serve_standin import StandIn, qwen3_output
+from tests.support.serve_helpers import need_extras
+from tests.support.serve_standin import StandIn, qwen3_output
 
 need_extras("httpx")
 

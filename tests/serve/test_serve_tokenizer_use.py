@@ -9,12 +9,11 @@ from pathlib import Path
 
 from starlette.testclient import TestClient
 
+from tests.support.helpers import REPO
 from tito_cli.serve.app import Gateway
 from tito_cli.serve.config import ServeConfig
 from tito_cli.serve.run import prepare
 from tito_cli.serve.template import ChatTemplate
-
-from .helpers import REPO
 
 QWEN3 = REPO / "fixtures" / "tokenizers" / "qwen3"
 COUNT = {"model": "m", "messages": [{"role": "user", "content": "How many tokens is this?"}]}

@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
+from tests.support.helpers import REPO
 from tito_cli.algorithm.session import SessionResult
 from tito_cli.algorithm.tree import Node
 from tito_cli.capture.writer import TurnLogWriter
@@ -29,8 +30,6 @@ from tito_cli.simulate.environment import Workspace
 from tito_cli.simulate.model import Action, Model, output_text
 from tito_cli.simulate.profiles import FEATURES, assign_features
 from tito_cli.simulate.session import CONTINUATION
-
-from .helpers import REPO
 
 LOGS = REPO / "fixtures" / "logs"
 TOKENIZER = REPO / "fixtures" / "tokenizer"

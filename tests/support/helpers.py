@@ -16,7 +16,7 @@ import pytest
 from tito_cli.capture.records import stored_row
 from tito_cli.capture.writer import TurnLogWriter
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parent.parent.parent
 CONFORMANCE = REPO / "fixtures" / "conformance"
 #: The slime-0.3 policy's corpus (SPEC §8), run with ``--policy slime-0.3``.
 CONFORMANCE_SLIME03 = REPO / "fixtures" / "conformance-slime03"

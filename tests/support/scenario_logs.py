@@ -12,7 +12,7 @@ from pathlib import Path
 
 from .helpers import read_jsonl, write_log
 
-SCENARIOS = Path(__file__).resolve().parent / "scenarios"
+SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 TOKENIZER = SCENARIOS / "tokenizer"
 
 
@@ -29,7 +29,7 @@ def scenario_log(name: str, out_dir: Path, *, tokenizer: str | None = str(TOKENI
     return out_dir
 
 
-if __name__ == "__main__":  # python -m tests.scenario_logs NAME OUT_DIR (the docs' examples use it)
+if __name__ == "__main__":  # python -m tests.support.scenario_logs NAME OUT_DIR (the docs' examples use it)
     import sys
 
     name, out = sys.argv[1:3]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -171,3 +172,17 @@ def assert_view_shows(log: Path, out: Path, samples: Path) -> None:
             assert sample["ids"] == rows[(sid, sample["index"])]["tokens"]
             shown += 1
     assert shown == len(rows)
+
+
+def session_turns(logs: Path, session_id: str, expected: int, timeout: float = 20.0) -> list[Turn]:
+    """The session's turns once the log holds ``expected`` of them (the writer flushes on a timer)."""
+    deadline = time.monotonic() + timeout
+    turns: list[Turn] = []
+    while time.monotonic() < deadline:
+        if list(logs.glob("*.parquet")):
+            log = TurnLog.open([logs])
+            turns = [t for rows in log.iter_sessions({session_id}) for t in parse_session(rows)]
+            if len(turns) >= expected:
+                return turns
+        time.sleep(0.1)
+    raise AssertionError(f"session {session_id}: {len(turns)} turns in the log, expected {expected}")

@@ -18,11 +18,53 @@ from typing import Any
 
 from .helpers import REPO, needs
 
-__all__ = ["QWEN3_NAME", "Gateway", "free_port", "need_extras"]
+__all__ = [
+    "ANTHROPIC_TOOLS",
+    "BASH_TOOLS",
+    "OPENAI_TOOLS",
+    "QWEN3_NAME",
+    "Gateway",
+    "converse",
+    "free_port",
+    "need_extras",
+    "recorder_of",
+]
 
 #: The tokenizer the gateway tests render with and record (tito's shipped copy of Qwen3's).
 QWEN3_NAME = "fixtures/tokenizers/qwen3"
 
+
+#: The tool the SDK agents call (``run``), in the OpenAI shape and in the Anthropic shape.
+OPENAI_TOOLS: list[dict[str, Any]] = [
+    {
+        "type": "function",
+        "function": {
+            "name": "run",
+            "description": "Run a shell command.",
+            "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}, "n": {"type": "integer"}}},
+        },
+    }
+]
+ANTHROPIC_TOOLS: list[dict[str, Any]] = [
+    {
+        "name": t["function"]["name"],
+        "description": t["function"]["description"],
+        "input_schema": t["function"]["parameters"],
+    }
+    for t in OPENAI_TOOLS
+]
+
+#: The ``bash`` tool the scripted in-process sessions declare (OpenAI shape).
+BASH_TOOLS: list[dict[str, Any]] = [
+    {
+        "type": "function",
+        "function": {
+            "name": "bash",
+            "description": "Run a shell command.",
+            "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]},
+        },
+    }
+]
 
 #: The extra installing each module the gateway tests need.
 _EXTRA_OF = {"starlette": "serve", "uvicorn": "serve", "httpx": "serve", "anthropic": "clients", "openai": "clients"}
@@ -135,3 +177,37 @@ class Gateway:
         if self.process is not None:
             self.terminate()
         self._stderr.close()
+
+
+def converse(url: str, sid: str, messages: list[dict[str, Any]], answered: list[str], turns: int) -> None:
+    """Go on with a chat-completions session until it has ``turns`` answers or the gateway goes away.
+
+    Each answer's content is appended to ``answered`` and sent back with a new user message; at most
+    ``turns`` requests are made.
+    """
+    import httpx
+
+    while len(answered) < turns:
+        try:
+            answer = httpx.post(
+                url + "/v1/chat/completions",
+                json={"model": "m", "messages": messages},
+                headers={"x-api-key": sid},
+                timeout=30,
+            )
+            answer.raise_for_status()
+            message = answer.json()["choices"][0]["message"]
+        except (httpx.HTTPError, ValueError, KeyError):
+            return  # the gateway is going away
+        answered.append(message["content"])
+        messages += [{"role": "assistant", "content": message["content"]}, {"role": "user", "content": "next"}]
+
+
+def recorder_of(app: Any) -> Any:
+    """The recorder of the gateway behind an app ``create_app`` made (the app outlives its lifespan)."""
+    for route in app.routes:
+        endpoint = getattr(route, "endpoint", None)
+        owner = getattr(endpoint, "__self__", None)
+        if owner is not None and hasattr(owner, "recorder"):
+            return owner.recorder
+    raise AssertionError("no gateway behind the app")

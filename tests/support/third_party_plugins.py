@@ -1,5 +1,5 @@
 """A third party's plug-ins: a policy, an output format and an importer, each a class, and one
-``register_…`` line each (tests/test_third_party_plugins.py uses them through the command line).
+``register_…`` line each (tests/cli/test_third_party_plugins.py uses them through the command line).
 
 This module never imports tito's command line, so that a program can register the plug-ins and
 then build the command line (whose help texts list them).
