@@ -17,14 +17,12 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
-from typer.testing import CliRunner
 
+from tests.support.cli import tito
 from tests.support.helpers import REPO
-from tito_cli.cli import app
 from tito_cli.errors import EXIT_CHECK_FAILED, EXIT_OK, EXIT_USAGE, TokenizerError
 from tito_cli.simulate import simulate
 from tito_cli.tokenizer import (
@@ -57,8 +55,6 @@ def make_hub_cache(root: Path, repo_id: str = HUB_ID, source: Path = QWEN3) -> P
     return snapshot
 
 
-def run(*args: str | Path) -> Any:
-    return CliRunner().invoke(app, [str(a) for a in args])
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +85,7 @@ def test_log_naming_a_hub_id_records_it_and_decodes_from_the_cache(
         assert pq.read_schema(path).metadata[b"tito.tokenizer"] == HUB_ID.encode()
     monkeypatch.setenv("HF_HUB_CACHE", str(cache))
     monkeypatch.chdir(tmp_path)  # nothing to find from here: only the cache has it
-    result = run("inspect", "qwen3-3-0000", "--logs", logs, "--view", "samples", "--json")
+    result = tito("inspect", "qwen3-3-0000", "--logs", logs, "--view", "samples", "--json")
     assert result.exit_code == EXIT_OK, result.output
     data = json.loads(result.stdout)
     assert data["tokenizer"] == HUB_ID
@@ -110,7 +106,7 @@ def test_hub_id_missing_from_the_cache_is_an_error_naming_what_was_tried(
     hub_log: tuple[Path, Path], no_hub_cache: Path, tmp_path: Path
 ) -> None:
     logs, _ = hub_log
-    result = run("dump", logs, "--out", tmp_path / "g")
+    result = tito("dump", logs, "--out", tmp_path / "g")
     assert result.exit_code == EXIT_USAGE
     error = " ".join(result.stderr.split())
     assert f"ERROR the log's tokenizer '{HUB_ID}' is not found here" in error
@@ -129,7 +125,7 @@ def hub_goldens(hub_log: tuple[Path, Path], tmp_path_factory: pytest.TempPathFac
     golden = root / "golden"
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("HF_HUB_CACHE", str(cache))
-        assert run("dump", logs, "--out", golden).exit_code == EXIT_OK
+        assert tito("dump", logs, "--out", golden).exit_code == EXIT_OK
     header = (golden / "qwen3-3-0000.txt").read_text().splitlines()[3]
     assert header == f"tokenizer: {HUB_ID} (vocabulary 151669)"
     shutil.copytree(QWEN3, root / "a" / "qwen3")
@@ -137,7 +133,7 @@ def hub_goldens(hub_log: tuple[Path, Path], tmp_path_factory: pytest.TempPathFac
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("HF_HUB_CACHE", str(root / "no-cache"))
         mp.chdir(root / "a")
-        reference = run("check", logs, "--golden", golden, "--tokenizer", str(root / "b" / "tok"))
+        reference = tito("check", logs, "--golden", golden, "--tokenizer", str(root / "b" / "tok"))
     assert reference.exit_code == EXIT_OK, reference.output
     assert "2 passed" in reference.stdout
     return golden, root, reference.stdout
@@ -161,7 +157,7 @@ def test_check_passes_identically_from_two_folders_and_two_tokenizer_paths(
     logs, _ = hub_log
     golden, root, reference = hub_goldens
     monkeypatch.chdir(root / folder)
-    result = run("check", logs, "--golden", golden, "--tokenizer", option.format(hub=HUB_ID, root=root))
+    result = tito("check", logs, "--golden", golden, "--tokenizer", option.format(hub=HUB_ID, root=root))
     assert result.exit_code == EXIT_OK, result.output
     assert result.stdout == reference
 
@@ -176,7 +172,7 @@ def test_a_changed_hub_golden_is_caught(
     shutil.copytree(golden, mine)
     changed = mine / "qwen3-3-0001.txt"
     changed.write_text(changed.read_text().replace("reward", "REWARD", 1))
-    assert run("check", logs, "--golden", mine, "--tokenizer", str(root / "b" / "tok")).exit_code == EXIT_CHECK_FAILED
+    assert tito("check", logs, "--golden", mine, "--tokenizer", str(root / "b" / "tok")).exit_code == EXIT_CHECK_FAILED
 
 
 def test_relative_names_look_in_the_log_folder_and_above_before_the_working_directory(
@@ -223,10 +219,10 @@ def test_the_same_unusable_folder_is_the_same_error_in_every_command(tmp_path: P
     logs = REPO / "fixtures" / "logs"
     session = "qwen3-0-0000"
     outputs = {
-        "simulate": run("simulate", "--out", tmp_path / "sim", "-n", "1", "--tokenizer", bad),
-        "inspect": run("inspect", session, "--logs", logs, "--tokenizer", bad),
-        "dump": run("dump", logs, "--out", "-", "--session", session, "--tokenizer", bad),
-        "check": run("check", logs, "--golden", tmp_path / "g", "--tokenizer", bad),
+        "simulate": tito("simulate", "--out", tmp_path / "sim", "-n", "1", "--tokenizer", bad),
+        "inspect": tito("inspect", session, "--logs", logs, "--tokenizer", bad),
+        "dump": tito("dump", logs, "--out", "-", "--session", session, "--tokenizer", bad),
+        "check": tito("check", logs, "--golden", tmp_path / "g", "--tokenizer", bad),
     }
     for command, result in outputs.items():
         assert result.exit_code == EXIT_USAGE, (command, result.output)
@@ -289,12 +285,12 @@ def test_simulate_records_the_name_and_loads_the_mapped_folder(tmp_path: Path, n
     copy = tmp_path / "local-copy"
     shutil.copytree(REPO / "fixtures" / "tokenizer", copy)
     out = tmp_path / "logs"
-    result = run("simulate", "--out", out, "-n", "1", "--tokenizer", f"acme/tiny-coder={copy}")
+    result = tito("simulate", "--out", out, "-n", "1", "--tokenizer", f"acme/tiny-coder={copy}")
     assert result.exit_code == EXIT_OK, result.output
     turns = next(out.glob("turns-*.parquet"))
     assert pq.read_schema(turns).metadata[b"tito.tokenizer"] == b"acme/tiny-coder"
     # Elsewhere the name alone is not found (not a folder, not in the cache) ...
-    assert run("dump", out, "--out", "-").exit_code == EXIT_USAGE
+    assert tito("dump", out, "--out", "-").exit_code == EXIT_USAGE
     # ... and the same mapping finds it.
-    dumped = run("dump", out, "--out", "-", "--tokenizer", f"acme/tiny-coder={copy}")
+    dumped = tito("dump", out, "--out", "-", "--tokenizer", f"acme/tiny-coder={copy}")
     assert dumped.exit_code == EXIT_OK and "tokenizer: acme/tiny-coder (vocabulary " in dumped.stdout

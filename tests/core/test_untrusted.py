@@ -3,35 +3,20 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
 from tests.bad_input.kit import case, turns_table, write_turns
+from tests.support.cli import tito_process
 from tests.support.helpers import REPO
 from tito_cli.render.visible import one_line, visible
 
 FIXTURE_TOKENIZER = REPO / "fixtures" / "tokenizer"
 
 
-def tito(
-    *args: str, cwd: Path, stdin: str = "", extra_env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "NO_COLOR": "1", "COLUMNS": "200", **(extra_env or {})}
-    return subprocess.run(
-        [sys.executable, "-m", "tito_cli", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=cwd,
-        timeout=180,
-    )
 
 
 @pytest.fixture()
@@ -70,7 +55,7 @@ def test_a_tokenizer_folder_never_runs_code(tmp_path: Path, code_tokenizer: Path
         "simulate": ["simulate", "--out", str(tmp_path / "sim"), "--sessions", "1", "--tokenizer", str(code_tokenizer)],
     }[command]
     # "y" on stdin: what a CI script piping `yes` would answer to transformers' "run the custom code?".
-    proc = tito(*args, cwd=tmp_path, stdin="y\n" * 5, extra_env={"TITO_TEST_MARKER": str(marker)})
+    proc = tito_process(*args, cwd=tmp_path, stdin="y\n" * 5, env={"TITO_TEST_MARKER": str(marker)})
     assert not marker.exists(), proc.stderr
     assert "[y/N]" not in proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr, proc.stderr
@@ -105,7 +90,7 @@ def hostile_log(tmp_path: Path) -> Path:
     ids=["rebuild-summary", "ls", "stats", "inspect-candidates", "inspect", "check"],
 )
 def test_control_characters_from_the_log_never_reach_the_terminal(hostile_log: Path, args: list[str]) -> None:
-    proc = tito(*args, cwd=hostile_log.parent)
+    proc = tito_process(*args, cwd=hostile_log.parent)
     shown = proc.stdout + proc.stderr
     assert "Traceback" not in shown, shown
     assert "\x1b" not in shown and "\x07" not in shown and "\u202e" not in shown, shown
@@ -114,7 +99,7 @@ def test_control_characters_from_the_log_never_reach_the_terminal(hostile_log: P
 
 
 def test_the_files_keep_the_exact_ids(hostile_log: Path) -> None:
-    proc = tito("rebuild", "logs", "--out", "samples.parquet", cwd=hostile_log.parent)
+    proc = tito_process("rebuild", "logs", "--out", "samples.parquet", cwd=hostile_log.parent)
     assert proc.returncode == 3, proc.stderr
     assert set(pq.read_table(hostile_log.parent / "samples.parquet").column("session_id").to_pylist()) == {HOSTILE_ID}
     rejects = (hostile_log.parent / "samples.parquet.rejects.jsonl").read_text(encoding="utf-8")

@@ -17,6 +17,7 @@ import pytest
 import typer.main
 from typer.testing import CliRunner
 
+from tests.support.cli import tito
 from tests.support.helpers import CONFORMANCE, CONFORMANCE_SLIME03, REPO, conformance_folders, read_jsonl, write_log
 from tito_cli.cli import app
 from tito_cli.errors import EXIT_CHECK_FAILED, EXIT_OK, EXIT_USAGE
@@ -31,8 +32,6 @@ CASES = CONFORMANCE / "cases-threshold-1024"
 pytest_plugins = ["pytester"]
 
 
-def run(*args: str | Path) -> Any:
-    return CliRunner().invoke(app, [str(a) for a in args])
 
 
 @pytest.fixture
@@ -123,13 +122,13 @@ sample 0: leaf 0, segment 0, 15 tokens (prompt 7, response 8), 4 trained, reward
 
 
 def test_full_dump_of_one_session(cases_log: Path) -> None:
-    result = run("dump", cases_log, "--out", "-", "--session", "case-1.2")
+    result = tito("dump", cases_log, "--out", "-", "--session", "case-1.2")
     assert result.exit_code == EXIT_OK, result.output
     assert result.stdout == CASE_1_2
 
 
 def test_compact_dump_marks_trained_tokens_in_brackets(cases_log: Path) -> None:
-    result = run("dump", cases_log, "--out", "-", "--session", "case-1.2", "--style", "compact")
+    result = tito("dump", cases_log, "--out", "-", "--session", "case-1.2", "--style", "compact")
     assert result.exit_code == EXIT_OK, result.output
     assert result.stdout.splitlines()[-2:] == [
         "samples: 1",
@@ -139,7 +138,7 @@ def test_compact_dump_marks_trained_tokens_in_brackets(cases_log: Path) -> None:
 
 
 def test_rejected_session_is_dumped_with_its_reason_and_no_paths(cases_log: Path) -> None:
-    result = run("dump", cases_log, "--out", "-", "--session", "case-4.2")
+    result = tito("dump", cases_log, "--out", "-", "--session", "case-4.2")
     assert result.exit_code == EXIT_OK, result.output
     last = result.stdout.splitlines()[-1]
     assert last.startswith("rejected: output_logprobs length differs from output_ids length")
@@ -172,9 +171,9 @@ def test_dump_is_identical_across_runs_file_layouts_and_row_order(tmp_path: Path
     write_log(tmp_path / "one", turns, sessions, max_rows=10_000)
     # Reversed row order over many small files: seq alone orders a session's turns.
     write_log(tmp_path / "many", list(reversed(turns)), sessions, max_rows=7)
-    first = run("dump", tmp_path / "one", "--out", "-")
-    again = run("dump", tmp_path / "one", "--out", "-")
-    other = run("dump", tmp_path / "many", "--out", "-")
+    first = tito("dump", tmp_path / "one", "--out", "-")
+    again = tito("dump", tmp_path / "one", "--out", "-")
+    other = tito("dump", tmp_path / "many", "--out", "-")
     assert first.exit_code == EXIT_OK, first.output
     assert first.stdout_bytes == again.stdout_bytes == other.stdout_bytes
     assert first.stdout.count("tito golden dump (format 2") == len(sessions)
@@ -200,14 +199,14 @@ def test_dump_does_not_depend_on_the_hash_seed(cases_log: Path) -> None:
 
 def test_dump_then_check_passes(cases_log: Path, tmp_path: Path) -> None:
     golden = tmp_path / "golden"
-    result = run("dump", cases_log, "--out", golden)
+    result = tito("dump", cases_log, "--out", golden)
     assert result.exit_code == EXIT_OK, result.output
     assert result.stderr == "wrote 30 of 30 dumps to " + str(golden) + " (0 already identical)\n"
     assert len(list(golden.glob("*.txt"))) == 30
-    result = run("check", cases_log, "--golden", golden)
+    result = tito("check", cases_log, "--golden", golden)
     assert result.exit_code == EXIT_OK, result.output
     assert result.stdout == f"golden check passed: 30 passed ({golden})\n"
-    result = run("dump", cases_log, "--out", golden)
+    result = tito("dump", cases_log, "--out", golden)
     assert result.stderr.endswith("(30 already identical)\n")
 
 
@@ -229,12 +228,12 @@ def test_drift_fails_check_with_a_span_diff_and_update_accepts_it(tmp_path: Path
     cases_log = tmp_path / "logs"
     write_log(cases_log, read_jsonl(CASES / "turns.jsonl"), read_jsonl(CASES / "sessions.jsonl"), max_rows=29, format=1)
     golden = tmp_path / "golden"
-    assert run("dump", cases_log, "--out", golden).exit_code == EXIT_OK
+    assert tito("dump", cases_log, "--out", golden).exit_code == EXIT_OK
     before = snapshot(golden)
     # case-1.2, seq 1 replays seq 0's output (9101 9009) at positions 7-8; re-tokenize its first token.
     inject_drift(cases_log, "case-1.2", seq=1, position=7, token=7001)
 
-    result = run("check", cases_log, "--golden", golden)
+    result = tito("check", cases_log, "--golden", golden)
     assert result.exit_code == EXIT_CHECK_FAILED, result.output
     out = result.stdout.splitlines()
     assert out[0] == f"CHANGED  case-1.2: the rebuilt dump differs from {golden / 'case-1.2.txt'}"
@@ -269,26 +268,26 @@ def test_drift_fails_check_with_a_span_diff_and_update_accepts_it(tmp_path: Path
     ]
     assert snapshot(golden) == before  # a failing check writes nothing
 
-    result = run(*shlex.split(accept)[1:])
+    result = tito(*shlex.split(accept)[1:])
     assert result.exit_code == EXIT_OK, result.output
     assert result.stdout.splitlines() == [
         f"updated  case-1.2: {golden / 'case-1.2.txt'}",
         f"golden dumps updated in {golden}: 29 passed, 1 changed",
     ]
-    result = run("check", cases_log, "--golden", golden)
+    result = tito("check", cases_log, "--golden", golden)
     assert result.exit_code == EXIT_OK, result.output
 
 
 def test_missing_golden_fails_and_update_adds_it(cases_log: Path, tmp_path: Path) -> None:
     golden = tmp_path / "golden"
-    run("dump", cases_log, "--out", golden)
+    tito("dump", cases_log, "--out", golden)
     (golden / "case-1.3.txt").unlink()
-    result = run("check", cases_log, "--golden", golden)
+    result = tito("check", cases_log, "--golden", golden)
     assert result.exit_code == EXIT_CHECK_FAILED
     out = result.stdout.splitlines()
     assert out[0] == f"NEW      case-1.3: no golden dump ({golden / 'case-1.3.txt'} does not exist)"
     assert out[-3] == f"golden check FAILED: 29 passed, 1 new ({golden})"
-    result = run("check", cases_log, "--golden", golden, "--update")
+    result = tito("check", cases_log, "--golden", golden, "--update")
     assert result.exit_code == EXIT_OK
     assert result.stdout.splitlines()[0] == f"added    case-1.3: {golden / 'case-1.3.txt'}"
     assert (golden / "case-1.3.txt").is_file()
@@ -296,18 +295,18 @@ def test_missing_golden_fails_and_update_adds_it(cases_log: Path, tmp_path: Path
 
 def test_stale_golden_fails_and_update_removes_it(cases_log: Path, tmp_path: Path) -> None:
     golden = tmp_path / "golden"
-    run("dump", cases_log, "--out", golden)
+    tito("dump", cases_log, "--out", golden)
     stale = golden / "case-gone.txt"
     stale.write_text((golden / "case-1.1.txt").read_text().replace("case-1.1", "case-gone"))
     (golden / "README.md").write_text("not a dump")  # other files are not dumps
-    result = run("check", cases_log, "--golden", golden)
+    result = tito("check", cases_log, "--golden", golden)
     assert result.exit_code == EXIT_CHECK_FAILED
     out = result.stdout.splitlines()
     assert out[0] == f"STALE    case-gone: {stale} has no session in the log"
     assert out[-3] == f"golden check FAILED: 30 passed, 1 stale ({golden})"
     # Checking only some sessions cannot tell what is stale.
-    assert run("check", cases_log, "--golden", golden, "--session", "case-1.1").exit_code == EXIT_OK
-    result = run("check", cases_log, "--golden", golden, "--update")
+    assert tito("check", cases_log, "--golden", golden, "--session", "case-1.1").exit_code == EXIT_OK
+    result = tito("check", cases_log, "--golden", golden, "--update")
     assert result.exit_code == EXIT_OK
     assert result.stdout.splitlines()[0] == f"removed  case-gone: {stale}"
     assert not stale.exists() and (golden / "README.md").exists()
@@ -318,27 +317,27 @@ def test_nothing_is_written_without_update_even_on_ci(
 ) -> None:
     monkeypatch.setenv("CI", "true")
     golden = tmp_path / "golden"
-    result = run("check", cases_log, "--golden", golden)
+    result = tito("check", cases_log, "--golden", golden)
     assert result.exit_code == EXIT_CHECK_FAILED
     assert result.stdout.splitlines()[-4:-2] == [
         f"golden check FAILED: 0 passed, 30 new ({golden})",
         f"(the golden folder {golden} does not exist)",
     ]
     assert not golden.exists()  # not even created
-    run("dump", cases_log, "--out", golden)
+    tito("dump", cases_log, "--out", golden)
     (golden / "case-1.1.txt").write_text("edited\n")
     before = snapshot(golden)
-    assert run("check", cases_log, "--golden", golden).exit_code == EXIT_CHECK_FAILED
+    assert tito("check", cases_log, "--golden", golden).exit_code == EXIT_CHECK_FAILED
     assert snapshot(golden) == before
-    assert run("check", cases_log, "--golden", golden, "--update").exit_code == EXIT_OK
+    assert tito("check", cases_log, "--golden", golden, "--update").exit_code == EXIT_OK
     assert snapshot(golden) != before
 
 
 def test_json_result(cases_log: Path, tmp_path: Path) -> None:
     golden = tmp_path / "golden"
-    run("dump", cases_log, "--out", golden)
+    tito("dump", cases_log, "--out", golden)
     (golden / "case-1.1.txt").write_text("edited\n")
-    result = run("check", cases_log, "--golden", golden, "--json")
+    result = tito("check", cases_log, "--golden", golden, "--json")
     assert result.exit_code == EXIT_CHECK_FAILED
     data = json.loads(result.stdout)
     assert data["ok"] is False and data["counts"] == {"passed": 29, "changed": 1, "new": 0, "stale": 0}
@@ -355,9 +354,9 @@ def test_json_result(cases_log: Path, tmp_path: Path) -> None:
 
 def test_diff_lines_cap(cases_log: Path, tmp_path: Path) -> None:
     golden = tmp_path / "golden"
-    run("dump", cases_log, "--out", golden)
+    tito("dump", cases_log, "--out", golden)
     (golden / "case-1.1.txt").write_text("edited\n")
-    result = run("check", cases_log, "--golden", golden, "--diff-lines", "5")
+    result = tito("check", cases_log, "--golden", golden, "--diff-lines", "5")
     out = result.stdout.splitlines()
     assert out[1:7] == [
         f"--- golden  {golden / 'case-1.1.txt'}",
@@ -367,13 +366,13 @@ def test_diff_lines_cap(cases_log: Path, tmp_path: Path) -> None:
         "+tito golden dump (format 2, style full)",
         "⋯ 25 more diff lines (--diff-lines 0 shows them all) ⋯",
     ]
-    result = run("check", cases_log, "--golden", golden, "--diff-lines", "0")
+    result = tito("check", cases_log, "--golden", golden, "--diff-lines", "0")
     assert "+  out seq 0            TRAIN | 9100 9009" in result.stdout.splitlines()
 
 
 def test_check_uses_the_options_in_the_accept_command(cases_log: Path, tmp_path: Path) -> None:
     golden = tmp_path / "golden"
-    result = run(
+    result = tito(
         "check", cases_log, "--golden", golden, "--fork-threshold", "8", "--style", "compact", "-s", "case-1.1"
     )
     assert result.exit_code == EXIT_CHECK_FAILED
@@ -381,13 +380,13 @@ def test_check_uses_the_options_in_the_accept_command(cases_log: Path, tmp_path:
     assert command == (
         f"tito check {cases_log} --golden {golden} --fork-threshold 8 --style compact --session case-1.1 --update"
     )
-    assert run(*shlex.split(command)[1:]).exit_code == EXIT_OK
+    assert tito(*shlex.split(command)[1:]).exit_code == EXIT_OK
     assert [p.name for p in golden.iterdir()] == ["case-1.1.txt"]
     assert "policy: slime-v4, fork threshold 8, reward split" in (golden / "case-1.1.txt").read_text()
 
 
 def test_unknown_session_is_a_usage_error(cases_log: Path, tmp_path: Path) -> None:
-    result = run("check", cases_log, "--golden", tmp_path / "g", "--session", "case-9")
+    result = tito("check", cases_log, "--golden", tmp_path / "g", "--session", "case-9")
     assert result.exit_code == EXIT_USAGE
     assert result.stderr.startswith("ERROR no session matches 'case-9'")
 
@@ -395,7 +394,7 @@ def test_unknown_session_is_a_usage_error(cases_log: Path, tmp_path: Path) -> No
 def test_recorded_tokenizer_must_be_found(tmp_path: Path) -> None:
     logs = tmp_path / "logs"
     write_log(logs, read_jsonl(CASES / "turns.jsonl")[:2], tokenizer="no/such/tokenizer")
-    result = run("dump", logs, "--out", tmp_path / "g")
+    result = tito("dump", logs, "--out", tmp_path / "g")
     assert result.exit_code == EXIT_USAGE
     error, tip = result.stderr.splitlines()
     assert error == (
@@ -405,7 +404,7 @@ def test_recorded_tokenizer_must_be_found(tmp_path: Path) -> None:
     assert tip.startswith("TIP pass --tokenizer PATH (a folder with tokenizer.json), or --tokenizer NAME=PATH")
     assert tip.endswith("; or pass --no-decode to dump token ids")
     assert not (tmp_path / "g").exists()
-    result = run("dump", logs, "--out", "-", "--no-decode")
+    result = tito("dump", logs, "--out", "-", "--no-decode")
     assert result.exit_code == EXIT_OK
     assert "tokenizer: none (token ids)" in result.stdout
 
@@ -494,7 +493,7 @@ def test_decoded_dump_shows_text_lines_per_span(tmp_path: Path) -> None:
     ]
     # An absolute recorded path must not leak into the dump (it differs between machines).
     write_log(tmp_path / "logs", turns, tokenizer=str(TOKENIZER))
-    result = run("dump", tmp_path / "logs", "--out", "-")
+    result = tito("dump", tmp_path / "logs", "--out", "-")
     assert result.exit_code == EXIT_OK, result.output
     lines = result.stdout.splitlines()
     assert lines[3] == "tokenizer: tokenizer (vocabulary 3729)"
@@ -514,7 +513,7 @@ def test_decoded_dump_shows_text_lines_per_span(tmp_path: Path) -> None:
         "  out seq 1            TRAIN | By e . <|im_end|>",
     ]
     # The same ids without decoding: one line per span.
-    ids = run("dump", tmp_path / "logs", "--out", "-", "--no-decode").stdout.splitlines()
+    ids = tito("dump", tmp_path / "logs", "--out", "-", "--no-decode").stdout.splitlines()
     assert ids[3] == "tokenizer: none (token ids)"
     spans = ids[next(i for i, line in enumerate(ids) if line.startswith("  digest ")) + 1 :]
     assert [line[:30] for line in spans] == [
@@ -570,13 +569,13 @@ def test_demo_log_goldens(tito_golden: TitoGolden) -> None:
 
 def test_diff_makes_invisible_differences_visible(cases_log: Path, tmp_path: Path) -> None:
     golden = tmp_path / "golden"
-    run("dump", cases_log, "--out", golden, "--session", "case-1.1")
+    tito("dump", cases_log, "--out", golden, "--session", "case-1.1")
     path = golden / "case-1.1.txt"
     lines = path.read_text().split("\n")
     lines[1] += "  "  # trailing blanks, as an editor might leave them
     lines[2] = lines[2].replace(" ", "\t", 1)
     path.write_text("\n".join(lines))
-    result = run("check", cases_log, "--golden", golden, "--session", "case-1.1")
+    result = tito("check", cases_log, "--golden", golden, "--session", "case-1.1")
     assert result.exit_code == EXIT_CHECK_FAILED
     changed = [line for line in result.stdout.splitlines() if line[:1] in ("-", "+") and line[:3] not in ("---", "+++")]
     assert changed == [
@@ -596,7 +595,7 @@ def test_report_is_coloured_on_a_terminal_only(cases_log: Path, tmp_path: Path) 
     from tito_cli.golden.report import render_check_report
 
     golden = tmp_path / "golden"
-    run("dump", cases_log, "--out", golden, "--session", "case-1.1")
+    tito("dump", cases_log, "--out", golden, "--session", "case-1.1")
     (golden / "case-1.1.txt").write_text("edited\n")
     report = check_goldens([cases_log], golden, GoldenOptions(), ["case-1.1"])
     text = render_check_report(report, accept_command="tito check --update")
@@ -616,14 +615,14 @@ def test_report_is_coloured_on_a_terminal_only(cases_log: Path, tmp_path: Path) 
 
 def test_a_golden_that_is_not_utf8_is_a_change_that_update_repairs(cases_log: Path, tmp_path: Path) -> None:
     golden = tmp_path / "golden"
-    run("dump", cases_log, "--out", golden, "--session", "case-1.1")
+    tito("dump", cases_log, "--out", golden, "--session", "case-1.1")
     path = golden / "case-1.1.txt"
     path.write_bytes(path.read_bytes().replace(b"case-1.1", b"case-1.1\xff", 1))
-    result = run("check", cases_log, "--golden", golden, "-s", "case-1.1")
+    result = tito("check", cases_log, "--golden", golden, "-s", "case-1.1")
     assert result.exit_code == EXIT_CHECK_FAILED
     assert "-session: case-1.1\ufffd" in result.stdout.splitlines()
-    assert run("check", cases_log, "--golden", golden, "-s", "case-1.1", "--update").exit_code == EXIT_OK
-    assert run("check", cases_log, "--golden", golden, "-s", "case-1.1").exit_code == EXIT_OK
+    assert tito("check", cases_log, "--golden", golden, "-s", "case-1.1", "--update").exit_code == EXIT_OK
+    assert tito("check", cases_log, "--golden", golden, "-s", "case-1.1").exit_code == EXIT_OK
 
 
 @pytest.fixture(scope="module")

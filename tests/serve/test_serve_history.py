@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.cli import tito
 from tests.support.helpers import REPO, needs
 from tests.support.serve_helpers import BASH_TOOLS as TOOLS
 
@@ -338,28 +339,20 @@ def history_log(qwen3: Renderer, tmp_path_factory: pytest.TempPathFactory) -> Pa
     return logs
 
 
-def _tito(*args: str | Path) -> Any:
-    from typer.testing import CliRunner
-
-    from tito_cli.cli import app
-
-    result = CliRunner().invoke(app, [str(a) for a in args])
-    assert result.exit_code == 0, result.output
-    return result
 
 
 def test_stats_counts_how_each_turn_was_built(history_log: Path) -> None:
-    assert json.loads(_tito("stats", history_log, "--json").stdout)["capture_history"] == {
+    assert json.loads(tito("stats", history_log, "--json", expect=0).stdout)["capture_history"] == {
         "canonical": 2,
         "rendered": 2,
         "rendered_by_reason": {"history rewritten": 1, "no held turn": 1},
     }
-    shown = _tito("stats", history_log).stdout
+    shown = tito("stats", history_log, expect=0).stdout
     assert "capture history" in shown and "history rewritten" in shown
 
 
 def test_inspect_shows_how_each_turn_was_built(history_log: Path) -> None:
-    rows = json.loads(_tito("inspect", "s1", history_log, "--json").stdout)["turns"]
+    rows = json.loads(tito("inspect", "s1", history_log, "--json", expect=0).stdout)["turns"]
     assert [r["history"] for r in rows] == [
         "rendered: no held turn", "canonical", "canonical", "rendered: history rewritten"
     ]
@@ -367,7 +360,7 @@ def test_inspect_shows_how_each_turn_was_built(history_log: Path) -> None:
 
 def test_view_shows_how_each_turn_was_built(history_log: Path, tmp_path: Path) -> None:
     page = tmp_path / "view.html"
-    _tito("view", "s1", "--logs", history_log, "--out", page)
+    tito("view", "s1", "--logs", history_log, "--out", page, expect=0)
     assert '"history":"rendered: history rewritten"' in page.read_text(encoding="utf-8")  # the page's data
 
 
