@@ -238,3 +238,35 @@ def test_no_module_is_over_the_line_bound() -> None:
         if (lines := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
     }
     assert long == {}, f"split these modules by job (at most {MAX_MODULE_LINES} lines each)"
+
+
+# -- the test tree ---------------------------------------------------------------------------------
+
+TESTS = REPO / "tests"
+
+
+def _documented_test_folders() -> list[str]:
+    text = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
+    block = text[text.index("```text\ntests/\n") :]
+    block = block[: block.index("\n```", 1)]
+    return [line.split()[0].rstrip("/") for line in block.splitlines()[2:]]
+
+
+def test_the_documented_test_tree_is_the_tests_folder() -> None:
+    folders = sorted(p.name for p in TESTS.iterdir() if p.is_dir() and p.name != "__pycache__")
+    assert sorted(_documented_test_folders()) == folders
+    assert sorted(p.name for p in TESTS.glob("*.py")) == ["__init__.py", "conftest.py"], "test modules go in a folder"
+
+
+def test_every_test_module_is_in_a_folder_and_imports_no_other_test_module() -> None:
+    modules = sorted(TESTS.rglob("test_*.py"))
+    assert len(modules) > 80
+    imports: list[str] = []
+    for path in modules:
+        assert path.parent != TESTS and (path.parent / "__init__.py").is_file(), path
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            names += [alias.name for alias in node.names] if isinstance(node, (ast.Import, ast.ImportFrom)) else []
+            if any(part.startswith("test_") for name in names for part in name.split(".")):
+                imports.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    assert imports == [], "move what test modules share into tests/support/"
