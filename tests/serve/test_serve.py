@@ -20,7 +20,8 @@ from tests.support.serve_checks import (
     assert_turns_are_the_ledger_in_order,
     session_turns,
 )
-from tests.support.serve_helpers import ANTHROPIC_TOOLS, OPENAI_TOOLS, Gateway, need_extras
+from tests.support.serve_helpers import ANTHROPIC_TOOLS, OPENAI_TOOLS, need_extras
+from tests.support.serve_inprocess import InProcessGateway as Gateway
 from tests.support.serve_standin import StandIn, qwen3_output
 from tito_cli.read.turnlog import TurnLog
 
@@ -89,7 +90,7 @@ def gateway(
     request: pytest.FixtureRequest, standin: StandIn, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Gateway]:
     logs = tmp_path_factory.mktemp(f"logs-{request.param}")
-    with Gateway(standin.url, logs, api=request.param, extra=["--flush-every", "0.2"]) as gw:
+    with Gateway(standin.url, logs, api=request.param, flush_every=0.2) as gw:
         gw.api = request.param  # type: ignore[attr-defined]
         yield gw
 

@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from tests.support.serve_helpers import ANTHROPIC_TOOLS, OPENAI_TOOLS, Gateway, need_extras
+from tests.support.serve_helpers import ANTHROPIC_TOOLS, OPENAI_TOOLS, need_extras
+from tests.support.serve_inprocess import InProcessGateway as Gateway
 from tests.support.serve_standin import StandIn
 from tito_cli import Corpus, Policy
 from tito_cli.algorithm.session import SessionResult
@@ -69,8 +70,7 @@ def gateway(
     request: pytest.FixtureRequest, standin: StandIn, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Gateway]:
     logs = tmp_path_factory.mktemp(f"logs-{request.param}")
-    extra = ["--flush-every", "0.2", "--history", request.param]
-    with Gateway(standin.url, logs, api="generate", extra=extra) as gw:
+    with Gateway(standin.url, logs, api="generate", flush_every=0.2, history=request.param) as gw:
         gw.history = request.param  # type: ignore[attr-defined]
         yield gw
 

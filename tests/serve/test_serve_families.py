@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 
 from tests.support.family_logs import tokenizer_folder
-from tests.support.serve_helpers import Gateway, need_extras
+from tests.support.serve_helpers import need_extras
+from tests.support.serve_inprocess import InProcessGateway as Gateway
 from tests.support.serve_standin import StandIn
 from tito_cli.families import family_named
 from tito_cli.read.turnlog import TurnLog
@@ -78,7 +79,7 @@ def served(family: str, tmp_path: Path) -> Iterator[tuple[StandIn, Gateway]]:
     folder = tokenizer_folder(family)
     with (
         StandIn(script_for(family), folder, family=family) as standin,
-        Gateway(standin.url, tmp_path / "logs", tokenizer=str(folder), extra=["--flush-every", "0.2"]) as gateway,
+        Gateway(standin.url, tmp_path / "logs", tokenizer=str(folder), flush_every=0.2) as gateway,
     ):
         yield standin, gateway
 

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from tests.support.serve_helpers import Gateway, converse, free_port, need_extras
+from tests.support.serve_inprocess import InProcessGateway
 from tests.support.serve_standin import StandIn, qwen3_output
 from tito_cli.read.turnlog import TurnLog
 from tito_cli.read.validate import parse_session
@@ -68,13 +69,13 @@ def standin() -> Iterator[StandIn]:
 
 
 @pytest.fixture(scope="module")
-def gateway(standin: StandIn, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+def gateway(standin: StandIn, tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessGateway]:
     logs = tmp_path_factory.mktemp("fault-logs")
-    extra = ["--upstream-timeout", "2", "--max-request-bytes", "200000", "--flush-every", "0.2"]
-    extra += ["--max-tokens-cap", "64", "--upstream-keepalive", "1"]
+    settings = {"upstream_timeout": 2.0, "max_request_bytes": 200000, "flush_every": 0.2}
+    settings |= {"max_tokens_cap": 64, "upstream_keepalive": 1.0}
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("TITO_SERVE_DEBUG_METRICS", "1")  # GET /debug/metrics counts the idle trims
-        gateway = Gateway(standin.url, logs, extra=extra)
+        gateway = InProcessGateway(standin.url, logs, **settings)
         gateway.__enter__()
     try:
         yield gateway
@@ -82,14 +83,14 @@ def gateway(standin: StandIn, tmp_path_factory: pytest.TempPathFactory) -> Itera
         gateway.__exit__(None, None, None)
 
 
-def test_the_upstreams_own_status_reaches_the_client(gateway: Gateway, standin: StandIn) -> None:
+def test_the_upstreams_own_status_reaches_the_client(gateway: InProcessGateway, standin: StandIn) -> None:
     standin.fail_next("status", code=400)
     answer = httpx.post(gateway.url + "/v1/messages", json=ANTHROPIC_BODY, headers={"x-api-key": "upstream-400"})
     assert "stand-in fault" in check_error_shape("anthropic", answer, 400)
     assert httpx.get(f"{gateway.url}/sessions/upstream-400").status_code == 404
 
 
-def test_max_tokens_are_capped(gateway: Gateway, standin: StandIn) -> None:
+def test_max_tokens_are_capped(gateway: InProcessGateway, standin: StandIn) -> None:
     body = {**ANTHROPIC_BODY, "max_tokens": 64000}
     assert httpx.post(gateway.url + "/v1/messages", json=body, headers={"x-api-key": "capped"}).status_code == 200
     assert standin.ledger[-1]["body"]["sampling_params"]["max_new_tokens"] == 64
@@ -101,7 +102,7 @@ def test_max_tokens_are_capped(gateway: Gateway, standin: StandIn) -> None:
 @pytest.mark.parametrize("wire", ["anthropic", "chat", "responses"])
 @pytest.mark.parametrize("fault", ["status", "hang", "close"])
 def test_upstream_failures_reach_the_client_in_its_dialect_and_record_nothing(
-    gateway: Gateway, standin: StandIn, wire: str, fault: str
+    gateway: InProcessGateway, standin: StandIn, wire: str, fault: str
 ) -> None:
     session = f"fault-{fault}-{wire}"
     path, body = ROUTES[wire]
@@ -117,7 +118,7 @@ def test_upstream_failures_reach_the_client_in_its_dialect_and_record_nothing(
     assert len(report["turns"]) == 1
 
 
-def test_the_sdks_raise_their_own_errors(gateway: Gateway, standin: StandIn) -> None:
+def test_the_sdks_raise_their_own_errors(gateway: InProcessGateway, standin: StandIn) -> None:
     standin.fail_next("status", code=503, count=2)
     client = anthropic.Anthropic(base_url=gateway.url, auth_token="sdk-errors", max_retries=0)
     with client, pytest.raises(anthropic.InternalServerError) as raised:
@@ -132,7 +133,7 @@ def test_the_sdks_raise_their_own_errors(gateway: Gateway, standin: StandIn) -> 
 
 def test_a_refused_upstream_is_a_502(tmp_path: Path) -> None:
     port = free_port()  # nothing listens there
-    with Gateway(f"http://127.0.0.1:{port}", tmp_path / "logs") as gw:
+    with InProcessGateway(f"http://127.0.0.1:{port}", tmp_path / "logs") as gw:
         for wire, (path, body) in ROUTES.items():
             answer = httpx.post(gw.url + path, json=body, headers={"x-api-key": "refused"}, timeout=30)
             assert "could not be reached" in check_error_shape(wire, answer, 502)
@@ -140,7 +141,7 @@ def test_a_refused_upstream_is_a_502(tmp_path: Path) -> None:
 
 
 def test_idle_upstream_connections_are_dropped_before_the_upstream_drops_them(
-    gateway: Gateway, standin: StandIn, tmp_path: Path
+    gateway: InProcessGateway, standin: StandIn, tmp_path: Path
 ) -> None:
     # vLLM and SGLang (uvicorn) close a connection idle for 5 s; reusing one as it closes loses the request.
     import uvicorn
@@ -164,7 +165,7 @@ def test_idle_upstream_connections_are_dropped_before_the_upstream_drops_them(
     assert len(ports) == 3 and ports[0] == ports[1] and ports[2] != ports[1]
 
 
-def test_freed_memory_goes_back_once_the_gateway_is_idle(gateway: Gateway, standin: StandIn) -> None:
+def test_freed_memory_goes_back_once_the_gateway_is_idle(gateway: InProcessGateway, standin: StandIn) -> None:
     # Never while a request is in flight or a turn is being recorded; once, after a second of idleness.
     def trims() -> int:
         return int(httpx.get(gateway.url + "/debug/metrics", timeout=30).json()["idle_trims"])
@@ -192,7 +193,7 @@ def test_freed_memory_goes_back_once_the_gateway_is_idle(gateway: Gateway, stand
     assert trims() == base + 1  # idle stays idle: one trim per quiet spell
 
 
-def test_a_client_that_leaves_before_its_answer_gets_no_turn(gateway: Gateway, standin: StandIn) -> None:
+def test_a_client_that_leaves_before_its_answer_gets_no_turn(gateway: InProcessGateway, standin: StandIn) -> None:
     standin.fail_next("slow", seconds=1.5)
     first = len(standin.ledger)
     with pytest.raises(httpx.ReadTimeout):
@@ -212,7 +213,7 @@ def test_a_client_that_leaves_before_its_answer_gets_no_turn(gateway: Gateway, s
 
 
 @pytest.mark.parametrize("wire", ["anthropic", "chat", "responses"])
-def test_bad_requests_get_a_4xx_in_the_dialect(gateway: Gateway, wire: str) -> None:
+def test_bad_requests_get_a_4xx_in_the_dialect(gateway: InProcessGateway, wire: str) -> None:
     path, body = ROUTES[wire]
     headers = {"authorization": f"Bearer bad-{wire}", "content-type": "application/json"}
     url = gateway.url + path
@@ -233,6 +234,7 @@ def test_bad_requests_get_a_4xx_in_the_dialect(gateway: Gateway, wire: str) -> N
     assert len(httpx.get(f"{gateway.url}/sessions/bad-{wire}").json()["turns"]) == 1
 
 
+@pytest.mark.slow  # tito serve as a process: signals, two gateways on one folder
 def test_sigterm_under_load_keeps_every_answered_turn(standin: StandIn, tmp_path: Path) -> None:
     logs = tmp_path / "logs"
     answered: dict[str, list[str]] = {f"load-{k}": [] for k in range(8)}
@@ -260,6 +262,7 @@ def test_sigterm_under_load_keeps_every_answered_turn(standin: StandIn, tmp_path
         assert [json.loads(json.dumps(t.response_message))["content"] for t in turns] == answered[sid]
 
 
+@pytest.mark.slow  # tito serve as a process: signals, two gateways on one folder
 def test_sigkill_leaves_a_log_that_reads_cleanly(standin: StandIn, tmp_path: Path) -> None:
     logs = tmp_path / "logs"
     with Gateway(standin.url, logs, extra=["--flush-every", "0.2"]) as gw:
@@ -276,6 +279,7 @@ def test_sigkill_leaves_a_log_that_reads_cleanly(standin: StandIn, tmp_path: Pat
     assert summary is not None and (tmp_path / "samples.parquet").exists()
 
 
+@pytest.mark.slow  # tito serve as a process: signals, two gateways on one folder
 def test_two_gateways_write_one_log_folder(standin: StandIn, tmp_path: Path) -> None:
     logs = tmp_path / "logs"
     first = len(standin.ledger)

@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from tests.support.serve_checks import assert_turns_are_the_ledger, raw_seqs_by_session, turns_by_session
-from tests.support.serve_helpers import Gateway, need_extras
+from tests.support.serve_helpers import need_extras
+from tests.support.serve_inprocess import InProcessGateway as Gateway
 from tests.support.serve_standin import StandIn
 
 SESSIONS = 64

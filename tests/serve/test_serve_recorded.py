@@ -18,7 +18,8 @@ import pytest
 
 from tests.support.helpers import REPO, needs
 from tests.support.serve_checks import assert_turns_are_the_ledger, turns_by_session
-from tests.support.serve_helpers import Gateway, need_extras
+from tests.support.serve_helpers import need_extras
+from tests.support.serve_inprocess import InProcessGateway as Gateway
 from tests.support.serve_standin import StandIn, qwen3_output
 
 httpx = needs("httpx", "serve", module_level=True)  # skipped without the serve extra, failed under CI
