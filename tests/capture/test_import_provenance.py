@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow.parquet as pq
+import pytest
 from typer.testing import CliRunner
 
 from tests.support.helpers import needs
@@ -34,6 +35,7 @@ def _rebuild(log: Path, out: Path, *flags: str) -> list[dict[str, Any]]:
     return pq.read_table(out).to_pylist()
 
 
+@pytest.mark.slow  # the real rLLM model gateway as a process
 def test_rllm_keeps_the_weight_versions_the_upstream_reported_and_the_sampling_it_was_sent(tmp_path: Path) -> None:
     needs("rllm_model_gateway", "import")
     needs("openai", "import")

@@ -82,6 +82,7 @@ def expected_samples(calls: list[dict[str, Any]], rewards: dict[str, float]) -> 
     return {sid: model_rebuild(turns, 1024, rewards[sid], "split") for sid, turns in by_session.items()}
 
 
+@pytest.mark.slow  # the real rLLM model gateway as a process
 def test_a_gateway_trace_store_rebuilds_to_the_samples_of_the_calls_it_proxied(
     gateway: SimpleNamespace, tmp_path: Path
 ) -> None:

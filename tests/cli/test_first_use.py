@@ -89,6 +89,7 @@ def test_trl_export_says_it_leaves_out_rewards_and_logprobs(tmp_path: Path) -> N
     assert "not written" not in skyrl.stderr
 
 
+@pytest.mark.slow  # tito serve as a process: the option as the command line gives it
 @pytest.mark.parametrize(("api", "history"), [("generate", "render"), ("generate", "canonical"), ("chat", "render")])
 def test_chat_template_kwargs_from_the_command_line_and_the_request_are_rendered_and_recorded(
     tmp_path: Path, api: str, history: str

@@ -39,6 +39,9 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 
+#: A real browser starts for this module.
+pytestmark = pytest.mark.slow
+
 
 def chromium_path() -> str | None:
     for name in ("chromium", "chromium-browser"):

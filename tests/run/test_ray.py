@@ -21,7 +21,7 @@ ray = needs("ray", "ray", module_level=True)
 needs("ray.data", "ray", module_level=True)
 
 # Ray's own modules warn about their dependencies; those are not tito's warnings.
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")
+pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning"), pytest.mark.slow]
 
 FOLDERS = conformance_folders()
 SLIME03_FOLDERS = conformance_folders(CONFORMANCE_SLIME03)

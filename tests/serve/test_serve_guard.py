@@ -490,6 +490,7 @@ def test_huge_requests_do_not_starve_a_small_one(standin: StandIn, template: Cha
 # -- slow and idle clients (a real server) ----------------------------------------------------------
 
 
+@pytest.mark.slow  # tito serve as a process: real sockets against its connection limits
 def test_idle_sockets_cannot_hang_the_gateway(standin: StandIn, tmp_path: Path) -> None:
     extra = ["--max-client-connections", "50", "--client-header-timeout", "2", "--flush-every", "0.2"]
     with GatewayProcess(standin.url, tmp_path / "logs", extra=extra) as gateway:

@@ -5,13 +5,13 @@ from __future__ import annotations
 import itertools
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import Result
 
-from tests.support.cli import tito
 from tests.support.helpers import REPO, needs
 from tests.support.serve_helpers import BASH_TOOLS as TOOLS
 
@@ -339,9 +339,7 @@ def history_log(qwen3: Renderer, tmp_path_factory: pytest.TempPathFactory) -> Pa
     return logs
 
 
-
-
-def test_stats_counts_how_each_turn_was_built(history_log: Path) -> None:
+def test_stats_counts_how_each_turn_was_built(tito: Callable[..., Result], history_log: Path) -> None:
     assert json.loads(tito("stats", history_log, "--json", expect=0).stdout)["capture_history"] == {
         "canonical": 2,
         "rendered": 2,
@@ -351,14 +349,14 @@ def test_stats_counts_how_each_turn_was_built(history_log: Path) -> None:
     assert "capture history" in shown and "history rewritten" in shown
 
 
-def test_inspect_shows_how_each_turn_was_built(history_log: Path) -> None:
+def test_inspect_shows_how_each_turn_was_built(tito: Callable[..., Result], history_log: Path) -> None:
     rows = json.loads(tito("inspect", "s1", history_log, "--json", expect=0).stdout)["turns"]
     assert [r["history"] for r in rows] == [
         "rendered: no held turn", "canonical", "canonical", "rendered: history rewritten"
     ]
 
 
-def test_view_shows_how_each_turn_was_built(history_log: Path, tmp_path: Path) -> None:
+def test_view_shows_how_each_turn_was_built(tito: Callable[..., Result], history_log: Path, tmp_path: Path) -> None:
     page = tmp_path / "view.html"
     tito("view", "s1", "--logs", history_log, "--out", page, expect=0)
     assert '"history":"rendered: history rewritten"' in page.read_text(encoding="utf-8")  # the page's data
