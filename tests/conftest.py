@@ -15,6 +15,10 @@ import pytest
 from click.testing import Result
 from hypothesis import HealthCheck, settings
 
+# pytest-xdist's workers run with COLUMNS=80; tito's consoles take their width from it once, at import.
+# What the tests expect is laid out as without it (plain output's fixed width), however they are run.
+os.environ.pop("COLUMNS", None)
+
 from tests.support.cli import tito as run_tito
 
 TESTS = Path(__file__).resolve().parent

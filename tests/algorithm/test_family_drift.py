@@ -35,6 +35,9 @@ from tito_cli.simulate import SimulationSummary, simulate
 from tito_cli.tokenizer import TokenizerChoice, TokenText
 from tito_cli.turns import SessionInfo
 
+#: Every family with a tokenizer here, its sessions simulated through it: over a minute in all.
+pytestmark = pytest.mark.slow
+
 SESSIONS = 12
 SEED = 3
 #: The issue's bound on forks and realigns classified ``other``, per family.

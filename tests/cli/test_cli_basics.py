@@ -178,6 +178,7 @@ def test_dump_update_rewrites_changed_goldens_and_removes_stale_ones(edited: Pat
     assert check.exit_code == 0, check.output
 
 
+@pytest.mark.slow  # dumps the demo logs three times
 def test_dump_into_identical_goldens_is_allowed_but_not_with_a_stale_one(tmp_path: Path) -> None:
     golden = tmp_path / "golden"
     assert runner.invoke(app, ["dump", str(DEMO_LOGS), "--out", str(golden)]).exit_code == 0

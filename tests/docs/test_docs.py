@@ -163,6 +163,7 @@ def test_shown_commands_are_tagged(document: Path) -> None:
     )
 
 
+@pytest.mark.slow  # each runs the shown commands as processes
 @pytest.mark.parametrize(
     ("document", "index"),
     _SHOWN_COMMANDS,

@@ -85,6 +85,7 @@ def test_the_shipped_log_tokenizes_as_whole() -> None:
     assert checked > 300
 
 
+@pytest.mark.slow  # every family's sessions, turn by turn
 def test_each_familys_simulated_sessions_tokenize_as_whole(family: str, tmp_path: Path) -> None:
     template = template_of(family)
     if family == "qwen3":
@@ -100,6 +101,7 @@ def _spelled_marks(template: ChatTemplate) -> list[str]:
     return [*sorted(added), "<|im_end|>", "<|im_start|>", "<think>", "</think>", "<|im_end", "|>"]
 
 
+@pytest.mark.slow  # 60 examples per family through real tokenizers
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_contents_spelling_special_tokens_keep_whole_text_ids(family: str, data: st.DataObject) -> None:

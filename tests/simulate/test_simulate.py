@@ -71,6 +71,7 @@ def rebuild(folder: Path) -> list[SessionResult]:
 # -- the demo logs -------------------------------------------------------------------
 
 
+@pytest.mark.slow  # simulates every demo log again
 def test_demo_logs_are_reproduced_byte_for_byte(tmp_path: Path) -> None:
     """The committed logs are exactly what the documented command writes, whatever the hash seed."""
     out = tmp_path / "logs"
@@ -327,6 +328,7 @@ def test_simulate_reports_what_it_wrote(offline: None, tmp_path: Path) -> None:
     assert sum(len(x) for x in table.column("output_ids").to_pylist()) == summary.output_tokens
 
 
+@pytest.mark.slow  # the package copied alone, run as processes from another folder
 def test_simulate_and_inspect_work_from_any_folder_with_only_the_package(tmp_path: Path) -> None:
     """As after a non-editable install: the package alone (no fixtures/ beside it), run from elsewhere."""
     import shutil
