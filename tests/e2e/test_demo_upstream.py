@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.cli import tito_process
 from tests.support.cli_drivers import CliRun, run_claude, run_codex
 from tests.support.helpers import REPO
 from tests.support.serve_checks import page_data
@@ -36,13 +37,6 @@ import httpx  # noqa: E402
 TASK = "Create a file named hello.txt containing 'hello from tito', then read it back."
 ANSWER = "hello.txt holds: hello from tito"
 REWARDS = {"claude-demo": 1.0, "codex-demo": 0.5}
-
-
-def _tito(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """The installed command line, as a user runs it."""
-    return subprocess.run(
-        [sys.executable, "-m", "tito_cli", *args], cwd=REPO, capture_output=True, text=True, timeout=timeout
-    )
 
 
 class DemoProcess:
@@ -120,7 +114,7 @@ def test_sessions_are_finished_and_listed_with_their_rewards(runs: Runs) -> None
         "claude-demo": (True, 1.0, 3),
         "codex-demo": (True, 0.5, 3),
     }
-    done = _tito("ls", str(runs.logs), "--json")
+    done = tito_process("ls", str(runs.logs), "--json", cwd=REPO, timeout=120)
     assert done.returncode == 0, done.stderr
     rows = {row["session"]: row for row in json.loads(done.stdout)}
     assert {sid: (row["turns"], row["reward"]) for sid, row in rows.items()} == {
@@ -131,14 +125,14 @@ def test_sessions_are_finished_and_listed_with_their_rewards(runs: Runs) -> None
 
 @pytest.mark.parametrize(("sid", "tool"), [("claude-demo", "Bash"), ("codex-demo", "exec_command")])
 def test_inspect_and_view_show_the_tool_calls(runs: Runs, sid: str, tool: str) -> None:
-    done = _tito("inspect", sid, str(runs.logs), "--json")
+    done = tito_process("inspect", sid, str(runs.logs), "--json", cwd=REPO, timeout=120)
     assert done.returncode == 0, done.stderr
     facts = json.loads(done.stdout)
     assert (facts["session"]["reward"], facts["session"]["finished"]) == (REWARDS[sid], True)
     text = json.dumps(facts)
     assert "'hello from tito' > hello.txt" in text and "cat hello.txt" in text
     page = runs.work / f"{sid}.html"
-    done = _tito("view", sid, "--logs", str(runs.logs), "--out", str(page))
+    done = tito_process("view", sid, "--logs", str(runs.logs), "--out", str(page), cwd=REPO, timeout=120)
     assert done.returncode == 0, done.stderr
     session = page_data(page.read_text(encoding="utf-8"))["sessions"][sid]
     assert tool in json.dumps(session) and "hello from tito" in json.dumps(session)
