@@ -110,6 +110,7 @@ def assert_equals_trl(logs: Path, out: Path, threshold: int) -> Counter[str]:
     return seen
 
 
+@pytest.mark.slow  # every family's simulated logs against TRL's code
 @pytest.mark.parametrize("threshold", THRESHOLDS)
 def test_simulated_logs_equal_trl(simulated: Path, threshold: int, tmp_path: Path) -> None:
     seen = assert_equals_trl(simulated, tmp_path / "samples.parquet", threshold)

@@ -230,6 +230,7 @@ def demo_samples(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.mark.slow  # every writing command as a process
 @pytest.mark.parametrize(
     "command", ["export", "export-slime", "export-exchanges", "compact", "import", "simulate"]
 )

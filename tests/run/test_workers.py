@@ -345,6 +345,7 @@ def own_tmpdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return scratch
 
 
+@pytest.mark.slow  # worker pools started again and again
 @pytest.mark.parametrize("attempt", range(4))
 @pytest.mark.parametrize("workers", [2, 4])
 def test_worker_handoff_under_stress_many_tiny_batches_repeated(

@@ -21,6 +21,9 @@ from tests.support.serve_helpers import need_extras
 from tests.support.serve_inprocess import InProcessGateway as Gateway
 from tests.support.serve_standin import StandIn
 
+#: 64 sessions at once through one gateway: a load test.
+pytestmark = pytest.mark.slow
+
 SESSIONS = 64
 #: Enough for an order per session; every turn of every session is in flight beside 63 others.
 TURNS = 4
