@@ -4,7 +4,7 @@
 
 What a straightforward port of the reference does: read every turns file with
 pyarrow, convert the rows to Python objects, group them by session, route and
-linearize each session with plain lists (``tests/spec_model.py``, the SPEC
+linearize each session with plain lists (``tests/support/spec_model.py``, the SPEC
 written out literally), and write the samples with ``pa.Table.from_pylist``.
 It reads format 1 only (whole prompts), as the reference does.
 """
@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests.spec_model import model_rebuild  # noqa: E402
+from tests.support.spec_model import model_rebuild  # noqa: E402
 
 COLUMNS = ["session_id", "seq", "prompt_ids", "output_ids", "output_logprobs", "prompt_messages", "response_message"]
 

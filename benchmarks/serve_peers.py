@@ -3,7 +3,7 @@
 One instant upstream (``serve.py --upstream``) stands behind four gateways running at once: tito with
 ``--upstream-api chat``, tito ``generate`` with ``--history render`` (the default) and ``canonical``, and
 the rLLM model gateway (``rllm-model-gateway``, the ``import`` extra; its CLI and SQLite store, as
-``tests/rllm_gateway.py`` starts it). Each run drives every gateway in turn (the order rotates from run
+``tests/support/rllm_gateway.py`` starts it). Each run drives every gateway in turn (the order rotates from run
 to run: interleaved) with the agent-loop workload of ``serve.py`` at each ``--sessions``, and reads
 each gateway's CPU time from outside it (the kernel's clock of the process: every thread) over its
 phase. tito's gateways run with ``TITO_SERVE_DEBUG_METRICS=1``: their event-loop lag p99 over the phase

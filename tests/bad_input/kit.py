@@ -3,7 +3,7 @@
 Scenario logs are written with pyarrow directly, not through the capture
 writer, because most of them hold what the writer would never produce (null
 ids, int64 ids, malformed JSON, wrong types).  Turn records use the
-conformance shape (``tests/helpers.py``): JSON columns may be given as Python
+conformance shape (``tests/support/helpers.py``): JSON columns may be given as Python
 values (serialised here) or as strings (stored verbatim, which is how
 malformed JSON gets in).
 
@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 
 from tito_cli.schema import SESSIONS_SCHEMA, TURNS_SCHEMA, TURNS_SCHEMA_V2, table_metadata
 
-from ..helpers import CONFORMANCE, read_jsonl
+from ..support.helpers import CONFORMANCE, read_jsonl
 
 __all__ = [
     "GOOD",

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from ..helpers import REPO, needs
+from tests.support.helpers import REPO, needs
 
 needs("aiohttp", "serve", module_level=True)  # skipped without the serve extra, failed under CI
 

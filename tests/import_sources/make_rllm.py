@@ -14,7 +14,7 @@ import sqlite3
 import tempfile
 from pathlib import Path
 
-from ..rllm_gateway import drive, running_gateway, stop, wait_for_traces
+from ..support.rllm_gateway import drive, running_gateway, stop, wait_for_traces
 
 HERE = Path(__file__).resolve().parent / "rllm"
 

@@ -2,7 +2,7 @@
 
 ``serve/upstreams/chat.py`` and ``generate.py`` hold no I/O: what they send and what they make of an
 answer is checked here in-process; the transport and the gateway around them are the subprocess and
-in-process gateway tests' (tests/test_serve_faults.py, tests/test_serve_guard.py).
+in-process gateway tests' (tests/serve/test_serve_faults.py, tests/serve/test_serve_guard.py).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from ..helpers import needs
+from tests.support.helpers import needs
 
 needs("starlette", "serve", module_level=True)
 

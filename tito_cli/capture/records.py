@@ -159,7 +159,7 @@ def loads_json(text: str, what: str) -> Any:
     deeply (more opening brackets than :data:`FAST_JSON_BRACKETS`, or than a
     quarter of the recursion limit) goes to ``json`` directly.  A text msgspec
     refuses is parsed by ``json``, whose value or error is the answer.
-    ``tests/test_fast_json.py`` compares the two paths on generated texts.
+    ``tests/read/test_fast_json.py`` compares the two paths on generated texts.
     """
     if text.count("[") + text.count("{") <= min(FAST_JSON_BRACKETS, sys.getrecursionlimit() // 4):
         try:

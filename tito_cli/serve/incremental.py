@@ -22,7 +22,7 @@ Held per session: the previous prompt's pieces with their ids and their JSON tex
 at most ``max_sessions`` sessions and ``max_chars`` characters of pieces (64 Mi: about 3.5 bytes held
 per character with the ids and their text), least recently used forgotten first; a finished session is
 forgotten at once.  A session dropped by the bound costs its next prompt a whole encode, never an id.
-``tests/test_serve_incremental.py`` compares the result against whole-text tokenization for every
+``tests/serve/test_serve_incremental.py`` compares the result against whole-text tokenization for every
 family's tokenizer here.
 """
 

@@ -7,7 +7,7 @@ routing tree: the session is one chain in call order
 (the drifted tail overwritten by the prompt as context, the response's tokens
 before it still trained) are slime-v4's, with ``fork_threshold`` as
 ``fork_threshold_tokens``; a row with no trained token is dropped; every row
-of a conversation carries its whole reward (``full``).  ``tests/test_trl_policy.py``
+of a conversation carries its whole reward (``full``).  ``tests/algorithm/test_trl_policy.py``
 runs TRL's own code on the same turns and compares every row.
 """
 

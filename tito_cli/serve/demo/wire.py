@@ -3,7 +3,7 @@
 ``prompt_token_ids`` at the root, ``choices[0].token_ids``, logprobs in ``choices[0].logprobs.content[]``
 (vLLM's ``ChatCompletionResponse`` with ``return_token_ids``); streamed, the prompt ids on the first chunk
 and one token id per chunk after it, the last chunk with an empty content delta and the finish reason.
-The tests' rLLM-gateway stand-in (``tests/vllm_upstream.py``) answers in this shape too.
+The tests' rLLM-gateway stand-in (``tests/support/vllm_upstream.py``) answers in this shape too.
 """
 
 from __future__ import annotations
