@@ -79,7 +79,9 @@ def test_sigkill_under_load_loses_no_answered_turn_and_a_restart_continues(stand
             for thread in threads:
                 thread.join(timeout=120)
             for sid in conversations:
-                assert httpx.post(f"{gw.url}/sessions/{sid}/finish", json={"reward": 1.0}).status_code == 200
+                assert httpx.post(
+                    f"{gw.url}/sessions/{sid}/finish", json={"reward": 1.0}, timeout=60
+                ).status_code == 200
             assert gw.terminate() == 0, gw.output()
     finally:
         standin.delay = 0.0

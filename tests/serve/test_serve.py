@@ -249,7 +249,7 @@ def test_sdk_sessions_record_what_the_upstream_saw_and_generated(
         calls = chat_agent(oai(gateway.url + "/v1", session), stream)
     assert calls == STEPS + 1
     entries = standin.ledger[first:]
-    report = httpx.get(f"{gateway.url}/sessions/{session}").json()
+    report = httpx.get(f"{gateway.url}/sessions/{session}", timeout=60).json()
     assert [t["seq"] for t in report["turns"]] == list(range(calls))
     turns = session_turns(gateway.logs, session, calls)
     assert_turns_are_the_ledger_in_order(turns, entries, api)
@@ -344,16 +344,18 @@ def test_session_ids_from_the_path_and_refused_when_unusable(gateway: Gateway, s
     }
     path, body = bodies[wire]
     # The path's id wins over the key.
-    answer = httpx.post(f"{gateway.url}/sessions/{good}{path}", json=body, headers={"authorization": "Bearer other"})
+    answer = httpx.post(
+        f"{gateway.url}/sessions/{good}{path}", json=body, headers={"authorization": "Bearer other"}, timeout=60
+    )
     assert answer.status_code == 200, answer.text
-    assert len(httpx.get(f"{gateway.url}/sessions/{good}").json()["turns"]) == 1
-    assert httpx.get(f"{gateway.url}/sessions/other").status_code == 404
+    assert len(httpx.get(f"{gateway.url}/sessions/{good}", timeout=60).json()["turns"]) == 1
+    assert httpx.get(f"{gateway.url}/sessions/other", timeout=60).status_code == 404
     for url, headers in [
         (f"{gateway.url}/sessions/bad%20id{path}", {}),
         (f"{gateway.url}{path}", {"authorization": "Bearer " + "x" * 300}),
         (f"{gateway.url}{path}", {}),
     ]:
-        refused = httpx.post(url, json=body, headers=headers)
+        refused = httpx.post(url, json=body, headers=headers, timeout=60)
         assert refused.status_code == 400
         error = refused.json()
         message = error["error"]["message"]
@@ -367,12 +369,12 @@ def test_finish_writes_the_sessions_row_once(gateway: Gateway, standin: StandIn)
     client = oai(f"{gateway.url}/sessions/{session}/v1", "unused")
     client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
     finish = {"reward": 0.75, "metadata": {"task": "t1"}, "index": 3, "group_index": 1, "label": "ok"}
-    done = httpx.post(f"{gateway.url}/sessions/{session}/finish", json=finish)
+    done = httpx.post(f"{gateway.url}/sessions/{session}/finish", json=finish, timeout=60)
     assert done.status_code == 200 and done.json()["turns"] == 1
-    assert httpx.post(f"{gateway.url}/sessions/{session}/finish", json=finish).status_code == 409
+    assert httpx.post(f"{gateway.url}/sessions/{session}/finish", json=finish, timeout=60).status_code == 409
     with pytest.raises(openai.ConflictError):
         client.chat.completions.create(model="m", messages=[{"role": "user", "content": "again"}])
-    bad = httpx.post(f"{gateway.url}/sessions/other-{session}/finish", json={"reward": "high"})
+    bad = httpx.post(f"{gateway.url}/sessions/other-{session}/finish", json={"reward": "high"}, timeout=60)
     assert bad.status_code == 400 and "reward" in bad.json()["error"]["message"]
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
@@ -392,7 +394,7 @@ def test_responses_is_stateless(gateway: Gateway) -> None:
         client.responses.create(model="m", input="hi", previous_response_id="resp_1", store=False)
     with pytest.raises(openai.BadRequestError, match="store"):
         client.responses.create(model="m", input="hi", store=True)
-    assert httpx.get(f"{gateway.url}/sessions/stateless").status_code == 404
+    assert httpx.get(f"{gateway.url}/sessions/stateless", timeout=60).status_code == 404
 
 
 def test_a_cut_output_and_an_unreadable_call(gateway: Gateway, standin: StandIn) -> None:
@@ -416,7 +418,7 @@ def test_a_cut_output_and_an_unreadable_call(gateway: Gateway, standin: StandIn)
 
 
 def test_models_and_health(gateway: Gateway) -> None:
-    assert httpx.get(gateway.url + "/healthz").json() == {"status": "ok"}
+    assert httpx.get(gateway.url + "/healthz", timeout=60).json() == {"status": "ok"}
     listed = oai(gateway.url + "/v1", "k").models.list()
     # The tokenizer folder's name, never its filesystem path.
     assert [m.id for m in listed.data] == ["qwen3"]

@@ -85,17 +85,23 @@ def gateway(standin: StandIn, tmp_path_factory: pytest.TempPathFactory) -> Itera
 
 def test_the_upstreams_own_status_reaches_the_client(gateway: InProcessGateway, standin: StandIn) -> None:
     standin.fail_next("status", code=400)
-    answer = httpx.post(gateway.url + "/v1/messages", json=ANTHROPIC_BODY, headers={"x-api-key": "upstream-400"})
+    answer = httpx.post(
+        gateway.url + "/v1/messages", json=ANTHROPIC_BODY, headers={"x-api-key": "upstream-400"}, timeout=60
+    )
     assert "stand-in fault" in check_error_shape("anthropic", answer, 400)
-    assert httpx.get(f"{gateway.url}/sessions/upstream-400").status_code == 404
+    assert httpx.get(f"{gateway.url}/sessions/upstream-400", timeout=60).status_code == 404
 
 
 def test_max_tokens_are_capped(gateway: InProcessGateway, standin: StandIn) -> None:
     body = {**ANTHROPIC_BODY, "max_tokens": 64000}
-    assert httpx.post(gateway.url + "/v1/messages", json=body, headers={"x-api-key": "capped"}).status_code == 200
+    assert httpx.post(
+        gateway.url + "/v1/messages", json=body, headers={"x-api-key": "capped"}, timeout=60
+    ).status_code == 200
     assert standin.ledger[-1]["body"]["sampling_params"]["max_new_tokens"] == 64
     body = {**ANTHROPIC_BODY, "max_tokens": 10}
-    assert httpx.post(gateway.url + "/v1/messages", json=body, headers={"x-api-key": "capped"}).status_code == 200
+    assert httpx.post(
+        gateway.url + "/v1/messages", json=body, headers={"x-api-key": "capped"}, timeout=60
+    ).status_code == 200
     assert standin.ledger[-1]["body"]["sampling_params"]["max_new_tokens"] == 10
 
 
@@ -114,7 +120,7 @@ def test_upstream_failures_reach_the_client_in_its_dialect_and_record_nothing(
     # The gateway serves on: the same session's next request is answered and recorded alone.
     again = httpx.post(gateway.url + path, json=body, headers={"authorization": f"Bearer {session}"}, timeout=30)
     assert again.status_code == 200, again.text
-    report = httpx.get(f"{gateway.url}/sessions/{session}").json()
+    report = httpx.get(f"{gateway.url}/sessions/{session}", timeout=60).json()
     assert len(report["turns"]) == 1
 
 
@@ -128,7 +134,7 @@ def test_the_sdks_raise_their_own_errors(gateway: InProcessGateway, standin: Sta
     with oclient, pytest.raises(openai.InternalServerError) as oraised:
         oclient.chat.completions.create(**CHAT_BODY)  # type: ignore[arg-type]
     assert oraised.value.status_code == 503
-    assert httpx.get(f"{gateway.url}/sessions/sdk-errors").status_code == 404
+    assert httpx.get(f"{gateway.url}/sessions/sdk-errors", timeout=60).status_code == 404
 
 
 def test_a_refused_upstream_is_a_502(tmp_path: Path) -> None:
@@ -201,9 +207,11 @@ def test_a_client_that_leaves_before_its_answer_gets_no_turn(gateway: InProcessG
     time.sleep(2.0)  # the stand-in answered the (abandoned) call meanwhile
     assert len(standin.ledger) == first + 1
     # Served on, and the abandoned call left nothing in the session.
-    answer = httpx.post(gateway.url + "/v1/chat/completions", json=CHAT_BODY, headers={"x-api-key": "leaver"})
+    answer = httpx.post(
+        gateway.url + "/v1/chat/completions", json=CHAT_BODY, headers={"x-api-key": "leaver"}, timeout=60
+    )
     assert answer.status_code == 200
-    report = httpx.get(f"{gateway.url}/sessions/leaver").json()
+    report = httpx.get(f"{gateway.url}/sessions/leaver", timeout=60).json()
     assert [t["seq"] for t in report["turns"]] == [0]
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and "leaver" not in all_turns(gateway.logs):
@@ -217,21 +225,21 @@ def test_bad_requests_get_a_4xx_in_the_dialect(gateway: InProcessGateway, wire: 
     path, body = ROUTES[wire]
     headers = {"authorization": f"Bearer bad-{wire}", "content-type": "application/json"}
     url = gateway.url + path
-    malformed = httpx.post(url, content=b'{"model": "m", "messages": [', headers=headers)
+    malformed = httpx.post(url, content=b'{"model": "m", "messages": [', headers=headers, timeout=60)
     assert "not JSON" in check_error_shape(wire, malformed, 400)
     unknown = {
         "anthropic": {**ANTHROPIC_BODY, "messages": [{"role": "user", "content": [{"type": "hologram", "data": "x"}]}]},
         "chat": {**CHAT_BODY, "messages": [{"role": "user", "content": [{"type": "hologram"}]}]},
         "responses": {**RESPONSES_BODY, "input": [{"type": "hologram_call", "id": "x"}]},
     }[wire]
-    assert "hologram" in check_error_shape(wire, httpx.post(url, json=unknown, headers=headers), 400)
-    not_an_object = httpx.post(url, json=[1, 2], headers=headers)
+    assert "hologram" in check_error_shape(wire, httpx.post(url, json=unknown, headers=headers, timeout=60), 400)
+    not_an_object = httpx.post(url, json=[1, 2], headers=headers, timeout=60)
     assert "request body" in check_error_shape(wire, not_an_object, 400)
     huge = {**body, "padding": "x" * 600_000}
-    assert "larger than" in check_error_shape(wire, httpx.post(url, json=huge, headers=headers), 413)
-    fine = httpx.post(url, json=body, headers=headers)
+    assert "larger than" in check_error_shape(wire, httpx.post(url, json=huge, headers=headers, timeout=60), 413)
+    fine = httpx.post(url, json=body, headers=headers, timeout=60)
     assert fine.status_code == 200
-    assert len(httpx.get(f"{gateway.url}/sessions/bad-{wire}").json()["turns"]) == 1
+    assert len(httpx.get(f"{gateway.url}/sessions/bad-{wire}", timeout=60).json()["turns"]) == 1
 
 
 @pytest.mark.slow  # tito serve as a process: signals, two gateways on one folder
@@ -267,11 +275,13 @@ def test_sigkill_leaves_a_log_that_reads_cleanly(standin: StandIn, tmp_path: Pat
     logs = tmp_path / "logs"
     with Gateway(standin.url, logs, extra=["--flush-every", "0.2"]) as gw:
         for k in range(6):
-            answer = httpx.post(gw.url + "/v1/messages", json=ANTHROPIC_BODY, headers={"x-api-key": f"kill-{k}"})
+            answer = httpx.post(
+                gw.url + "/v1/messages", json=ANTHROPIC_BODY, headers={"x-api-key": f"kill-{k}"}, timeout=60
+            )
             assert answer.status_code == 200
         time.sleep(1.0)  # flushed by now
         for k in range(6, 12):
-            httpx.post(gw.url + "/v1/messages", json=ANTHROPIC_BODY, headers={"x-api-key": f"kill-{k}"})
+            httpx.post(gw.url + "/v1/messages", json=ANTHROPIC_BODY, headers={"x-api-key": f"kill-{k}"}, timeout=60)
         gw.terminate(signal.SIGKILL)
     recorded = all_turns(logs)
     assert {f"kill-{k}" for k in range(6)} <= set(recorded) <= {f"kill-{k}" for k in range(12)}
@@ -293,7 +303,9 @@ def test_two_gateways_write_one_log_folder(standin: StandIn, tmp_path: Path) -> 
         two.ready()
         for k in range(3):
             for gw, name in ((one, "one"), (two, "two")):
-                answer = httpx.post(gw.url + "/v1/responses", json=RESPONSES_BODY, headers={"x-api-key": f"{name}-{k}"})
+                answer = httpx.post(
+                    gw.url + "/v1/responses", json=RESPONSES_BODY, headers={"x-api-key": f"{name}-{k}"}, timeout=60
+                )
                 assert answer.status_code == 200
     recorded = all_turns(logs)
     assert sorted(recorded) == sorted(f"{name}-{k}" for name in ("one", "two") for k in range(3))
