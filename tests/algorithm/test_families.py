@@ -95,6 +95,7 @@ def test_templates_are_the_published_files_named_in_the_notice() -> None:
         )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", ["deepseek-v3", "gpt-oss", "llama3"])
 def test_a_family_is_recognised_from_its_vocabulary_or_its_hub_name(family: str) -> None:
     tokenizer = load(tokenizer_folder(family))

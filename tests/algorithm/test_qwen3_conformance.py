@@ -46,6 +46,7 @@ def sessions(folder: Path) -> list[tuple[str, list[Turn], SessionInfo]]:
     return found
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("threshold", [0, 1, 64, 1024])
 @pytest.mark.parametrize("logs", ["demo", "fresh"])
 def test_engine_equals_the_literal_spec_model_on_qwen3_sessions(

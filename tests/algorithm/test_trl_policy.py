@@ -123,6 +123,7 @@ def test_demo_logs_equal_trl(threshold: int, tmp_path: Path) -> None:
     assert seen["sessions"] == 32 and seen["realign"] > 0 and seen["fork"] > 0, seen
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "folder",
     conformance_folders(CONFORMANCE) + conformance_folders(CONFORMANCE_SLIME03),

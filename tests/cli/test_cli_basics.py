@@ -168,6 +168,7 @@ def test_dump_into_existing_goldens_is_refused_without_update(edited: Path) -> N
     assert {p.name: p.read_bytes() for p in edited.iterdir()} == before
 
 
+@pytest.mark.slow
 def test_dump_update_rewrites_changed_goldens_and_removes_stale_ones(edited: Path) -> None:
     updated = runner.invoke(app, ["dump", str(DEMO_LOGS), "--out", str(edited), "--update"])
     assert updated.exit_code == 0, updated.output

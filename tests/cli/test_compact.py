@@ -60,6 +60,7 @@ def both_ways(log: Path, tmp_path: Path, *options: object) -> None:
     assert rebuilt(v1, tmp_path / "v1.parquet", *options) == original
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("folder", conformance_folders(), ids=lambda f: f.name)
 def test_the_conformance_corpus_rebuilds_the_same_from_both_forms(folder: Path, tmp_path: Path) -> None:
     log = tmp_path / "logs"

@@ -59,6 +59,7 @@ def test_inspect_turns_outside_the_session_says_which_turns_it_has(agent_logs: P
     assert "no samples" not in said
 
 
+@pytest.mark.slow
 def test_view_says_yes_and_no_counts_in_the_singular_and_filters_unfinished(tmp_path: Path) -> None:
     out = tmp_path / "all.html"
     assert runner.invoke(app, ["view", "--all", "--logs", str(DEMO_LOGS), "--out", str(out)]).exit_code == 0

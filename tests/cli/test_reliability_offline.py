@@ -345,6 +345,7 @@ def _signal(pids: list[int], how: int) -> None:
             os.kill(pid, how)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads processes from /proc")
 def test_no_dump_worker_outlives_a_parent_killed_right_after_spawn(tmp_path: Path) -> None:
     log = tmp_path / "logs"

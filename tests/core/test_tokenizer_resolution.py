@@ -139,6 +139,7 @@ def hub_goldens(hub_log: tuple[Path, Path], tmp_path_factory: pytest.TempPathFac
     return golden, root, reference.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("folder", ["a", "b"])
 @pytest.mark.parametrize(
     "option",
@@ -264,6 +265,7 @@ def torch_hidden(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     return env
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "args",
     [

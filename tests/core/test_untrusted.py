@@ -40,6 +40,7 @@ def code_tokenizer(tmp_path: Path) -> Path:
     return folder
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["inspect", "dump", "check", "simulate"])
 def test_a_tokenizer_folder_never_runs_code(tmp_path: Path, code_tokenizer: Path, command: str) -> None:
     log = tmp_path / "logs"

@@ -82,6 +82,7 @@ json_texts = st.recursive(scalar_texts, lambda inner: st.one_of(arrays(inner), o
 texts = st.tuples(space, json_texts, space).map("".join)
 
 
+@pytest.mark.slow
 @settings(max_examples=1000)
 @given(texts)
 def test_fast_path_reads_every_text_as_json_does(text: str) -> None:

@@ -83,6 +83,7 @@ def test_a_one_row_group_log_is_read_in_slices_that_sessions_straddle(
     assert len(straddling) >= (len(index.places) if rows == 1 else 5), rows
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("workers", "batch_bytes"), [(1, None), (2, 1), (2, 40_000)])
 @pytest.mark.parametrize("rows", [1, 3, 50])
 @pytest.mark.parametrize("format", [1, 2])
@@ -119,6 +120,7 @@ def test_format2_bases_in_other_slices_are_found(monkeypatch: pytest.MonkeyPatch
     assert [r.base_seq for r in session.rows] == [r.base_seq for r in whole.rows]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rows", [1, 3])
 @pytest.mark.parametrize("folder", SCENARIOS, ids=[f.name for f in SCENARIOS])
 def test_bad_input_in_slices_is_rejected_naming_the_same_file_row(

@@ -125,6 +125,7 @@ def test_the_rebuild_counter_travels_to_workers_and_counts_by_class(agent: Sessi
     assert counter(agent) == {"fork: reasoning dropped": 2, "realign: re-tokenized": 1}
 
 
+@pytest.mark.slow
 def test_rebuild_summary_counts_drift_classes_the_same_for_any_number_of_workers(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 

@@ -65,6 +65,7 @@ def test_conformance_compact_goldens(folder: Path, tmp_path: Path, tito_golden: 
 SLIME03_FOLDERS = conformance_folders(CONFORMANCE_SLIME03)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("folder", SLIME03_FOLDERS, ids=[f.name for f in SLIME03_FOLDERS])
 def test_slime03_compact_goldens(folder: Path, tmp_path: Path, tito_golden: TitoGolden) -> None:
     """The slime-0.3 corpus's dumps under its policy: a change to what slime-0.3 gives shows as a diff here."""
@@ -635,6 +636,7 @@ def serial_dumps() -> list[tuple[str, str, str]]:
     return dumps
 
 
+@pytest.mark.slow
 def test_dumps_are_byte_identical_across_worker_counts(serial_dumps: list[tuple[str, str, str]]) -> None:
     from tito_cli.golden.compare import GoldenOptions, iter_dumps
 
@@ -642,6 +644,7 @@ def test_dumps_are_byte_identical_across_worker_counts(serial_dumps: list[tuple[
     assert parallel == serial_dumps
 
 
+@pytest.mark.slow
 def test_dump_files_written_by_workers_are_the_serial_dumps(
     serial_dumps: list[tuple[str, str, str]], tmp_path: Path
 ) -> None:

@@ -164,6 +164,7 @@ def test_rollout_id_column_for_both_policies(logs1024: Path, tmp_path: Path) -> 
         assert row["rollout_id"] == want, row
 
 
+@pytest.mark.slow
 def test_the_policies_page_shows_real_output() -> None:
     """Each ``$ tito …`` of docs/policies.md, run from the repository root, prints exactly what the page shows."""
     import os

@@ -234,6 +234,7 @@ def _sweep_until(stop: Event, parent: str, ready: Any) -> None:
         sweep_handoff_folders(parent)
 
 
+@pytest.mark.slow
 def test_live_folders_survive_sweeps_running_alongside_them(scratch: Path) -> None:
     # No injection: two processes sweep without pause while folders come and go. With the
     # .lock created free and locked next, about 3% of these folders were removed under their owner:

@@ -153,6 +153,7 @@ def test_a_batch_holds_positions_and_pickles_only_its_sessions(logs: dict[int, T
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("output_format", ["parquet", "skyrl", "trl"])
 def test_every_parquet_output_cuts_a_row_group_every_1024_sessions(tmp_path: Path, output_format: str) -> None:
     # Each session's samples are tiny: by tokens alone, the whole corpus was one buffered row group.

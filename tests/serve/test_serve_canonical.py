@@ -131,6 +131,7 @@ def drift(logs: Path, session_id: str) -> int:
     return sum(result.report.forks.values()) + result.report.realigns
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("wire", ["chat", "anthropic"])
 def test_canonical_history_removes_drift_forks_and_trains_exactly_the_generated_tokens(
     gateway: Gateway, standin: StandIn, tmp_path: Path, wire: str

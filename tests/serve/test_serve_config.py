@@ -134,6 +134,7 @@ def test_the_template_parser_and_history_share_one_family_object() -> None:
     assert family_named("qwen3").end_of_turn == family.end_of_turn
 
 
+@pytest.mark.slow
 def test_a_parser_that_contradicts_the_tokenizer_stops_start_up_naming_both(tmp_path: Path) -> None:
     logs = tmp_path / "logs"
     command = [

@@ -84,6 +84,7 @@ def served(family: str, tmp_path: Path) -> Iterator[tuple[StandIn, Gateway]]:
         yield standin, gateway
 
 
+@pytest.mark.slow
 def test_a_session_round_trips_reasoning_and_tool_calls(
     family: str, served: tuple[StandIn, Gateway], tmp_path: Path
 ) -> None:

@@ -171,6 +171,7 @@ def test_idle_upstream_connections_are_dropped_before_the_upstream_drops_them(
     assert len(ports) == 3 and ports[0] == ports[1] and ports[2] != ports[1]
 
 
+@pytest.mark.slow
 def test_freed_memory_goes_back_once_the_gateway_is_idle(gateway: InProcessGateway, standin: StandIn) -> None:
     # Never while a request is in flight or a turn is being recorded; once, after a second of idleness.
     def trims() -> int:

@@ -405,6 +405,7 @@ def test_a_live_folder_reads_the_journaled_rows(standin: StandIn, tmp_path: Path
     asyncio.run(drive())
 
 
+@pytest.mark.slow
 def test_a_killed_gateways_journaled_rows_are_adopted(standin: StandIn, tmp_path: Path) -> None:
     standin.experts_shape = SHAPE
     logs = tmp_path / "logs"

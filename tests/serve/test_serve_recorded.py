@@ -80,6 +80,7 @@ def replayed(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
     return Replayed(claude, codex, ledger, logs)
 
 
+@pytest.mark.slow
 def test_recorded_claude_code_requests_get_anthropic_streams(replayed: Replayed) -> None:
     claude = replayed.claude
     # Claude Code: a tool_use block and stop_reason tool_use, then a text answer; message_stop closes each.
