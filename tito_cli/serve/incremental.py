@@ -34,6 +34,8 @@ from array import array
 from collections import OrderedDict
 from typing import Any
 
+import msgspec
+
 __all__ = ["PieceEncoder", "batch_encoder", "marks_of"]
 
 #: One piece: its ids and their JSON text without brackets ("" for no ids).
@@ -125,8 +127,8 @@ class PieceEncoder:
         if missing:
             for piece, encoding in zip(missing, self._encode_batch(missing, add_special_tokens=False),
                                        strict=True):
-                new = array("i", encoding.ids)
-                known[piece] = (new, ",".join(map(str, new)))
+                listed = encoding.ids
+                known[piece] = (array("i", listed), msgspec.json.encode(listed)[1:-1].decode())
         ids: array[int] = array("i")
         texts = []
         kept: dict[str, _Piece] = {}
