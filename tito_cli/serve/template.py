@@ -10,7 +10,7 @@ from ..families import FamilyProfile, family_for, family_named, shipped_template
 from ..families.render import render_prompt
 from ..tokenizer import TokenizerChoice, load, resolve
 from .exchange import ClientError
-from .incremental import PieceEncoder
+from .incremental import PieceEncoder, batch_encoder
 from .registry import DEFAULT_LIVE_SESSIONS
 
 if TYPE_CHECKING:
@@ -70,8 +70,9 @@ class ChatTemplate:
             self.template = shipped_template(self.family) if self.family is not None else None
             if self.template is None:
                 raise TokenizerError("the tokenizer has no chat template", file=self.folder)
-        #: The fast (Rust) tokenizer: ``encode_batch`` releases the GIL while it tokenizes, ``encode`` does not.
+        #: The fast (Rust) tokenizer: its batch encoding releases the GIL while it tokenizes, ``encode`` does not.
         self.backend = self.tokenizer.backend_tokenizer
+        self._encode_batch = batch_encoder(self.backend)
         #: The ``render`` history's tokenizer of prompts by pieces, held per session (one per tokenizer).
         self.pieces = PieceEncoder(self.backend, max_sessions=sessions)
 
@@ -101,8 +102,9 @@ class ChatTemplate:
             raise ClientError(f"the chat template cannot render these messages ({exc})") from None
 
     def encode(self, text: str) -> list[int]:
-        """``text``'s ids (through ``encode_batch``, so that the event loop runs while Rust tokenizes)."""
-        return list(self.backend.encode_batch([text], add_special_tokens=False)[0].ids)
+        """``text``'s ids (through a batch encoding, so that the event loop runs while Rust tokenizes)."""
+        ids: list[int] = self._encode_batch([text], add_special_tokens=False)[0].ids
+        return ids
 
     def prompt_ids(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[int]:
         return self.encode(self.render(messages, tools))
