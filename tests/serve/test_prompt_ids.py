@@ -14,12 +14,11 @@ from array import array
 
 import pytest
 
+from tests.support.family_logs import TOKENIZERS, tokenizer_folder
+from tests.support.helpers import REPO
 from tito_cli.serve.incremental import batch_encoder
 from tito_cli.serve.prompt import extend_json, ids_json
 from tito_cli.serve.template import ChatTemplate
-
-from ..family_logs import TOKENIZERS, tokenizer_folder
-from ..helpers import REPO
 
 QWEN3 = REPO / "fixtures" / "tokenizers" / "qwen3"
 
