@@ -66,7 +66,7 @@ class Transport:
         data = io.BytesIO(payload) if len(payload) > _WHOLE_BYTES else payload
         try:
             async with self._session.post(url, data=data, headers=sent) as answer:
-                content = await answer.read()
+                content: bytes = await answer.read()  # (typed: aiohttp is Any where the serve extra is absent)
                 status = answer.status
         except (asyncio.TimeoutError, TimeoutError):  # aiohttp's connect and total deadlines are TimeoutErrors
             raise UpstreamError(
