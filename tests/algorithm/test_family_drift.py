@@ -20,13 +20,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
+from tests.support.cli import tito
 from tests.support.family_logs import TOKENIZERS, tokenizer_folder
 from tests.support.spec_model import model_rebuild, model_rebuild_slime03
 from tito_cli.algorithm.policies import Slime03, SlimeV4
 from tito_cli.algorithm.session import rebuild_session
-from tito_cli.cli import app
 from tito_cli.errors import EXIT_OK
 from tito_cli.read.turnlog import TurnLog
 from tito_cli.read.validate import parse_session
@@ -131,7 +130,7 @@ def test_stats_counts_the_familys_drift_with_little_other(
     family_log: tuple[str, Path, SimulationSummary], policy: str
 ) -> None:
     family, out, _ = family_log
-    result = CliRunner().invoke(app, ["stats", str(out), "--policy", policy, *mapping(family), "--json"])
+    result = tito("stats", str(out), "--policy", policy, *mapping(family), "--json")
     assert result.exit_code == EXIT_OK, result.output
     classes = json.loads(result.stdout)["drift_classes"]
     assert classes["decoded"] and classes["family"] == family
@@ -150,7 +149,7 @@ def test_rebuild_summary_names_the_classes_with_the_tokenizer_found_by_name(
     family, out, _ = family_log
     target = tmp_path / "samples.parquet"
     args = ["rebuild", str(out), "--out", str(target), "--policy", "slime-0.3", "--drift-classes", *mapping(family)]
-    result = CliRunner().invoke(app, args)
+    result = tito(*args)
     assert result.exit_code == EXIT_OK, result.output
     assert all(name in result.output for name in TOKENIZERS[family].drift)
     assert "unclassified" not in result.output

@@ -16,8 +16,8 @@ from typing import ClassVar
 
 import pyarrow.parquet as pq
 import pytest
-from typer.testing import CliRunner
 
+from tests.support.cli import tito
 from tests.support.scenario_logs import scenario_log
 from tito_cli.algorithm.policies import Slime03, SlimeV4
 from tito_cli.algorithm.policy import POLICIES, ForkCause, Policy, policy_names, register_policy
@@ -87,7 +87,7 @@ def test_the_variant_changes_the_samples_everywhere_it_is_named(agent_logs: Path
     for workers in ("1", "2"):
         out = tmp_path / f"samples-{workers}.parquet"
         args = ["rebuild", str(agent_logs), "--out", str(out), "--policy", "test-never-realign", "-j", workers]
-        result = CliRunner().invoke(app, [*args, "--batch-mb", "0.000001"])
+        result = tito(*args, "--batch-mb", "0.000001")
         assert result.exit_code == 3, result.output  # the agent log has one rejected session
         outs.append(out.read_bytes())
     assert outs[0] == outs[1]
@@ -99,7 +99,7 @@ def test_the_variant_changes_the_samples_everywhere_it_is_named(agent_logs: Path
     summary = rebuild([agent_logs], tmp_path / "lib.parquet", NeverRealign(), workers=1)
     assert summary.totals.realigns == 0
 
-    dumped = CliRunner().invoke(app, ["dump", str(agent_logs), "--out", "-", "--policy", "test-never-realign"])
+    dumped = tito("dump", str(agent_logs), "--out", "-", "--policy", "test-never-realign")
     assert dumped.exit_code == 0, dumped.output
     assert "policy: test-never-realign, fork threshold 1024, reward split" in dumped.stdout
 
@@ -111,7 +111,7 @@ def test_every_rebuilding_command_takes_the_policy_options() -> None:
     for name in ("rebuild", "inspect", "ls", "stats", "dump", "check"):
         options = {opt for param in commands[name].params for opt in param.opts}
         assert {"--policy", "--fork-threshold", "--reward-mode", "--max-sample-tokens"} <= options, name
-    result = CliRunner().invoke(app, ["ls", "--policy", "nope"])
+    result = tito("ls", "--policy", "nope")
     assert result.exit_code == 2
     assert "unknown policy 'nope'" in result.output
 

@@ -14,14 +14,13 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from typer.testing import CliRunner
 
+from tests.support.cli import tito
 from tests.support.helpers import needs, write_log
 from tests.support.provenance_sessions import END, LAYERS, TOPK, Engine, Harness, check_rows, render, reply, routing
 from tito_cli.algorithm.policy import Policy
 from tito_cli.algorithm.session import SessionResult
 from tito_cli.capture.writer import TurnLogWriter
-from tito_cli.cli import app
 from tito_cli.errors import EXIT_OK, EXIT_REJECTED
 from tito_cli.export.samples import session_table
 from tito_cli.run.compact import compact
@@ -225,7 +224,7 @@ def test_a_row_never_computed_rejects_the_sample_only(tmp_path: Path) -> None:
     assert "(5 of " in reason
 
     out = tmp_path.parent / f"{tmp_path.name}-out.parquet"
-    run = CliRunner().invoke(app, ["rebuild", str(tmp_path), "-o", str(out), "--routed-experts"])
+    run = tito("rebuild", str(tmp_path), "-o", str(out), "--routed-experts")
     assert run.exit_code == EXIT_REJECTED, run.output
     rejects = [json.loads(line) for line in out.with_name(out.name + ".rejects.jsonl").read_text().splitlines()]
     assert [r["session_id"] for r in rejects] == ["m"]
@@ -348,7 +347,7 @@ def test_rebuild_cli_writes_routed_experts_and_exits_ok(tmp_path: Path) -> None:
     log = tmp_path / "log"
     _clean(log)
     out = tmp_path / "samples.parquet"
-    run = CliRunner().invoke(app, ["rebuild", str(log), "-o", str(out), "--routed-experts", "-j", "1"])
+    run = tito("rebuild", str(log), "-o", str(out), "--routed-experts", "-j", "1")
     assert run.exit_code == EXIT_OK, run.output
     [row] = pq.read_table(out).to_pylist()
     assert row["routed_experts_shape"] == [len(row["tokens"]) - 1, LAYERS, TOPK]
@@ -401,9 +400,7 @@ def test_slime_dump_carries_routed_experts_and_weight_versions_slime_accepts(tmp
         other.call([SYSTEM, USER], "one short reply")
         w.finish_session("other", 0.5)
     out = tmp_path / "dump.pt"
-    run = CliRunner().invoke(
-        app, ["rebuild", str(log), "-o", str(out), "--format", "slime", "--routed-experts", "-j", "1"]
-    )
+    run = tito("rebuild", str(log), "-o", str(out), "--format", "slime", "--routed-experts", "-j", "1")
     assert run.exit_code == EXIT_OK, run.output
     payload = torch.load(out, weights_only=False)
     samples = payload["samples"]
@@ -435,7 +432,7 @@ def _mixed_log(log: Path) -> None:
 
 
 def _cli(*args: str) -> tuple[int, str]:
-    result = CliRunner().invoke(app, list(args), env={"NO_COLOR": "1", "COLUMNS": "200"})
+    result = tito(*list(args), env={"NO_COLOR": "1", "COLUMNS": "200"})
     return result.exit_code, result.stdout
 
 

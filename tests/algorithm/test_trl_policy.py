@@ -21,14 +21,13 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from typer.testing import CliRunner
 
+from tests.support.cli import tito
 from tests.support.family_logs import TOKENIZERS, tokenizer_folder
 from tests.support.helpers import CONFORMANCE, CONFORMANCE_SLIME03, REPO, conformance_folders, read_jsonl, write_log
 from tests.support.trl_oracle import chain_to_sequences
 from tito_cli.algorithm.policy import Policy
 from tito_cli.algorithm.session import rebuild_session
-from tito_cli.cli import app
 from tito_cli.errors import EXIT_OK, EXIT_REJECTED
 from tito_cli.read.turnlog import TurnLog
 from tito_cli.read.validate import parse_session
@@ -57,7 +56,7 @@ def simulated(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
 def rebuild_trl(logs: Path, out: Path, threshold: int) -> dict[str, list[dict[str, Any]]]:
     """``tito rebuild --policy trl``'s samples, by session, in file order (the corpora hold sessions it rejects)."""
     args = ["rebuild", str(logs), "--out", str(out), "--policy", "trl", "--fork-threshold", str(threshold)]
-    result = CliRunner().invoke(app, args)
+    result = tito(*args)
     assert result.exit_code in (EXIT_OK, EXIT_REJECTED), result.output
     by_session: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for row in pq.read_table(out).to_pylist():

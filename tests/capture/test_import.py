@@ -17,14 +17,13 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
-from typer.testing import CliRunner
 
+from tests.support.cli import tito
 from tests.support.helpers import CONFORMANCE, read_jsonl, write_log
 from tests.support.imports import CASES, SOURCES, turns_of
 from tests.support.spec_model import model_rebuild
 from tito_cli.algorithm.policies import SlimeV4
 from tito_cli.capture.importing import import_traces
-from tito_cli.cli import app
 from tito_cli.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_OUTPUT, EXIT_REJECTED, OutputError, SourceError
 from tito_cli.export.openai_exchanges import export_exchanges
 from tito_cli.run.rebuild import rebuild
@@ -163,12 +162,9 @@ def test_a_log_exported_to_openai_exchanges_and_imported_back_rebuilds_byte_iden
 
 
 def test_the_commands_import_export_and_rebuild_from_agree(tmp_path: Path) -> None:
-    runner = CliRunner()
     folder = SOURCES / "openai-exchanges"
     args = ["--rewards", str(folder / "rewards.jsonl"), "--session-header", "X-Session-Id"]
-    done = runner.invoke(
-        app, ["import", "openai-exchanges", str(folder / "exchanges.jsonl"), "--out", str(tmp_path / "log"), *args]
-    )
+    done = tito("import", "openai-exchanges", str(folder / "exchanges.jsonl"), "--out", str(tmp_path / "log"), *args)
     assert done.exit_code == EXIT_OK, done.output
     lines = [" ".join(line.split()) for line in done.output.splitlines()]
     assert lines[:4] == [
@@ -178,39 +174,17 @@ def test_the_commands_import_export_and_rebuild_from_agree(tmp_path: Path) -> No
         "rejected sessions 0",
     ]
     # The output folder holds a log now: replacing it needs --overwrite.
-    again = runner.invoke(
-        app, ["import", "openai-exchanges", str(folder / "exchanges.jsonl"), "--out", str(tmp_path / "log")]
-    )
+    again = tito("import", "openai-exchanges", str(folder / "exchanges.jsonl"), "--out", str(tmp_path / "log"))
     assert again.exit_code == EXIT_OUTPUT
-    done = runner.invoke(app, ["rebuild", str(tmp_path / "log"), "--out", str(tmp_path / "a.parquet"), "-j", "1"])
+    done = tito("rebuild", str(tmp_path / "log"), "--out", str(tmp_path / "a.parquet"), "-j", "1")
     assert done.exit_code == EXIT_OK, done.output
-    done = runner.invoke(
-        app,
-        [
-            "rebuild",
-            "--from",
-            "openai-exchanges",
-            str(folder / "exchanges.jsonl"),
-            "--out",
-            str(tmp_path / "b.parquet"),
-            "-j",
-            "1",
-            *args,
-        ],
-    )
+    exchanges = str(folder / "exchanges.jsonl")
+    done = tito("rebuild", "--from", "openai-exchanges", exchanges, "--out", tmp_path / "b.parquet", "-j", "1", *args)
     assert done.exit_code == EXIT_OK, done.output
     assert (tmp_path / "a.parquet").read_bytes() == (tmp_path / "b.parquet").read_bytes()
     assert not [p for p in tmp_path.iterdir() if ".import-" in p.name]  # the temporary log is gone
-    done = runner.invoke(
-        app,
-        [
-            "export-exchanges",
-            str(tmp_path / "log"),
-            "--out",
-            str(tmp_path / "ex.jsonl"),
-            "--rewards-out",
-            str(tmp_path / "r.jsonl"),
-        ],
+    done = tito(
+        "export-exchanges", tmp_path / "log", "--out", tmp_path / "ex.jsonl", "--rewards-out", tmp_path / "r.jsonl"
     )
     assert done.exit_code == EXIT_OK, done.output
     assert len(read_jsonl(tmp_path / "ex.jsonl")) == 6 and len(read_jsonl(tmp_path / "r.jsonl")) == 3
@@ -234,8 +208,7 @@ def test_an_unreadable_source_is_an_error_before_anything_is_written(tmp_path: P
     with pytest.raises(SourceError, match=r"no traces\.jsonl under this folder"):
         import_traces("verifiers", [SOURCES / "verifiers" / "rollouts", empty], tmp_path / "log5")
     assert not (tmp_path / "log5").exists()
-    runner = CliRunner()
-    done = runner.invoke(app, ["import", "atif", str(tmp_path / "missing.json"), "--out", str(tmp_path / "log4")])
+    done = tito("import", "atif", str(tmp_path / "missing.json"), "--out", str(tmp_path / "log4"))
     assert done.exit_code == EXIT_BAD_INPUT
     (tmp_path / "file").write_text("")
     with pytest.raises(OutputError, match="is not a folder"):
@@ -317,7 +290,7 @@ def test_import_case(case: Path, tmp_path: Path) -> None:
     args = ["import", spec["format"], *[str(case / s) for s in spec["sources"]], "--out", str(tmp_path / "cli")]
     for key, value in spec.get("options", {}).items():
         args += [f"--{key.replace('_', '-')}", str(case / value) if key == "rewards" else value]
-    done = CliRunner().invoke(app, args)
+    done = tito(*args)
     assert done.exit_code == (EXIT_REJECTED if spec["rejected"] else EXIT_OK), done.output
 
 

@@ -16,14 +16,13 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pyarrow.parquet as pq
-from typer.testing import CliRunner
 
+from tests.support.cli import tito
 from tests.support.helpers import read_jsonl
 from tests.support.imports import turns_of
 from tests.support.spec_model import model_rebuild
 from tests.support.trl_oracle import chain_to_sequences
 from tito_cli.capture.importing import import_traces
-from tito_cli.cli import app
 from tito_cli.errors import EXIT_OK
 from tito_cli.run.rebuild import rebuild
 
@@ -72,9 +71,7 @@ def test_the_import_rebuilds_to_the_spec_models_samples_and_exports_to_trl(tmp_p
         assert [s["loss_mask"] for s in mine] == [e.loss_mask for e in expected], sid
         assert [s["rollout_log_probs"] for s in mine] == [e.rollout_log_probs for e in expected], sid
 
-    done = CliRunner().invoke(
-        app, ["export", str(tmp_path / "samples.parquet"), "--to", "trl", "--out", str(tmp_path / "trl.parquet")]
-    )
+    done = tito("export", str(tmp_path / "samples.parquet"), "--to", "trl", "--out", str(tmp_path / "trl.parquet"))
     assert done.exit_code == EXIT_OK, done.output
     exported = pq.read_table(tmp_path / "trl.parquet").to_pylist()
     assert [row["input_ids"] for row in exported] == [s["tokens"] for s in samples]
@@ -82,7 +79,7 @@ def test_the_import_rebuilds_to_the_spec_models_samples_and_exports_to_trl(tmp_p
 
 def test_policy_trl_on_the_import_equals_trls_reconciler(tmp_path: Path) -> None:
     log = imported(tmp_path)
-    done = CliRunner().invoke(app, ["rebuild", str(log), "--out", str(tmp_path / "s.parquet"), "--policy", "trl"])
+    done = tito("rebuild", str(log), "--out", str(tmp_path / "s.parquet"), "--policy", "trl")
     assert done.exit_code == EXIT_OK, done.output
     samples = pq.read_table(tmp_path / "s.parquet").to_pylist()
     for sid in REWARDS:

@@ -19,18 +19,17 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from typer.testing import CliRunner
 
+from tests.support.cli import tito
 from tests.support.helpers import needs
 from tests.support.imports import SOURCES, turns_of
 from tests.support.provenance_sessions import LAYERS, TOPK, check_rows, routing
 from tito_cli.capture.importing import import_traces
-from tito_cli.cli import app
 from tito_cli.errors import EXIT_OK
 
 
 def _rebuild(log: Path, out: Path, *flags: str) -> list[dict[str, Any]]:
-    run = CliRunner().invoke(app, ["rebuild", str(log), "-o", str(out), "-j", "1", *flags])
+    run = tito("rebuild", str(log), "-o", str(out), "-j", "1", *flags)
     assert run.exit_code == EXIT_OK, run.output
     return pq.read_table(out).to_pylist()
 

@@ -8,19 +8,17 @@ from pathlib import Path
 
 import pytest
 import typer.main
-from typer.testing import CliRunner
 
+from tests.support.cli import tito
 from tests.support.helpers import REPO
 from tito_cli import __version__
 from tito_cli.cli import app
 from tito_cli.cli.app import _global_flags_first
 from tito_cli.errors import EXIT_BAD_INPUT, EXIT_OUTPUT, EXIT_USAGE
 
-runner = CliRunner()
-
 
 def test_version() -> None:
-    result = runner.invoke(app, ["--version"])
+    result = tito("--version")
     assert result.exit_code == 0
     assert result.stdout == f"tito {__version__}\n"
 
@@ -35,11 +33,11 @@ def test_the_package_version_is_the_distribution_version() -> None:
 def test_verbose_before_or_after_the_command_shows_the_traceback(tmp_path: Path, verbose_first: bool) -> None:
     missing = str(tmp_path / "nowhere")
     args = ["-v", "ls", missing] if verbose_first else ["ls", missing, "-v"]
-    result = runner.invoke(app, args)
+    result = tito(*args)
     assert result.exit_code == EXIT_BAD_INPUT, result.output
     assert "Traceback" in result.stderr
     assert f"ERROR {missing}: no such log folder" in result.stderr
-    quiet = runner.invoke(app, ["ls", missing])
+    quiet = tito("ls", missing)
     assert quiet.exit_code == EXIT_BAD_INPUT
     assert "Traceback" not in quiet.stderr
 
@@ -66,7 +64,7 @@ def test_each_command_lists_only_the_exit_statuses_it_can_end_with() -> None:
 
 
 def test_install_hints_keep_their_brackets() -> None:
-    result = runner.invoke(app, ["rebuild", "--help"], env={"COLUMNS": "200"})
+    result = tito("rebuild", "--help", env={"COLUMNS": "200"})
     assert "pip install 'tito-cli[ray]'" in result.stdout
 
 
@@ -75,7 +73,7 @@ def test_missing_ray_is_a_usage_error_with_the_install_command(
 ) -> None:
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray raises ImportError
     logs = REPO / "fixtures" / "logs"
-    result = runner.invoke(app, ["rebuild", str(logs), "--engine", "ray", "--out", str(tmp_path / "out")])
+    result = tito("rebuild", str(logs), "--engine", "ray", "--out", str(tmp_path / "out"))
     assert result.exit_code == EXIT_USAGE
     assert result.stderr.splitlines() == [
         "ERROR the ray engine needs Ray Data, which is not installed",
@@ -86,7 +84,7 @@ def test_missing_ray_is_a_usage_error_with_the_install_command(
 
 def test_error_messages_print_brackets_in_paths_as_they_are(tmp_path: Path) -> None:
     missing = tmp_path / "logs[bold]"
-    result = runner.invoke(app, ["ls", str(missing)])
+    result = tito("ls", str(missing))
     assert result.exit_code == EXIT_BAD_INPUT
     assert f"ERROR {missing}: no such log folder" in result.stderr
 
@@ -119,12 +117,12 @@ def test_a_folder_without_parquet_logs_is_an_error_and_nothing_is_written(
     if content == "hidden temporary":
         (logs / ".turns-0001-3f2a9c1b7d4e.tmp").write_bytes(b"PAR1")
     out = tmp_path / "samples.parquet"
-    result = runner.invoke(app, ["rebuild", str(logs), "--out", str(out)])
+    result = tito("rebuild", str(logs), "--out", str(out))
     assert result.exit_code == EXIT_BAD_INPUT, result.output
     assert result.stderr.splitlines() == [f"ERROR {logs}: {expected[0]}", expected[1]]
     assert list(tmp_path.iterdir()) == [logs]
     for command in (["ls", str(logs)], ["stats", str(logs)], ["dump", str(logs), "--out", str(tmp_path / "d")]):
-        listed = runner.invoke(app, command)
+        listed = tito(*command)
         assert listed.exit_code == EXIT_BAD_INPUT, command
         assert expected[0] in listed.stderr
     assert list(tmp_path.iterdir()) == [logs]
@@ -139,7 +137,7 @@ def two_dumps(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Goldens of two of the demo sessions."""
     golden = tmp_path_factory.mktemp("two") / "golden"
     two = ["-s", "qwen3-0-0000", "-s", "qwen3-0-0001"]
-    first = runner.invoke(app, ["dump", str(DEMO_LOGS), "--out", str(golden), *two])
+    first = tito("dump", str(DEMO_LOGS), "--out", str(golden), *two)
     assert first.exit_code == 0, first.output
     return golden
 
@@ -158,7 +156,7 @@ def edited(two_dumps: Path, tmp_path: Path) -> Path:
 
 def test_dump_into_existing_goldens_is_refused_without_update(edited: Path) -> None:
     before = {p.name: p.read_bytes() for p in edited.iterdir()}
-    refused = runner.invoke(app, ["dump", str(DEMO_LOGS), "--out", str(edited)])
+    refused = tito("dump", str(DEMO_LOGS), "--out", str(edited))
     assert refused.exit_code == EXIT_OUTPUT
     assert refused.stderr.splitlines()[0] == (
         f"ERROR {edited}: the folder holds golden dumps that this log would change (qwen3-0-0000 changed); "
@@ -170,24 +168,24 @@ def test_dump_into_existing_goldens_is_refused_without_update(edited: Path) -> N
 
 @pytest.mark.slow
 def test_dump_update_rewrites_changed_goldens_and_removes_stale_ones(edited: Path) -> None:
-    updated = runner.invoke(app, ["dump", str(DEMO_LOGS), "--out", str(edited), "--update"])
+    updated = tito("dump", str(DEMO_LOGS), "--out", str(edited), "--update")
     assert updated.exit_code == 0, updated.output
     assert updated.stderr.strip() == f"wrote 31 of 32 dumps to {edited} (1 already identical, 1 stale removed)"
     assert not (edited / "gone.txt").exists() and (edited / "notes.md").exists()
     assert "edited" not in (edited / "qwen3-0-0000.txt").read_text(encoding="utf-8")
-    check = runner.invoke(app, ["check", str(DEMO_LOGS), "--golden", str(edited)])
+    check = tito("check", str(DEMO_LOGS), "--golden", str(edited))
     assert check.exit_code == 0, check.output
 
 
 @pytest.mark.slow  # dumps the demo logs three times
 def test_dump_into_identical_goldens_is_allowed_but_not_with_a_stale_one(tmp_path: Path) -> None:
     golden = tmp_path / "golden"
-    assert runner.invoke(app, ["dump", str(DEMO_LOGS), "--out", str(golden)]).exit_code == 0
-    again = runner.invoke(app, ["dump", str(DEMO_LOGS), "--out", str(golden)])  # changes nothing: allowed
+    assert tito("dump", str(DEMO_LOGS), "--out", str(golden)).exit_code == 0
+    again = tito("dump", str(DEMO_LOGS), "--out", str(golden))  # changes nothing: allowed
     assert again.exit_code == 0, again.output
     assert again.stderr.strip() == f"wrote 0 of 32 dumps to {golden} (32 already identical)"
     (golden / "gone.txt").write_text(STALE, encoding="utf-8")
-    left_stale = runner.invoke(app, ["dump", str(DEMO_LOGS), "--out", str(golden)])
+    left_stale = tito("dump", str(DEMO_LOGS), "--out", str(golden))
     assert left_stale.exit_code == EXIT_OUTPUT
     assert "(gone.txt stale)" in left_stale.stderr
 
@@ -205,20 +203,20 @@ def test_unfinished_sessions_are_marked_named_and_can_be_rejected(tmp_path: Path
     turn_ids, row_ids = session_ids_of("turns-*.parquet"), session_ids_of("sessions-*.parquet")
     [unfinished] = sorted(turn_ids - row_ids)
     kept = tmp_path / "kept.parquet"
-    assert runner.invoke(app, ["rebuild", str(logs), "--out", str(kept)]).exit_code == 0
+    assert tito("rebuild", str(logs), "--out", str(kept)).exit_code == 0
     table = pq.read_table(kept, columns=["session_id", "reward", "metadata"]).to_pylist()
     finished = {(r["session_id"], json.loads(r["metadata"])["tito"]["finished"]) for r in table}
     assert {sid for sid, done in finished if not done} == {unfinished}
     assert {r["reward"] for r in table if r["session_id"] == unfinished} == {0.0}
 
     # Named by ls (a field and a filter) and by stats.
-    listed = runner.invoke(app, ["ls", str(logs), "--where", "unfinished", "--json"])
+    listed = tito("ls", str(logs), "--where", "unfinished", "--json")
     assert [(r["session"], r["unfinished"]) for r in json.loads(listed.stdout)] == [(unfinished, True)]
-    stats = runner.invoke(app, ["stats", str(logs), "--json"])
+    stats = tito("stats", str(logs), "--json")
     assert json.loads(stats.stdout)["sessions_without_sessions_row_examples"] == [unfinished]
 
     rejected = tmp_path / "rejected.parquet"
-    result = runner.invoke(app, ["rebuild", str(logs), "--out", str(rejected), "--unfinished", "reject"])
+    result = tito("rebuild", str(logs), "--out", str(rejected), "--unfinished", "reject")
     assert result.exit_code == 3, result.output
     reports = [json.loads(line) for line in Path(f"{rejected}.rejects.jsonl").read_text().splitlines()]
     assert [(r["session_id"], r["reason"]) for r in reports] == [
@@ -227,6 +225,6 @@ def test_unfinished_sessions_are_marked_named_and_can_be_rejected(tmp_path: Path
     assert reports[0]["file"].endswith(".parquet") and isinstance(reports[0]["row"], int)
     ids = set(pq.read_table(rejected, columns=["session_id"]).column("session_id").to_pylist())
     assert unfinished not in ids and len(ids) == 31
-    listed = runner.invoke(app, ["ls", str(logs), "--unfinished", "reject", "--where", "unfinished", "--json"])
+    listed = tito("ls", str(logs), "--unfinished", "reject", "--where", "unfinished", "--json")
     [row] = json.loads(listed.stdout)
     assert (row["session"], row["unfinished"], row["samples"]) == (unfinished, True, None)

@@ -10,11 +10,10 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from typer.testing import CliRunner
 
 from tests.support.bad_input_runs import SCENARIO_ROOT, build_scenario
+from tests.support.cli import tito
 from tests.support.helpers import REPO, conformance_folders, read_jsonl, write_log
-from tito_cli.cli import app
 from tito_cli.errors import EXIT_OK, EXIT_OUTPUT, EXIT_REJECTED
 from tito_cli.read import index_pass
 from tito_cli.read.turnlog import TurnLog
@@ -30,7 +29,7 @@ from benchmarks.workload import WorkloadSpec, _generate_synthetic
 
 
 def run(*args: object) -> tuple[int, str]:
-    result = CliRunner().invoke(app, [str(a) for a in args])
+    result = tito(*[str(a) for a in args])
     return result.exit_code, result.stderr
 
 

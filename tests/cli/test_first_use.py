@@ -6,18 +6,17 @@ import re
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
+from tests.support.cli import tito
 from tests.support.helpers import REPO
 from tests.support.scenario_logs import scenario_log
 from tests.support.serve_checks import page_data
 from tests.support.serve_helpers import need_extras
-from tito_cli.cli import app
 from tito_cli.errors import EXIT_USAGE, TokenizerError
 from tito_cli.tokenizer import resolve, shipped_folder
 
-runner = CliRunner()
 DEMO_LOGS = REPO / "fixtures" / "logs"
+UNREACHABLE = "http://127.0.0.1:9"  # a port nothing listens on
 
 
 def test_shipped_tokenizers_answer_to_their_short_names_and_the_error_lists_them() -> None:
@@ -39,7 +38,7 @@ def test_serve_takes_tokenizer_name_equals_path_as_the_other_commands_do() -> No
     assert template is not None and template.folder == REPO / "fixtures" / "tokenizers" / "qwen3"
     # The log records the name, and the name is what is sent upstream.
     assert (config.tokenizer_name, config.model_name, template.name) == ("Qwen/Qwen3-8B",) * 3
-    help_text = runner.invoke(app, ["serve", "--help"], env={"COLUMNS": "300"}).stdout
+    help_text = tito("serve", "--help", env={"COLUMNS": "300"}).stdout
     assert "NAME=PATH" in help_text and "shipped name (qwen3, small)" in help_text
     assert "qwen3, deepseek-v3, gpt-oss, llama3, glm45, kimi-k2" in help_text
 
@@ -50,9 +49,7 @@ def agent_logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_inspect_turns_outside_the_session_says_which_turns_it_has(agent_logs: Path) -> None:
-    done = runner.invoke(
-        app, ["inspect", "s-7f3a-fix-tests", str(agent_logs), "--turns", "500..509"], env={"COLUMNS": "300"}
-    )
+    done = tito("inspect", "s-7f3a-fix-tests", str(agent_logs), "--turns", "500..509", env={"COLUMNS": "300"})
     assert done.exit_code == EXIT_USAGE
     said = " ".join(done.stderr.split())
     assert re.search(r"session s-7f3a-fix-tests has no turn in 500\.\.509: its \d+ turns are seq 0 to \d+", said), said
@@ -62,19 +59,19 @@ def test_inspect_turns_outside_the_session_says_which_turns_it_has(agent_logs: P
 @pytest.mark.slow
 def test_view_says_yes_and_no_counts_in_the_singular_and_filters_unfinished(tmp_path: Path) -> None:
     out = tmp_path / "all.html"
-    assert runner.invoke(app, ["view", "--all", "--logs", str(DEMO_LOGS), "--out", str(out)]).exit_code == 0
+    assert tito("view", "--all", "--logs", str(DEMO_LOGS), "--out", str(out)).exit_code == 0
     page = out.read_text(encoding="utf-8")
     assert '<input type="checkbox" class="flag" value="unfinished"> unfinished' in page
     rows = re.findall(r'<tr data-session="([^"]+)"([^>]*)>(.*?)</tr>', page, re.S)
     unfinished = {sid for sid, attrs, _ in rows if 'data-unfinished="1"' in attrs}
-    listed = runner.invoke(app, ["ls", str(DEMO_LOGS), "--where", "unfinished", "--json"]).stdout
+    listed = tito("ls", str(DEMO_LOGS), "--where", "unfinished", "--json").stdout
     assert unfinished == set(re.findall(r'"session": "([^"]+)"', listed)) and len(unfinished) == 1
     cells = {sid: re.findall(r"<td[^>]*>([^<]*)</td>", body) for sid, _, body in rows}
     assert all(("yes" if sid in unfinished else "no") in cells[sid] for sid in cells)
     assert "True" not in " ".join(" ".join(c) for c in cells.values())
     [one] = sorted(unfinished)
     single = tmp_path / "one.html"
-    assert runner.invoke(app, ["view", one, "--logs", str(DEMO_LOGS), "--out", str(single)]).exit_code == 0
+    assert tito("view", one, "--logs", str(DEMO_LOGS), "--out", str(single)).exit_code == 0
     text = single.read_text(encoding="utf-8")
     assert "1 of 1 session</span>" in text and "1 sessions" not in text
     assert one in page_data(text)["sessions"]
@@ -82,11 +79,11 @@ def test_view_says_yes_and_no_counts_in_the_singular_and_filters_unfinished(tmp_
 
 def test_trl_export_says_it_leaves_out_rewards_and_logprobs(tmp_path: Path) -> None:
     samples = tmp_path / "samples.parquet"
-    assert runner.invoke(app, ["rebuild", str(DEMO_LOGS), "--out", str(samples)]).exit_code == 0
-    done = runner.invoke(app, ["export", str(samples), "--to", "trl", "--out", str(tmp_path / "trl.parquet")])
+    assert tito("rebuild", str(DEMO_LOGS), "--out", str(samples)).exit_code == 0
+    done = tito("export", str(samples), "--to", "trl", "--out", str(tmp_path / "trl.parquet"))
     assert done.exit_code == 0, done.stderr
     assert "not written: rewards and logprobs" in done.stderr
-    skyrl = runner.invoke(app, ["export", str(samples), "--to", "slime", "--out", str(tmp_path / "s.pt")])
+    skyrl = tito("export", str(samples), "--to", "slime", "--out", str(tmp_path / "s.pt"))
     assert "not written" not in skyrl.stderr
 
 
@@ -127,10 +124,7 @@ def test_chat_template_kwargs_from_the_command_line_and_the_request_are_rendered
     if history == "canonical":
         # A request's own options are rendered whole, and the turn says why.
         assert [t.metadata.get("history_reason") for t in turns if t.metadata] == ["no held turn", "template options"]
-    refused = runner.invoke(
-        app,
-        ["serve", "--logs", str(tmp_path / "x"), "--upstream", "http://127.0.0.1:9", "--chat-template-kwargs", "[1]"],
-    )
+    refused = tito("serve", "--logs", tmp_path / "x", "--upstream", UNREACHABLE, "--chat-template-kwargs", "[1]")
     assert refused.exit_code == EXIT_USAGE and "a JSON object is needed, not list" in refused.stderr
 
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 import typer.main
-from typer.testing import CliRunner
 
+from tests.support.cli import tito
 from tests.support.helpers import CONFORMANCE, read_jsonl, write_log
 from tests.support.scenario_logs import scenario_log
 from tito_cli.algorithm.policies import SlimeV4
@@ -44,7 +44,7 @@ def cases_logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def run(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
-    result = CliRunner().invoke(app, list(args), env=env)
+    result = tito(*list(args), env=env)
     return result.exit_code, result.stdout, result.stderr
 
 

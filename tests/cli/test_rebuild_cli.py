@@ -9,10 +9,9 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from typer.testing import CliRunner
 
+from tests.support.cli import tito
 from tests.support.helpers import CONFORMANCE, read_jsonl, write_log
-from tito_cli.cli import app
 from tito_cli.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_OUTPUT, EXIT_REJECTED
 
 CASES = CONFORMANCE / "cases-threshold-1024"
@@ -26,7 +25,7 @@ def logs(tmp_path: Path) -> Path:
 
 
 def run(*args: str) -> tuple[int, str, str]:
-    result = CliRunner().invoke(app, list(args))
+    result = tito(*list(args))
     return result.exit_code, result.stdout, result.stderr
 
 

@@ -21,11 +21,10 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from typer.testing import CliRunner
 
 from tests.bad_input.kit import case, write_good, write_turns
+from tests.support.cli import tito
 from tests.support.helpers import REPO, needs
-from tito_cli.cli import app
 from tito_cli.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_OUTPUT
 
 CASE = "cases-threshold-1024/case-2.7"
@@ -34,7 +33,7 @@ EXCHANGES = REPO / "tests" / "import_sources" / "openai-exchanges"
 
 
 def run(*args: str) -> tuple[int, str]:
-    result = CliRunner().invoke(app, list(args))
+    result = tito(*list(args))
     return result.exit_code, result.stderr
 
 

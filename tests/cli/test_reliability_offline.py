@@ -27,11 +27,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from typer.testing import CliRunner
 
 from tests.bad_input.kit import write_good
+from tests.support.cli import tito
 from tests.support.helpers import REPO
-from tito_cli.cli import app
 from tito_cli.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_REJECTED
 from tito_cli.tokenizer import beyond_vocabulary
 
@@ -40,7 +39,7 @@ DEMO = REPO / "fixtures" / "logs"
 
 
 def run(*args: str) -> tuple[int, str, str]:
-    result = CliRunner().invoke(app, list(args))
+    result = tito(*list(args))
     return result.exit_code, result.stdout, result.stderr
 
 

@@ -15,15 +15,14 @@ from pathlib import Path
 from typing import ClassVar
 
 import pytest
-from typer.testing import CliRunner
 
 import tito_cli
+from tests.support.cli import tito
 from tests.support.helpers import REPO
 from tests.support.third_party_plugins import FullReward, OneTurnJsonl, TokensJsonl, register
 from tito_cli.algorithm.policies import SlimeV4
 from tito_cli.algorithm.policy import POLICIES
 from tito_cli.capture.importers import IMPORTERS
-from tito_cli.cli import app
 from tito_cli.errors import EXIT_OK, EXIT_USAGE
 from tito_cli.export.formats import OUTPUT_FORMATS
 
@@ -43,7 +42,7 @@ def _words(text: str) -> str:
 
 
 def _invoke(*args: str) -> tuple[int, str]:
-    result = CliRunner().invoke(app, list(args))
+    result = tito(*list(args))
     return result.exit_code, _words(result.output)
 
 

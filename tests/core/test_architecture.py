@@ -283,3 +283,16 @@ def test_every_test_module_is_in_a_folder_and_imports_no_other_test_module() -> 
             if any(part.startswith("test_") for name in names for part in name.split(".")):
                 imports.append(f"{path.relative_to(REPO)}:{node.lineno}")
     assert imports == [], "move what test modules share into tests/support/"
+
+
+def test_the_tito_command_is_run_one_way_in_process() -> None:
+    """Test modules run ``tito`` through ``tests/support/cli.py`` (the ``tito`` fixture), not a runner of their own."""
+    runners = {"typer.testing", "click.testing"}
+    own = sorted(
+        str(path.relative_to(REPO))
+        for path in TESTS.rglob("*.py")
+        if path != TESTS / "support" / "cli.py"
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.ImportFrom) and node.module in runners and "CliRunner" in {a.name for a in node.names}
+    )
+    assert own == [], "run the command with tests.support.cli.tito"

@@ -8,8 +8,8 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
-from typer.testing import CliRunner
 
+from tests.support.cli import tito
 from tests.support.helpers import CONFORMANCE as CONFORMANCE_COPY
 from tests.support.helpers import (
     REPO,
@@ -19,7 +19,6 @@ from tests.support.helpers import (
     conformance_log,
     read_jsonl,
 )
-from tito_cli.cli import app
 from tito_cli.errors import EXIT_OK, EXIT_REJECTED
 
 CONFORMANCE_SHARED = REPO.parent / "shared" / "conformance"
@@ -39,7 +38,7 @@ def test_folder_matches_reference(folder: Path, tmp_path: Path) -> None:
     options = conformance_log(folder, logs)
     out = tmp_path / "samples.parquet"
 
-    result = CliRunner().invoke(app, ["rebuild", str(logs), "--out", str(out), *options])
+    result = tito("rebuild", str(logs), "--out", str(out), *options)
 
     expected_rejects = {r["session_id"]: r["reason"] for r in read_jsonl(folder / "rejects.jsonl")}
     assert result.exit_code == (EXIT_REJECTED if expected_rejects else EXIT_OK), result.output

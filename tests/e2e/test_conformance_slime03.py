@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from typer.testing import CliRunner
 
+from tests.support.cli import tito
 from tests.support.helpers import (
     CONFORMANCE_SLIME03,
     REPO,
@@ -23,7 +23,6 @@ from tests.support.helpers import (
     read_jsonl,
 )
 from tests.support.slime03 import assert_matches_reference, folder_log
-from tito_cli.cli import app
 from tito_cli.errors import EXIT_OK
 
 SHARED = REPO.parent / "shared" / "spec" / "conformance-slime03"
@@ -43,7 +42,7 @@ def test_copy_matches_the_shared_corpus() -> None:
 
 
 def rebuild(args: list[str]) -> str:
-    result = CliRunner().invoke(app, ["rebuild", *args])
+    result = tito("rebuild", *args)
     assert result.exit_code == EXIT_OK, result.output
     return result.stderr
 

@@ -21,11 +21,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from typer.testing import CliRunner
 
+from tests.support.cli import tito
 from tests.support.helpers import REPO, needs
 from tito_cli._atomic import publish
-from tito_cli.cli import app
 from tito_cli.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_REJECTED, EXIT_USAGE, ExportError
 from tito_cli.export.base import SinkContext
 from tito_cli.export.formats import format_names, open_sink
@@ -64,7 +63,7 @@ def sample_rows(path: Path) -> list[dict[str, Any]]:
 
 
 def run(*args: str) -> tuple[int, str]:
-    result = CliRunner().invoke(app, list(args))
+    result = tito(*list(args))
     return result.exit_code, result.stderr
 
 
@@ -271,7 +270,7 @@ def test_a_forked_session_in_a_group_is_reported_with_expected_and_actual_counts
     line = f"group 0: {len(sessions0)} sessions, expected {len(sessions0)} samples, got {len(group0)} ("
     assert line in err
 
-    result = CliRunner().invoke(app, ["stats", str(DEMO), "--json"])
+    result = tito("stats", str(DEMO), "--json")
     assert result.exit_code == EXIT_OK
     mismatched = {g["group_index"]: g for g in json.loads(result.stdout)["groups"]["mismatched"]}
     assert mismatched[0]["expected_samples"] == len(sessions0)

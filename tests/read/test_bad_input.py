@@ -27,11 +27,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 from tests.support.bad_input_runs import SCENARIO_ROOT, SCENARIOS, build_scenario, check_outcome, rebuild_args
+from tests.support.cli import tito
 from tests.support.helpers import REPO
-from tito_cli.cli import app
 
 
 def test_corpus_covers_every_outcome() -> None:
@@ -46,7 +45,7 @@ def test_scenario(folder: Path, tmp_path: Path) -> None:
     out = tmp_path / "out" / "samples.parquet"
     out.parent.mkdir()
 
-    result = CliRunner().invoke(app, rebuild_args(tmp_path / "logs", out, expected))
+    result = tito(*rebuild_args(tmp_path / "logs", out, expected))
 
     check_outcome(expected, out, result.exit_code, result.stdout, result.stderr)
 

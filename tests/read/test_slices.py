@@ -17,11 +17,10 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from typer.testing import CliRunner
 
 from tests.support.bad_input_runs import SCENARIOS, build_scenario, check_outcome, rebuild_args
+from tests.support.cli import tito
 from tests.support.helpers import REPO, write_log
-from tito_cli.cli import app
 from tito_cli.read import index_pass
 from tito_cli.read import rows as readpath
 from tito_cli.read.index import LogIndex, ReadBatch, RowGroup, SessionPlace
@@ -132,7 +131,7 @@ def test_bad_input_in_slices_is_rejected_naming_the_same_file_row(
     expected = build_scenario(folder, tmp_path / "logs")
     out = tmp_path / "out" / "samples.parquet"
     out.parent.mkdir()
-    result = CliRunner().invoke(app, rebuild_args(tmp_path / "logs", out, expected))
+    result = tito(*rebuild_args(tmp_path / "logs", out, expected))
     check_outcome(expected, out, result.exit_code, result.stdout, result.stderr)
 
 

@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from tests.support.cli import tito
 from tests.support.helpers import REPO
 from tests.support.scenario_logs import TOKENIZER as SCENARIO_TOKENIZER
 from tests.support.scenario_logs import scenario_log
@@ -127,9 +128,7 @@ def test_the_rebuild_counter_travels_to_workers_and_counts_by_class(agent: Sessi
 
 @pytest.mark.slow
 def test_rebuild_summary_counts_drift_classes_the_same_for_any_number_of_workers(tmp_path: Path) -> None:
-    from typer.testing import CliRunner
 
-    from tito_cli.cli import app
 
     logs = REPO / "fixtures" / "logs"
     summaries = []
@@ -137,7 +136,7 @@ def test_rebuild_summary_counts_drift_classes_the_same_for_any_number_of_workers
         out = tmp_path / f"samples-{workers}.parquet"
         # --batch-mb: small batches, so that two workers really run (the demo log is small).
         args = ["rebuild", str(logs), "--out", str(out), "-j", workers, "--batch-mb", "0.05", "--drift-classes"]
-        result = CliRunner().invoke(app, args)
+        result = tito(*args)
         assert result.exit_code == 0, result.stderr
         summaries.append(result.stderr.replace(str(out), "OUT"))
     assert summaries[0] == summaries[1]
@@ -159,9 +158,9 @@ def test_rebuild_summary_counts_drift_classes_the_same_for_any_number_of_workers
             meta[b"tito.tokenizer"] = b"no/such/tokenizer"
         pq.write_table(table.replace_schema_metadata(meta), elsewhere / path.name)
     args = ["rebuild", str(elsewhere), "--out", str(tmp_path / "x.parquet"), "--drift-classes"]
-    skipped = CliRunner().invoke(app, args)
+    skipped = tito(*args)
     assert skipped.exit_code == 0, skipped.stderr
     assert "fork: " not in skipped.stderr and "realigns" in skipped.stderr
     # Without --drift-classes no tokenizer is looked for, and the summary has no classes.
-    plain = CliRunner().invoke(app, ["rebuild", str(logs), "--out", str(tmp_path / "y.parquet")])
+    plain = tito("rebuild", str(logs), "--out", str(tmp_path / "y.parquet"))
     assert plain.exit_code == 0 and "fork: " not in plain.stderr and "drift class" not in plain.stderr

@@ -15,7 +15,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import typer.main
-from typer.testing import CliRunner
 
 from tests.support.cli import tito
 from tests.support.helpers import CONFORMANCE, CONFORMANCE_SLIME03, REPO, conformance_folders, read_jsonl, write_log
@@ -649,7 +648,7 @@ def test_dump_files_written_by_workers_are_the_serial_dumps(
     serial_dumps: list[tuple[str, str, str]], tmp_path: Path
 ) -> None:
     # Through the CLI with workers, into files: the serial dumps' bytes.
-    result = CliRunner().invoke(app, ["dump", str(DEMO_LOGS), "--out", str(tmp_path / "2"), "--workers", "2"])
+    result = tito("dump", str(DEMO_LOGS), "--out", str(tmp_path / "2"), "--workers", "2")
     assert result.exit_code == EXIT_OK, result.output
     two = {p.name: p.read_bytes() for p in (tmp_path / "2").iterdir()}
     assert two == {name: text.encode("utf-8") for _, name, text in serial_dumps}

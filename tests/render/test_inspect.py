@@ -13,13 +13,12 @@ import pyarrow.parquet as pq
 import pytest
 from rich.console import Console
 from rich.text import Text
-from typer.testing import CliRunner
 
+from tests.support.cli import tito
 from tests.support.helpers import conformance_folders, read_jsonl, write_log
 from tests.support.scenario_logs import TOKENIZER, scenario_log
 from tito_cli.algorithm.policies import SlimeV4
 from tito_cli.algorithm.session import SessionResult
-from tito_cli.cli import app
 from tito_cli.cli.app import out_console
 from tito_cli.cli.viewing import UNWRAPPED, choose_tokenizer, is_plain, with_pager
 from tito_cli.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_REJECTED, EXIT_USAGE
@@ -55,7 +54,7 @@ def agent_logs_no_tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def run(*args: str, env: dict[str, str] | None = None) -> tuple[int, list[str], str]:
-    result = CliRunner().invoke(app, list(args), env=env)
+    result = tito(*list(args), env=env)
     return result.exit_code, result.stdout.splitlines(), result.stderr
 
 

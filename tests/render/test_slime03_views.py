@@ -8,12 +8,11 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from typer.testing import CliRunner
 
+from tests.support.cli import tito
 from tests.support.helpers import CONFORMANCE_SLIME03, read_jsonl, write_log
 from tito_cli.algorithm.policies import Slime03
 from tito_cli.algorithm.session import SessionResult
-from tito_cli.cli import app
 from tito_cli.errors import EXIT_OK
 from tito_cli.pytest_plugin import TitoGolden
 from tito_cli.run.corpus import Corpus
@@ -38,7 +37,7 @@ def logs1024(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def run(*args: str) -> tuple[int, str, str]:
-    result = CliRunner().invoke(app, list(args))
+    result = tito(*list(args))
     return result.exit_code, result.stdout, result.stderr
 
 

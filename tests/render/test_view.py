@@ -14,12 +14,11 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
-from typer.testing import CliRunner
 
+from tests.support.cli import tito
 from tests.support.helpers import write_log
 from tests.support.scenario_logs import scenario_log
 from tito_cli.algorithm.session import SessionResult
-from tito_cli.cli import app
 from tito_cli.errors import EXIT_OK, EXIT_OUTPUT, EXIT_USAGE
 from tito_cli.render.html import bar_chart
 from tito_cli.run.corpus import Corpus
@@ -29,7 +28,7 @@ DEMO = ROOT / "fixtures" / "logs"
 
 
 def run(*args: str) -> tuple[int, str, str]:
-    result = CliRunner().invoke(app, list(args))
+    result = tito(*list(args))
     return result.exit_code, result.stdout, result.stderr
 
 

@@ -16,9 +16,8 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
-from typer.testing import CliRunner
 
-from tito_cli.cli import app
+from tests.support.cli import tito
 from tito_cli.errors import EXIT_OK
 from tito_cli.report.facts import session_row
 from tito_cli.run.corpus import Corpus
@@ -82,7 +81,7 @@ def browser() -> Iterator[Any]:
 @pytest.fixture(scope="module")
 def demo_html(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("view") / "demo.html"
-    result = CliRunner().invoke(app, ["view", "--all", "--logs", str(DEMO), "--out", str(out)])
+    result = tito("view", "--all", "--logs", str(DEMO), "--out", str(out))
     assert result.exit_code == EXIT_OK, result.stderr
     return out
 
@@ -90,7 +89,7 @@ def demo_html(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def demo_samples(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
     out = tmp_path_factory.mktemp("rebuild") / "samples.parquet"
-    result = CliRunner().invoke(app, ["rebuild", str(DEMO), "--out", str(out)])
+    result = tito("rebuild", str(DEMO), "--out", str(out))
     assert result.exit_code == EXIT_OK, result.stderr
     return pq.read_table(out, columns=["session_id", "sample_index", "tokens", "loss_mask"]).to_pylist()
 
@@ -297,7 +296,7 @@ def test_a_log_without_tokenizer_shows_token_ids(browser: Any, tmp_path: Path) -
 
     logs = scenario_log("agent", tmp_path / "logs", tokenizer=None)
     out = tmp_path / "ids.html"
-    result = CliRunner().invoke(app, ["view", "--all", "--logs", str(logs), "--out", str(out)])
+    result = tito("view", "--all", "--logs", str(logs), "--out", str(out))
     assert result.exit_code == EXIT_OK, result.stderr
     session = next(r for r in Corpus.open([logs]).results() if not isinstance(r, Reject) and r.samples)
     context = browser.new_context(offline=True)

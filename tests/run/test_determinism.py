@@ -16,11 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
-from typer.testing import CliRunner
 
 from tests.bad_input.kit import turns_table, write_sessions
+from tests.support.cli import tito
 from tests.support.helpers import CONFORMANCE, REPO, read_jsonl, write_log
-from tito_cli.cli import app
 
 FOLDERS = ["cases-threshold-1024", "random-threshold-1024"]
 
@@ -34,7 +33,7 @@ def corpus() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
 
 def rebuild_bytes(tmp: Path, *inputs: Path, extra: tuple[str, ...] = ()) -> bytes:
     out = tmp / f"out-{len(list(tmp.glob('out-*')))}.parquet"
-    result = CliRunner().invoke(app, ["rebuild", *map(str, inputs), "--out", str(out), *extra])
+    result = tito("rebuild", *map(str, inputs), "--out", str(out), *extra)
     assert result.exit_code == 3, result.output  # the corpus holds one invalid session (case-4.2)
     return out.read_bytes()
 

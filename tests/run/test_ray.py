@@ -12,6 +12,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from tests.support.cli import tito
 from tests.support.helpers import CONFORMANCE_SLIME03, conformance_folders, needs, read_jsonl, write_log
 from tests.support.slime03 import assert_matches_reference, folder_log
 from tito_cli.algorithm.policies import SlimeV4
@@ -116,13 +117,11 @@ def test_ray_writes_the_trainer_formats_through_the_same_sink(fmt: str, tmp_path
 @pytest.mark.parametrize("folder", SLIME03_FOLDERS, ids=[f.name for f in SLIME03_FOLDERS])
 def test_ray_matches_the_slime03_reference(folder: Path, tmp_path: Path) -> None:
     """``tito rebuild --engine ray --policy slime-0.3``: the reference's samples, flags, rollout ids, left-out notes."""
-    from typer.testing import CliRunner
 
-    from tito_cli.cli import app
     logs = tmp_path / "logs"
     options = folder_log(folder, logs)
     out = tmp_path / "ray.parquet"
-    result = CliRunner().invoke(app, ["rebuild", str(logs), "--out", str(out), "--engine", "ray", *options])
+    result = tito("rebuild", str(logs), "--out", str(out), "--engine", "ray", *options)
     assert result.exit_code == 0, result.output
     assert_matches_reference(folder, pq.read_table(out).to_pylist(), result.stderr)
 

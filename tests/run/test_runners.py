@@ -9,11 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
+from tests.support.cli import tito
 from tests.support.helpers import REPO
 from tests.support.processes import ENV, TIMEOUT, alive, children, wait_for, write_workload
-from tito_cli.cli import app
 from tito_cli.errors import EXIT_USAGE
 from tito_cli.run.local import LocalOptions, LocalRunner
 from tito_cli.run.rebuild import RebuildOptions, rebuild, rebuild_with, runner_for
@@ -25,7 +24,7 @@ DEMO = REPO / "fixtures" / "logs"
 def test_the_ray_engine_refuses_the_local_runners_options(option: str, value: str, tmp_path: Path) -> None:
     # Before this was checked, --engine ray ran and silently ignored them.
     out = tmp_path / "s.parquet"
-    result = CliRunner().invoke(app, ["rebuild", str(DEMO), "--out", str(out), "--engine", "ray", option, value])
+    result = tito("rebuild", str(DEMO), "--out", str(out), "--engine", "ray", option, value)
     assert result.exit_code == EXIT_USAGE, result.output
     words = " ".join(result.output.replace("│", " ").split())
     assert f"Invalid value for {option}: applies to the local engine only, not ray" in words
@@ -54,7 +53,7 @@ def test_stale_temporaries_of_an_export_are_swept(tmp_path: Path) -> None:
     out = tmp_path / "sft.parquet"
     dead = tmp_path / ".sft.parquet.0123456789ab.tmp"
     dead.write_bytes(b"half a file a killed export left")
-    result = CliRunner().invoke(app, ["export", str(samples), "--to", "trl", "--out", str(out)])
+    result = tito("export", str(samples), "--to", "trl", "--out", str(out))
     assert result.exit_code == 0, result.output
     assert out.exists() and not dead.exists()
 

@@ -12,11 +12,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from typer.testing import CliRunner
 
+from tests.support.cli import tito
 from tests.support.helpers import conformance_folders, read_jsonl, write_log
 from tito_cli.algorithm.policies import SlimeV4
-from tito_cli.cli import app
 from tito_cli.errors import EXIT_BAD_INPUT, UnreadableLogError
 from tito_cli.read.index import LogIndex, RowGroup, SessionPlace
 from tito_cli.read.index_pass import build_index
@@ -178,16 +177,13 @@ def test_a_worker_error_names_the_file(tmp_path: Path, monkeypatch: pytest.Monke
 
 def test_cli_workers_option(tmp_path: Path) -> None:
     logs, _ = _conformance_log(tmp_path, "random-threshold-1024")
-    runner = CliRunner()
-    one = runner.invoke(app, ["rebuild", str(logs), "--out", str(tmp_path / "a.parquet"), "--workers", "1"])
-    two = runner.invoke(
-        app, ["rebuild", str(logs), "--out", str(tmp_path / "b.parquet"), "-j", "2", "--batch-mb", "0.001"]
-    )
+    one = tito("rebuild", str(logs), "--out", str(tmp_path / "a.parquet"), "--workers", "1")
+    two = tito("rebuild", str(logs), "--out", str(tmp_path / "b.parquet"), "-j", "2", "--batch-mb", "0.001")
     assert one.exit_code == two.exit_code == 0, one.output + two.output
     assert (tmp_path / "a.parquet").read_bytes() == (tmp_path / "b.parquet").read_bytes()
     assert pq.read_metadata(tmp_path / "a.parquet").num_rows > 0
 
-    bad = runner.invoke(app, ["rebuild", str(logs), "--out", str(tmp_path / "c.parquet"), "--workers", "0"])
+    bad = tito("rebuild", str(logs), "--out", str(tmp_path / "c.parquet"), "--workers", "0")
     assert bad.exit_code == 2
     assert "--workers" in bad.output
 
@@ -195,9 +191,7 @@ def test_cli_workers_option(tmp_path: Path) -> None:
 def test_cli_unreadable_file_with_workers(tmp_path: Path) -> None:
     logs, _ = _conformance_log(tmp_path, "random-threshold-1024")
     (logs / "turns-broken.parquet").write_bytes(b"not parquet")
-    result = CliRunner().invoke(
-        app, ["rebuild", str(logs), "--out", str(tmp_path / "x.parquet"), "-j", "2", "--batch-mb", "0.001"]
-    )
+    result = tito("rebuild", str(logs), "--out", str(tmp_path / "x.parquet"), "-j", "2", "--batch-mb", "0.001")
     assert result.exit_code == EXIT_BAD_INPUT
     assert "turns-broken.parquet" in result.output
     assert not (tmp_path / "x.parquet").exists()
@@ -292,7 +286,7 @@ def test_a_bad_file_met_by_the_workers_index_pass_is_named(tmp_path: Path) -> No
          "finish_reason": ["stop"] * 2, "prompt_messages": ["[]"] * 2},
     )
     pq.write_table(table, logs / "turns-zz-bad.parquet")
-    result = CliRunner().invoke(app, ["rebuild", str(logs), "--out", str(tmp_path / "x.parquet"), "-j", "2"])
+    result = tito("rebuild", str(logs), "--out", str(tmp_path / "x.parquet"), "-j", "2")
     assert result.exit_code == EXIT_BAD_INPUT
     assert "turns-zz-bad.parquet" in result.output and "row 1" in result.output
     assert not (tmp_path / "x.parquet").exists()
@@ -367,7 +361,7 @@ def test_worker_handoff_of_many_tiny_batches_from_the_command_line(
     """``--batch-mb 0 -j N``, as the issue ran it."""
     logs, expected = tiny_log
     out = tmp_path / "cli.parquet"
-    result = CliRunner().invoke(app, ["rebuild", str(logs), "--out", str(out), "--batch-mb", "0", "-j", str(workers)])
+    result = tito("rebuild", str(logs), "--out", str(out), "--batch-mb", "0", "-j", str(workers))
     assert result.exit_code == 0, result.output
     assert out.read_bytes() == expected
     assert list(own_tmpdir.iterdir()) == []

@@ -25,12 +25,11 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from typer.testing import CliRunner
 
+from tests.support.cli import tito
 from tests.support.serve_helpers import BASH_TOOLS as TOOLS
 from tests.support.serve_helpers import QWEN3_NAME, need_extras, recorder_of
 from tests.support.serve_standin import StandIn, qwen3_output
-from tito_cli.cli import app as cli
 from tito_cli.errors import EXIT_REJECTED
 from tito_cli.serve.demo.server import prefix_routing
 
@@ -119,7 +118,7 @@ def turns(logs: Path) -> list[dict[str, Any]]:
 
 
 def rebuild(logs: Path, out: Path, *flags: str) -> tuple[int, list[dict[str, Any]]]:
-    run = CliRunner().invoke(cli, ["rebuild", str(logs), "-o", str(out), *flags])
+    run = tito("rebuild", str(logs), "-o", str(out), *flags)
     assert run.exit_code in (0, EXIT_REJECTED), run.output
     return run.exit_code, pq.read_table(out).to_pylist()
 
@@ -459,7 +458,7 @@ def test_routed_experts_options_that_cannot_work_are_usage_errors(
 ) -> None:
     logs = tmp_path / "logs"
     argv = ["serve", "--logs", str(logs), "--upstream", "http://127.0.0.1:9", "--tokenizer", QWEN3_NAME, *options]
-    run = CliRunner().invoke(cli, argv)
+    run = tito(*argv)
     assert run.exit_code == 2, run.output
     assert message in " ".join(re.sub("[\u2500-\u257f]", " ", run.output).split())  # (rich's box drawn away)
     assert not logs.exists()

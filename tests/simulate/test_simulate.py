@@ -14,13 +14,12 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from typer.testing import CliRunner
 
+from tests.support.cli import tito
 from tests.support.helpers import REPO
 from tito_cli.algorithm.session import SessionResult
 from tito_cli.algorithm.tree import Node
 from tito_cli.capture.writer import TurnLogWriter
-from tito_cli.cli import app
 from tito_cli.cli.simulate import ProfileChoice
 from tito_cli.errors import EXIT_OK, EXIT_OUTPUT, EXIT_USAGE
 from tito_cli.run.corpus import Corpus
@@ -164,7 +163,7 @@ def test_demo_logs_hold_every_pattern(demo: list[SessionResult]) -> None:
 
 
 def test_rebuild_cli_reports_the_events(tmp_path: Path) -> None:
-    result = CliRunner().invoke(app, ["rebuild", str(LOGS), "--out", str(tmp_path / "samples.parquet")])
+    result = tito("rebuild", str(LOGS), "--out", str(tmp_path / "samples.parquet"))
     assert result.exit_code == EXIT_OK, result.stderr
     lines = {" ".join(line.split()[:-1]): line.split()[-1] for line in result.stderr.splitlines() if line.strip()}
     assert int(lines["sessions rebuilt"]) == 32
@@ -296,21 +295,20 @@ def test_features_are_assigned_in_proportion(name: str) -> None:
 
 
 def test_simulate_command_refuses_to_mix_logs(offline: None, tmp_path: Path) -> None:
-    runner = CliRunner()
-    first = runner.invoke(app, ["simulate", "--out", str(tmp_path), "--sessions", "2", "--seed", "7"])
+    first = tito("simulate", "--out", str(tmp_path), "--sessions", "2", "--seed", "7")
     assert first.exit_code == EXIT_OK, first.stderr
     assert first.stdout == ""
     assert "wrote 2 file(s)" in first.stderr
-    again = runner.invoke(app, ["simulate", "--out", str(tmp_path), "--sessions", "2", "--seed", "7"])
+    again = tito("simulate", "--out", str(tmp_path), "--sessions", "2", "--seed", "7")
     assert again.exit_code == EXIT_OUTPUT and "--overwrite" in again.stderr
-    replaced = runner.invoke(app, ["simulate", "--out", str(tmp_path), "-n", "1", "--seed", "8", "--overwrite"])
+    replaced = tito("simulate", "--out", str(tmp_path), "-n", "1", "--seed", "8", "--overwrite")
     assert replaced.exit_code == EXIT_OK
     assert {r.session_id for r in rebuild(tmp_path)} == {"demo-8-0000"}
 
 
 @pytest.mark.parametrize("option", [["--profile", "huge"], ["--tokenizer", "no/such/folder"]])
 def test_simulate_command_rejects_bad_options(tmp_path: Path, option: list[str]) -> None:
-    result = CliRunner().invoke(app, ["simulate", "--out", str(tmp_path / "logs"), *option])
+    result = tito("simulate", "--out", str(tmp_path / "logs"), *option)
     assert result.exit_code == EXIT_USAGE
     assert not (tmp_path / "logs").exists()
 

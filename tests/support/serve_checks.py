@@ -25,9 +25,8 @@ from typing import Any
 
 import numpy as np
 import pyarrow.parquet as pq
-from typer.testing import CliRunner
 
-from tito_cli.cli import app
+from tests.support.cli import tito as tito_in_process
 from tito_cli.read.turnlog import TurnLog
 from tito_cli.read.validate import parse_session
 from tito_cli.run.rebuild import rebuild
@@ -118,7 +117,7 @@ class Done:
 
 def tito(*args: str) -> Done:
     """A ``tito`` command, run in this process (typer's runner: the real command line, without a new interpreter)."""
-    result = CliRunner().invoke(app, list(args))
+    result = tito_in_process(*args)
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         raise result.exception
     return Done(result.exit_code, result.stdout, result.stderr)
