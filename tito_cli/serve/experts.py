@@ -30,13 +30,7 @@ from .exchange import UpstreamError
 if TYPE_CHECKING:
     from .config import ServeConfig
 
-__all__ = ["CallKinds", "ExpertsAsk", "check_routed_experts", "decode_rows", "experts_shape", "weight_versions"]
-
-
-def check_routed_experts(config: ServeConfig) -> None:
-    """``--routed-experts`` can work: its row shape is known (``ValueError`` saying why; the upstream and the
-    option's own shape are checked by ``ServeConfig`` itself)."""
-    experts_shape(config)
+__all__ = ["CallKinds", "ExpertsAsk", "decode_rows", "experts_shape", "weight_versions"]
 
 
 def experts_shape(config: ServeConfig) -> tuple[int, int]:

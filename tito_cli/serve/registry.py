@@ -15,6 +15,7 @@ only what speeds a session up is dropped (its next prompt is rendered whole, its
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections import OrderedDict
 from collections.abc import Callable
 
@@ -84,13 +85,14 @@ class SessionRegistry:
     # -- the bound -----------------------------------------------------------------------------
 
     def _bound(self) -> None:
-        if len(self._held) <= self.limit:
+        excess = len(self._held) - self.limit
+        if excess <= 0:
             return
-        for session_id in list(self._held):
-            if len(self._held) <= self.limit:
-                return
-            if session_id not in self._inflight:
-                self.forget(session_id)
+        # The oldest ``excess`` idle sessions lie among the first ``excess`` + in-flight ones: only those are
+        # looked at (every request touches a session, so a full registry must not be walked each time).
+        oldest = list(itertools.islice(self._held, excess + len(self._inflight)))
+        for session_id in [sid for sid in oldest if sid not in self._inflight][:excess]:
+            self.forget(session_id)
 
     def forget(self, session_id: str) -> None:
         """Forget the session everywhere (every hook), in flight or not."""

@@ -40,9 +40,9 @@ def prepare(config: ServeConfig) -> ChatTemplate | None:
     upstream = UPSTREAMS.get(config.upstream_api)
     name = config.tokenizer_name
     if config.routed_experts:
-        from .experts import check_routed_experts
+        from .experts import experts_shape
 
-        check_routed_experts(config)
+        experts_shape(config)  # the rows' shape is known (ValueError saying why)
     if not upstream.renders:
         return None  # the upstream renders: count_tokens and the id check load the tokenizer on first use
     if name is None:
