@@ -2,6 +2,7 @@
 
     python benchmarks/serve.py [--upstream-api chat generate] [--sessions 1 16 64] [--turns 16]
                                [--prompt-tokens 32000] [--runs 3] [--history render|canonical] [--fsync] [--quick]
+                               [--gateway-option=--workers=4 ...]
     python benchmarks/serve.py --context-cpu [--contexts 3000 30000] [--turns 40] [--runs 3] [--quick]
     python benchmarks/serve.py --peers [--sessions 8 32] [--turns 16] [--runs 3] [--quick]
 
@@ -409,7 +410,7 @@ def run_mode(upstream_api: str, args: argparse.Namespace, work: Path) -> list[li
          *(["--history", args.history] if upstream_api == "generate" else []),
          *(["--fsync"] if args.fsync else []),
          # --quick reads the log back right after its short phases: flush it within a second, not ten.
-         *(["--flush-every", "1"] if args.quick else [])],
+         *(["--flush-every", "1"] if args.quick else []), *args.gateway_option],
         cwd=REPO, env=env,
     )
     up, gw = f"http://127.0.0.1:{up_port}", f"http://127.0.0.1:{gw_port}"
@@ -637,6 +638,9 @@ def main() -> None:
     parser.add_argument("--history", default="render", choices=["render", "canonical"],
                         help="the generate upstream's --history (how the gateway builds prompt ids)")
     parser.add_argument("--fsync", action="store_true", help="the gateway with --fsync (journal fsynced per turn)")
+    parser.add_argument("--gateway-option", action="append", default=[], metavar="OPTION",
+                        help="one more tito serve option for every tito gateway, as one word (--gateway-option=--workers=4); "
+                             "repeatable")
     parser.add_argument("--quick", action="store_true", help="a smoke run: 1 and 2 sessions, 2 turns, 1k tokens, 1 run")
     parser.add_argument("--context-cpu", action="store_true",
                         help="instead: the gateway's CPU per turn at each --contexts size, both --history modes")

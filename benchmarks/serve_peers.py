@@ -21,6 +21,7 @@ import os
 import statistics
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,9 @@ MODES: dict[str, list[str] | None] = {
 REFERENCE = "tito chat"
 
 
-def start(mode: str, options: list[str] | None, upstream: str, work: Path) -> tuple[subprocess.Popen[bytes], str]:
+def start(
+    mode: str, options: list[str] | None, upstream: str, work: Path, extra: Sequence[str] = ()
+) -> tuple[subprocess.Popen[bytes], str]:
     port = serve.free_port()
     slug = mode.replace(" ", "-")
     if options is None:
@@ -49,7 +52,7 @@ def start(mode: str, options: list[str] | None, upstream: str, work: Path) -> tu
     else:
         command = [
             sys.executable, "-m", "tito_cli", "serve", "--logs", str(work / slug), "--upstream", upstream,
-            "--tokenizer", str(serve.QWEN3), "--port", str(port), *options,
+            "--tokenizer", str(serve.QWEN3), "--port", str(port), *options, *extra,
         ]  # fmt: skip
         health = "/healthz"
     env = dict(os.environ, TITO_SERVE_DEBUG_METRICS="1", NO_COLOR="1")
@@ -108,7 +111,7 @@ def peers(args: argparse.Namespace, work: Path) -> str:
         serve.wait_ready(f"{up}/health", upstream)
         serve.wait_ready(f"{probe}/health", prober)
         for mode, options in MODES.items():
-            gateways[mode] = start(mode, options, up, work)
+            gateways[mode] = start(mode, options, up, work, args.gateway_option)
             phase(mode, *gateways[mode], 2, argparse.Namespace(turns=2, prompt_tokens=200), f"warm-{len(gateways)}")
         for run in range(args.runs):
             order = modes[run % len(modes):] + modes[: run % len(modes)]

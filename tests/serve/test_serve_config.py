@@ -44,7 +44,7 @@ def config(**settings: Any) -> ServeConfig:
         ({"max_request_bytes": 0}, "--max-request-bytes must be a whole number of at least 1"),
         ({"max_tokens_cap": 0}, "--max-tokens-cap must be a whole number of at least 1"),
         ({"max_client_connections": True}, "--max-client-connections must be a whole number"),
-        ({"workers": 0}, "ServeConfig.workers must be a whole number of at least 1"),
+        ({"workers": 0}, "--workers must be a whole number of at least 1"),
         ({"upstream_timeout": 0}, "--upstream-timeout must be a finite number of seconds, more than 0"),
         ({"connect_timeout": float("nan")}, "ServeConfig.connect_timeout must be a finite number of seconds"),
         ({"flush_every": float("inf")}, "--flush-every must be a finite number of seconds"),
@@ -150,7 +150,7 @@ def test_a_parser_that_contradicts_the_tokenizer_stops_start_up_naming_both(tmp_
 
 
 #: The settings only a library caller gives (``create_app``): tuning a user has no reason to touch.
-INTERNAL = {"connect_timeout", "max_connections", "workers", "default_max_tokens", "idle_trim"}
+INTERNAL = {"connect_timeout", "max_connections", "default_max_tokens", "idle_trim"}
 
 
 def test_every_setting_is_a_serve_option_with_the_dataclass_default() -> None:
@@ -193,7 +193,8 @@ def test_options_given_on_the_command_line_reach_the_config(tmp_path: Path) -> N
     args = [
         "--logs", str(tmp_path), "--upstream", URL, "--chat-template-kwargs", '{"enable_thinking": false}',
         "--routed-experts-shape", "2,3", "--allow-origin", "https://a.example", "--allow-origin",
-        "https://b.example", "--fsync", "--live-sessions", "7", "--max-tokens-cap", "100", "--log-level", "info",
+        "https://b.example", "--fsync", "--live-sessions", "7", "--max-tokens-cap", "100", "--workers", "3",
+        "--log-level", "info",
     ]  # fmt: skip
     with command.make_context("serve", args) as context:
         params = dict(context.params)
@@ -201,6 +202,7 @@ def test_options_given_on_the_command_line_reach_the_config(tmp_path: Path) -> N
     assert config_of(**params) == ServeConfig(
         logs=tmp_path, upstream=URL, chat_template_kwargs={"enable_thinking": False}, routed_experts_shape=(2, 3),
         allow_origins=("https://a.example", "https://b.example"), fsync=True, live_sessions=7, max_tokens_cap=100,
+        workers=3,
     )  # fmt: skip
     with command.make_context("serve", ["--logs", str(tmp_path), "--upstream", URL]) as context:
         params = dict(context.params)

@@ -1,8 +1,7 @@
 """``--history canonical``: a turn that continues a held one extends the held ids with the new text's only.
 
-Per session (docs/spec.md §11) the gateway holds the token history it produced — the
-last turns' ``prompt_ids + output_ids`` — with the messages it rendered and the assistant message it
-answered.  A request whose conversation continues a held turn (its messages up to that answer are the
+Per session (docs/spec.md §11) the gateway holds the token history it produced — the last turns'
+``prompt_ids + output_ids`` — with the messages it rendered and the assistant message it answered.  A request whose conversation continues a held turn (its messages up to that answer are the
 held ones, by the identity of :func:`same_message`) gets the held ids followed by the tokens of only
 what is new: the text the template renders for the new messages and the generation prompt.  That text
 is found generically, for any template, by rendering the conversation three ways:
@@ -41,6 +40,7 @@ from typing import Any
 
 from ..capture.records import PromptMessages
 from .identity import continues
+from .pools import releases_gil
 from .prompt import (
     CANONICAL,
     HISTORY_REWRITTEN,
@@ -124,6 +124,7 @@ class CanonicalHistory:
 
     # -- the gateway's calls ---------------------------------------------------
 
+    @releases_gil
     def prompt(self, session_id: str, messages: Sequence[Message], tools: Any) -> Prompt:
         """The prompt for ``messages``: continued from the most recent held turn it extends, else rendered."""
         with self._lock:

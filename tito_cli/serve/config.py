@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -80,8 +79,13 @@ class ServeConfig:
         min=0.0,
     )
     max_request_bytes: int = _option(64 << 20, "Larger request bodies are refused (413).", min=1024)
-    #: Threads that render chat templates, tokenize, (de)serialise large bodies and record turns.
-    workers: int = min(8, (os.cpu_count() or 2) + 2)
+    workers: int = _option(
+        1,
+        "Threads that render and tokenize prompts. One keeps the event loop's lag lowest; more tokenize several "
+        "prompts at once where cores are spare (the tokenizer lets go of the GIL, the template's rendering does "
+        "not). The rest of a turn's CPU work always runs in one thread (docs/serve.md, \"Running it for real\").",
+        min=1,
+    )
     #: ``max_new_tokens`` sent to a ``generate`` upstream when the client gives no limit.
     default_max_tokens: int = 8192
     max_tokens_cap: int | None = _option(None, "Lower any request's max_tokens to this many new tokens.", min=1)

@@ -20,6 +20,7 @@ from typing import Any
 from .canonical import CanonicalHistory
 from .identity import same_message
 from .incremental import PieceEncoder
+from .pools import releases_gil
 from .prompt import (
     CANONICAL,
     HISTORY_REWRITTEN,
@@ -70,6 +71,7 @@ class RenderedHistory:
         #: Tokenizes a session's prompt reusing its previous prompt's pieces (the same ids as whole).
         self.pieces = pieces
 
+    @releases_gil
     def prompt(self, session_id: str, messages: Sequence[Message], tools: Any) -> Prompt:
         text = self.renderer.render(list(messages), tools)
         if self.pieces is None:

@@ -1,11 +1,23 @@
-"""The gateway's worker threads: one pool for ordinary requests, one for requests with huge bodies.
+"""The gateway's worker threads, by what their work holds: the GIL, or the tokenizer outside it.
 
-Rendering, tokenizing, (de)serialising and recording a request of several MiB takes seconds; with one
-pool, a few such requests held every worker and a small request waited for them (four 8 MiB requests
-made a small one wait 27 s).  A request whose declared body is over :data:`HEAVY_BYTES` runs its CPU
-work in the heavy pool (half the workers); every other request keeps the whole ordinary pool.  Which
-pool a call goes to follows the request: :func:`mark_request` (called by the guard middleware from
-``Content-Length``) sets a context variable that the request's tasks inherit.
+The event loop must get the GIL back quickly whenever it wants it; every thread running Python beside
+it takes the GIL for up to the interpreter's switch interval each time the loop lets go of it.  So:
+
+* **python** — one thread for the Python work of every request: reading large bodies, checking answers,
+  building and journaling rows.  More threads would not run it faster (one GIL) but would each take the
+  GIL from the loop: at 32 sessions, tito chat's loop lag p99 was 3-4x its CPU per turn with the four
+  threads of before, 2-3x with one (docs/notes/serve-benchmark-2026-12-06c.md).
+* **tokenizer** — ``workers`` threads (``--workers``, default 1) for the calls whose cost is mostly the
+  Rust tokenizer, which lets go of the GIL (rendering and tokenizing prompts, decoding long outputs,
+  loading the tokenizer), and for an fsynced journal append (the disk, not Python): a machine with cores
+  to spare tokenizes several prompts at once with more.  Rendering a prompt runs Python too, so each
+  thread more lengthens the loop's lag (``generate`` at 32 sessions: 1x the CPU per turn with one, 2x
+  with two).  A function says it is one of these with :func:`releases_gil`.
+* **heavy** — a request whose declared body is over :data:`HEAVY_BYTES` runs all its work here (half
+  the workers, at least one): rendering, tokenizing and recording one of several MiB takes seconds, and
+  a few such requests must not hold the threads a small request waits for (four 8 MiB requests once
+  made a small one wait 27 s).  Which pool follows the request: :func:`mark_request` (called by the
+  guard middleware from ``Content-Length``) sets a context variable that the request's tasks inherit.
 """
 
 from __future__ import annotations
@@ -14,12 +26,14 @@ import asyncio
 import contextvars
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
-__all__ = ["HEAVY_BYTES", "Pools", "mark_request"]
+__all__ = ["HEAVY_BYTES", "Pools", "mark_request", "releases_gil"]
 
 #: Request bodies larger than this run their CPU work in the heavy pool.
 HEAVY_BYTES = 1 << 20
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 _heavy: contextvars.ContextVar[bool] = contextvars.ContextVar("tito_serve_heavy", default=False)
 
@@ -29,21 +43,37 @@ def mark_request(declared_bytes: int | None) -> None:
     _heavy.set(declared_bytes is not None and declared_bytes > HEAVY_BYTES)
 
 
+def releases_gil(fn: F) -> F:
+    """Mark ``fn`` as spending its time outside the GIL (the tokenizer, the disk): it runs in the tokenizer pool.
+
+    A bound method carries its function's mark, so methods may be marked where they are defined.
+    """
+    fn.releases_gil = True  # type: ignore[attr-defined]
+    return fn
+
+
 class Pools:
-    """The ordinary pool (``workers`` threads) and the heavy pool (half as many, at least one)."""
+    """One python thread, ``workers`` tokenizer threads, and the heavy pool (half the workers, at least one)."""
 
     def __init__(self, workers: int) -> None:
         workers = max(1, workers)
-        self.ordinary = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tito-serve")
+        self.python = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tito-serve")
+        self.tokenizer = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tito-serve-tokenizer")
         #: Threads of the heavy pool.
         self.heavy_workers = max(1, workers // 2)
         self.heavy = ThreadPoolExecutor(max_workers=self.heavy_workers, thread_name_prefix="tito-serve-heavy")
 
+    def pool_for(self, fn: Callable[..., Any]) -> ThreadPoolExecutor:
+        """Where ``fn`` runs for the current request."""
+        if _heavy.get():
+            return self.heavy
+        return self.tokenizer if getattr(fn, "releases_gil", False) else self.python
+
     async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """``fn(*args)`` in the current request's pool (the event loop only waits)."""
-        pool = self.heavy if _heavy.get() else self.ordinary
-        return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
+        """``fn(*args)`` in its pool (the event loop only waits)."""
+        return await asyncio.get_running_loop().run_in_executor(self.pool_for(fn), fn, *args)
 
     def shutdown(self) -> None:
         self.heavy.shutdown(wait=True)
-        self.ordinary.shutdown(wait=True)
+        self.tokenizer.shutdown(wait=True)
+        self.python.shutdown(wait=True)

@@ -1,9 +1,8 @@
 """The recorder: durable before acknowledged — every turn and finish in the journal before its answer.
 
-One recorder per gateway owns the session registry (:mod:`.registry`: the one memory bound every
-per-session store follows), each session's turn order and ``seq``, the write-ahead journal
-(:mod:`tito_cli.capture.journal`), the Parquet writer (written out by :mod:`.segments`) and finishing
-sessions.
+One recorder per gateway owns the session registry (:mod:`.registry`: the one memory bound every per-session
+store follows), each session's turn order and ``seq``, the write-ahead journal (:mod:`tito_cli.capture.journal`),
+the Parquet writer (written out by :mod:`.segments`) and finishing sessions.
 
 * A request registers with :meth:`Recorder.begin` when it starts and leaves with :meth:`end`;
   :meth:`record` checks its turn against the write contract (``UpstreamError`` 502 naming what the log
@@ -35,6 +34,7 @@ from ..capture.records import sessions_row
 from ..capture.writer import RecordedTurn, TurnLogWriter
 from ..errors import OutputError
 from .exchange import ClientError, UpstreamError
+from .pools import releases_gil
 from .recovery import Known, adopt_journals, known_sessions
 from .registry import DEFAULT_LIVE_SESSIONS, SessionRegistry
 from .segments import Segments, reason
@@ -181,10 +181,14 @@ class Recorder:
         if previous is not None:
             await asyncio.wait({previous})
         seq = self.known.next_seq.get(session_id, 0)
-        await self._run(self._append_turn, turn, seq)
+        await self._run(self._append_turn_fsynced if self.fsync else self._append_turn, turn, seq)
         self.known.next_seq[session_id] = seq + 1
         self._summary(session_id)["turns"].append({"seq": seq, **summary})
         return seq
+
+    @releases_gil  # it waits for the disk: in the tokenizer pool, not the python thread other requests wait for
+    def _append_turn_fsynced(self, turn: RecordedTurn, seq: int) -> None:
+        self._append_turn(turn, seq)
 
     def _append_turn(self, turn: RecordedTurn, seq: int) -> None:
         try:

@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 
 from ..exchange import ChatRequest, ClientError, Generation, UpstreamError
+from ..pools import releases_gil
 from .answers import ID_LIMIT, check_answer, loads_answer
 from .failures import FailureLog
 
@@ -39,8 +40,11 @@ __all__ = [
 
 T = TypeVar("T")
 
-#: Bodies up to this size are (de)serialised on the event loop; larger ones in a worker thread.
-INLINE_BYTES = 64 << 10
+#: Bodies up to this size are (de)serialised on the event loop; larger ones in a worker thread.  Small enough
+#: that no such piece of work holds the loop long (a 16 KiB parse is about 0.1 ms): at 64 KiB, tito chat's
+#: loop lag p99 at 32 sessions was 2.6x its CPU per turn, at 16 KiB with the switch interval below 1.8x
+#: (run.py; docs/notes/serve-benchmark-2026-12-06c.md).
+INLINE_BYTES = 16 << 10
 
 
 #: Runs a blocking function in the gateway's worker threads: ``await offload(fn, *args)``.
@@ -78,6 +82,7 @@ class Upstream(ABC):
         ids = await self.offload(_prompt_ids, self.template, messages, tools)
         return len(ids)
 
+    @releases_gil  # (loads the tokenizer the first time)
     def vocabulary(self) -> int | None:
         """How many ids the tokenizer has (``len(tokenizer)``, added tokens included), or None without one."""
         if self._vocabulary is None:
@@ -173,6 +178,7 @@ def with_arguments(messages: list[dict[str, Any]], form: Callable[[Any], Any]) -
     return out
 
 
+@releases_gil
 def _prompt_ids(template: Callable[[], ChatTemplate], messages: list[dict[str, Any]], tools: Any) -> list[int]:
     """The prompt's ids, in a worker thread (a chat upstream's gateway loads its tokenizer on first use)."""
     return template().prompt_ids(messages, tools)
