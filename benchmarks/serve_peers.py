@@ -22,27 +22,38 @@ import statistics
 import subprocess
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import serve  # benchmarks/serve.py: the upstream, the workload, the process helpers
 
-#: name -> (tito serve options, or None for the rLLM gateway).
-MODES: dict[str, list[str] | None] = {
-    "tito chat": ["--upstream-api", "chat"],
-    "tito generate render": ["--upstream-api", "generate", "--history", "render"],
-    "tito generate canonical": ["--upstream-api", "generate", "--history", "canonical"],
-    "rLLM gateway": None,
+@dataclass(frozen=True)
+class Gateway:
+    """One gateway of the comparison: tito with ``options``, or the rLLM model gateway (``options`` None)."""
+
+    options: list[str] | None
+    #: Python run in tito's process before ``tito serve`` (``serve_variants.py``: a variant of the gateway).
+    prelude: str = ""
+
+
+MODES: dict[str, Gateway] = {
+    "tito chat": Gateway(["--upstream-api", "chat"]),
+    "tito generate render": Gateway(["--upstream-api", "generate", "--history", "render"]),
+    "tito generate canonical": Gateway(["--upstream-api", "generate", "--history", "canonical"]),
+    "rLLM gateway": Gateway(None),
 }
 REFERENCE = "tito chat"
+#: What a prelude is followed by: ``tito serve`` with the command line's arguments.
+RUN_TITO = "\nimport sys\nfrom tito_cli.cli import main\nsys.argv[0] = 'tito'\nmain()\n"
 
 
 def start(
-    mode: str, options: list[str] | None, upstream: str, work: Path, extra: Sequence[str] = ()
+    mode: str, gateway: Gateway, upstream: str, work: Path, extra: Sequence[str] = ()
 ) -> tuple[subprocess.Popen[bytes], str]:
     port = serve.free_port()
     slug = mode.replace(" ", "-")
-    if options is None:
+    if gateway.options is None:
         command = [
             sys.executable, "-m", "rllm_model_gateway", "--host", "127.0.0.1", "--port", str(port),
             "--worker", f"{upstream}/v1", "--db-path", str(work / f"{slug}.db"), "--store", "sqlite",
@@ -50,9 +61,10 @@ def start(
         ]  # fmt: skip
         health = "/health"
     else:
+        tito = ["-c", gateway.prelude + RUN_TITO] if gateway.prelude else ["-m", "tito_cli"]
         command = [
-            sys.executable, "-m", "tito_cli", "serve", "--logs", str(work / slug), "--upstream", upstream,
-            "--tokenizer", str(serve.QWEN3), "--port", str(port), *options, *extra,
+            sys.executable, *tito, "serve", "--logs", str(work / slug), "--upstream", upstream,
+            "--tokenizer", str(serve.QWEN3), "--port", str(port), *gateway.options, *extra,
         ]  # fmt: skip
         health = "/healthz"
     env = dict(os.environ, TITO_SERVE_DEBUG_METRICS="1", NO_COLOR="1")
@@ -62,7 +74,7 @@ def start(
     return proc, url
 
 
-def phase(mode: str, proc: subprocess.Popen[bytes], url: str, sessions: int, args: argparse.Namespace,
+def phase(tito: bool, proc: subprocess.Popen[bytes], url: str, sessions: int, args: argparse.Namespace,
           tag: str, probe: str | None = None) -> tuple[float, float | None, float | None]:
     """CPU seconds per turn, loop lag p99 (seconds; tito only) of one phase through one gateway, and the
     idle probe's lag p99 over it."""
@@ -72,7 +84,6 @@ def phase(mode: str, proc: subprocess.Popen[bytes], url: str, sessions: int, arg
         p99 = (httpx.get(f"{base}/debug/metrics", timeout=10).json().get("loop_lag") or {}).get("p99_ms")
         return None if p99 is None else p99 / 1000
 
-    tito = MODES[mode] is not None
     sids = [f"{tag}-s{s}" for s in range(sessions)]
 
     async def finish(client: httpx.AsyncClient, s: int) -> None:
@@ -92,7 +103,11 @@ def phase(mode: str, proc: subprocess.Popen[bytes], url: str, sessions: int, arg
     return cpu / (sessions * args.turns), lag_p99(url) if tito else None, lag_p99(probe) if probe else None
 
 
-def peers(args: argparse.Namespace, work: Path) -> str:
+def peers(
+    args: argparse.Namespace, work: Path, modes: dict[str, Gateway] | None = None, reference: str = REFERENCE
+) -> str:
+    """The side-by-side table of ``modes`` (default: :data:`MODES`), ratios to ``reference``'s CPU per turn."""
+    modes = MODES if modes is None else modes
     up_port = serve.free_port()
     upstream = subprocess.Popen([sys.executable, str(serve.HERE / "serve.py"), "--upstream", str(up_port)],
                                 cwd=serve.REPO)
@@ -106,20 +121,22 @@ def peers(args: argparse.Namespace, work: Path) -> str:
     lag: dict[tuple[str, int], list[float]] = {}
     idle: dict[tuple[str, int], list[float]] = {}
     ratio: dict[tuple[str, int], list[float]] = {}
-    modes = list(MODES)
+    names = list(modes)
     try:
         serve.wait_ready(f"{up}/health", upstream)
         serve.wait_ready(f"{probe}/health", prober)
-        for mode, options in MODES.items():
-            gateways[mode] = start(mode, options, up, work, args.gateway_option)
-            phase(mode, *gateways[mode], 2, argparse.Namespace(turns=2, prompt_tokens=200), f"warm-{len(gateways)}")
+        for mode, gateway in modes.items():
+            gateways[mode] = start(mode, gateway, up, work, args.gateway_option)
+            tito = gateway.options is not None
+            phase(tito, *gateways[mode], 2, argparse.Namespace(turns=2, prompt_tokens=200), f"warm-{len(gateways)}")
         for run in range(args.runs):
-            order = modes[run % len(modes):] + modes[: run % len(modes)]
+            order = names[run % len(names):] + names[: run % len(names)]
             for sessions in args.sessions:
                 measured = {}
                 for mode in order:
-                    tag = f"r{run}-c{sessions}-{modes.index(mode)}"
-                    per_turn, p99, idle_p99 = phase(mode, *gateways[mode], sessions, args, tag, probe)
+                    tag = f"r{run}-c{sessions}-{names.index(mode)}"
+                    tito = modes[mode].options is not None
+                    per_turn, p99, idle_p99 = phase(tito, *gateways[mode], sessions, args, tag, probe)
                     measured[mode] = per_turn
                     cpu.setdefault((mode, sessions), []).append(per_turn)
                     if p99 is not None:
@@ -130,25 +147,26 @@ def peers(args: argparse.Namespace, work: Path) -> str:
                           f"{'' if p99 is None else f', loop lag p99 {p99 * 1000:.1f} ms'}"
                           f"{'' if idle_p99 is None else f', idle probe {idle_p99 * 1000:.1f} ms'}", file=sys.stderr)
                 for mode in order:
-                    ratio.setdefault((mode, sessions), []).append(measured[mode] / measured[REFERENCE])
+                    ratio.setdefault((mode, sessions), []).append(measured[mode] / measured[reference])
     finally:
         for proc, _ in gateways.values():
             serve.stop(proc)
         serve.stop(upstream)
         serve.stop(prober)
-    return table(args, cpu, lag, idle, ratio)
+    return table(args, names, reference, cpu, lag, idle, ratio)
 
 
-def table(args: argparse.Namespace, cpu: dict[Any, list[float]], lag: dict[Any, list[float]],
-          idle: dict[Any, list[float]], ratio: dict[Any, list[float]]) -> str:
+def table(args: argparse.Namespace, names: list[str], reference: str, cpu: dict[Any, list[float]],
+          lag: dict[Any, list[float]], idle: dict[Any, list[float]], ratio: dict[Any, list[float]]) -> str:
     med = statistics.median
     lines = [
         f"CPU per turn side by side: {args.turns} turns a session, prompts growing to ~{args.prompt_tokens:,} "
         f"tokens, {args.runs} interleaved run(s), medians",
-        f"{'gateway':<24}{'sessions':>9}{'cpu/turn ms':>12}{'vs tito chat':>13}{'loop lag p99 ms':>16}{'lag/cpu':>8}"
+        f"{'gateway':<24}{'sessions':>9}{'cpu/turn ms':>12}{'vs ' + ('tito chat' if reference == REFERENCE else 'first'):>13}"
+        f"{'loop lag p99 ms':>16}{'lag/cpu':>8}"
         f"{'idle lag p99 ms':>16}",
     ]
-    for mode in MODES:
+    for mode in names:
         for sessions in args.sessions:
             key = (mode, sessions)
             c = med(cpu[key])
