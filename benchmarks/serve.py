@@ -639,8 +639,8 @@ def main() -> None:
                         help="the generate upstream's --history (how the gateway builds prompt ids)")
     parser.add_argument("--fsync", action="store_true", help="the gateway with --fsync (journal fsynced per turn)")
     parser.add_argument("--gateway-option", action="append", default=[], metavar="OPTION",
-                        help="one more tito serve option for every tito gateway, as one word (--gateway-option=--workers=4); "
-                             "repeatable")
+                        help="one more tito serve option for every tito gateway, as one word "
+                             "(--gateway-option=--workers=4); repeatable")
     parser.add_argument("--quick", action="store_true", help="a smoke run: 1 and 2 sessions, 2 turns, 1k tokens, 1 run")
     parser.add_argument("--context-cpu", action="store_true",
                         help="instead: the gateway's CPU per turn at each --contexts size, both --history modes")

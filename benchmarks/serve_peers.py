@@ -28,6 +28,7 @@ from typing import Any
 
 import serve  # benchmarks/serve.py: the upstream, the workload, the process helpers
 
+
 @dataclass(frozen=True)
 class Gateway:
     """One gateway of the comparison: tito with ``options``, or the rLLM model gateway (``options`` None)."""
@@ -107,6 +108,8 @@ def peers(
     args: argparse.Namespace, work: Path, modes: dict[str, Gateway] | None = None, reference: str = REFERENCE
 ) -> str:
     """The side-by-side table of ``modes`` (default: :data:`MODES`), ratios to ``reference``'s CPU per turn."""
+    import httpx
+
     modes = MODES if modes is None else modes
     up_port = serve.free_port()
     upstream = subprocess.Popen([sys.executable, str(serve.HERE / "serve.py"), "--upstream", str(up_port)],
@@ -129,6 +132,10 @@ def peers(
             gateways[mode] = start(mode, gateway, up, work, args.gateway_option)
             tito = gateway.options is not None
             phase(tito, *gateways[mode], 2, argparse.Namespace(turns=2, prompt_tokens=200), f"warm-{len(gateways)}")
+            if tito:  # what the variant runs on (serve_variants.py checks its preludes took)
+                metrics = httpx.get(f"{gateways[mode][1]}/debug/metrics", timeout=10).json()
+                print(f"  {mode}: event loop {metrics['event_loop']}, switch interval "
+                      f"{metrics['switch_interval_ms']} ms", file=sys.stderr)
         for run in range(args.runs):
             order = names[run % len(names):] + names[: run % len(names)]
             for sessions in args.sessions:
@@ -159,11 +166,11 @@ def peers(
 def table(args: argparse.Namespace, names: list[str], reference: str, cpu: dict[Any, list[float]],
           lag: dict[Any, list[float]], idle: dict[Any, list[float]], ratio: dict[Any, list[float]]) -> str:
     med = statistics.median
+    against = "vs tito chat" if reference == REFERENCE else "vs first"
     lines = [
         f"CPU per turn side by side: {args.turns} turns a session, prompts growing to ~{args.prompt_tokens:,} "
         f"tokens, {args.runs} interleaved run(s), medians",
-        f"{'gateway':<24}{'sessions':>9}{'cpu/turn ms':>12}{'vs ' + ('tito chat' if reference == REFERENCE else 'first'):>13}"
-        f"{'loop lag p99 ms':>16}{'lag/cpu':>8}"
+        f"{'gateway':<24}{'sessions':>9}{'cpu/turn ms':>12}{against:>13}{'loop lag p99 ms':>16}{'lag/cpu':>8}"
         f"{'idle lag p99 ms':>16}",
     ]
     for mode in names:

@@ -57,7 +57,8 @@ SETS: dict[str, dict[str, Gateway]] = {
     },
     "loop": {
         "chat uvloop": Gateway(CHAT),
-        "chat asyncio": Gateway(CHAT, "import sys\nsys.modules['uvloop'] = None  # uvicorn's 'auto' then takes asyncio"),
+        # uvicorn's loop "auto" then takes asyncio's
+        "chat asyncio": Gateway(CHAT, "import sys\nsys.modules['uvloop'] = None"),
     },
     "switch": {
         "chat switch 2 ms": Gateway(CHAT),

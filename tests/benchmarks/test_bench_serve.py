@@ -91,3 +91,33 @@ def test_peers_mode_measures_every_mode_and_the_rllm_gateway_side_by_side() -> N
         assert float(cells[5]) >= 0  # the idle probe's, for every phase
     ratios = {" ".join(row.split()[:-6]): row.split()[-4] for row in rows}
     assert ratios["tito chat"] == "1.00x"
+
+
+#: asyncio's own event loop on Linux, as GET /debug/metrics names it.
+ASYNCIO_LOOP = "asyncio.unix_events._UnixSelectorEventLoop"
+
+
+@pytest.mark.parametrize(
+    ("variant_set", "setups"),
+    [
+        ("loop", {"chat uvloop": ("uvloop.Loop", 2.0), "chat asyncio": (ASYNCIO_LOOP, 2.0)}),
+        ("switch", {"chat switch 2 ms": ("uvloop.Loop", 2.0), "chat switch 1 ms": ("uvloop.Loop", 1.0),
+                    "chat switch 5 ms": ("uvloop.Loop", 5.0)}),
+    ],
+)
+def test_variants_run_side_by_side_each_on_what_it_names(
+    variant_set: str, setups: dict[str, tuple[str, float]]
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "benchmarks/serve_variants.py", variant_set, "--runs", "1", "--turns", "2",
+         "--prompt-tokens", "1000", "--sessions", "2"],
+        cwd=REPO, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    title, header, *rows = done.stdout.strip().splitlines()
+    assert title.startswith("CPU per turn side by side: 2 turns a session")
+    assert header.split()[4:6] == ["vs", "first"]
+    assert [" ".join(row.split()[:-6]) for row in rows] == list(setups)
+    assert rows[0].split()[-4] == "1.00x"
+    for name, (loop, interval) in setups.items():  # each variant's prelude took, in its own gateway process
+        assert f"  {name}: event loop {loop}, switch interval {interval} ms" in done.stderr.splitlines()

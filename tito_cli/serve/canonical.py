@@ -1,10 +1,11 @@
 """``--history canonical``: a turn that continues a held one extends the held ids with the new text's only.
 
 Per session (docs/spec.md §11) the gateway holds the token history it produced — the last turns'
-``prompt_ids + output_ids`` — with the messages it rendered and the assistant message it answered.  A request whose conversation continues a held turn (its messages up to that answer are the
-held ones, by the identity of :func:`same_message`) gets the held ids followed by the tokens of only
-what is new: the text the template renders for the new messages and the generation prompt.  That text
-is found generically, for any template, by rendering the conversation three ways:
+``prompt_ids + output_ids`` — with the messages it rendered and the assistant message it answered.
+A request whose conversation continues a held turn (its messages up to that answer are the held ones,
+by the identity of :func:`same_message`) gets the held ids followed by the tokens of only what is new:
+the text the template renders for the new messages and the generation prompt, found generically, for
+any template, by rendering the conversation three ways:
 
 * as it is (``full``);
 * with the first new message's content replaced by a sentinel: the two renders first differ where that
@@ -19,9 +20,8 @@ Anything else falls back to a full render, with the reason recorded (:data:`REAS
 
 A turn's work follows its new text, not its context: the held ids are kept as an ``array('i')`` (a
 continued prompt's ids are the held array extended, and the writer takes it without converting 30k
-Python ints), with their JSON text (what the generate upstream is sent), and the held messages with
-their JSON texts (:class:`~tito_cli.capture.records.PromptMessages`: the writer serializes only the
-new messages).
+Python ints), with their JSON text (what the generate upstream is sent), and the held messages with their
+JSON texts (:class:`~tito_cli.capture.records.PromptMessages`: the writer serializes only the new ones).
 
 Held state is bounded: a few turns per session (a retry from the previous turn still continues), at
 most ``max_sessions`` sessions and ``max_held_tokens`` ids (least recently used forgotten first), and

@@ -8,6 +8,8 @@ answers a JSON object (``?reset=1`` also starts a new lag window) for ``benchmar
   ``max_ms`` over the window.
 * ``cpu_seconds``: the process's user + system CPU time so far (every thread: tokenizer workers too).
 * ``rss_bytes``: the resident set size now (``/proc/self/statm``; ``null`` where there is none).
+* ``event_loop``: the running loop's class (``uvloop.Loop`` when uvloop is installed); ``switch_interval_ms``:
+  the interpreter's switch interval (``tito serve`` sets it: ``run.py``).
 * ``idle_trims``: how many times freed memory went back to the system after the gateway went idle
   (``tito_cli/serve/idle.py``).
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import sys
 import time
 from typing import Any
 
@@ -101,4 +104,10 @@ class LoopLagMonitor:
             },
             "cpu_seconds": time.process_time(),
             "rss_bytes": rss_bytes(),
+            "event_loop": _qualified(type(asyncio.get_running_loop())),
+            "switch_interval_ms": round(sys.getswitchinterval() * 1000, 3),
         }
+
+
+def _qualified(kind: type) -> str:
+    return f"{kind.__module__}.{kind.__qualname__}"
