@@ -121,3 +121,15 @@ def test_variants_run_side_by_side_each_on_what_it_names(
     assert rows[0].split()[-4] == "1.00x"
     for name, (loop, interval) in setups.items():  # each variant's prelude took, in its own gateway process
         assert f"  {name}: event loop {loop}, switch interval {interval} ms" in done.stderr.splitlines()
+
+
+def test_tokenizer_parts_times_the_tokenizer_whole_and_without_each_step() -> None:
+    done = subprocess.run(
+        [sys.executable, "benchmarks/tokenizer_parts.py", "--runs", "1"],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    title, *rows = done.stdout.strip().splitlines()
+    assert title.startswith("Qwen3 encode_batch_fast, one text of 2,0")
+    assert [row[:18].strip() for row in rows] == ["as it is", "no normalizer", "no pre-tokenizer"]
+    assert rows[0].split()[-1] == "1.00x" and all(float(row.split()[-2]) > 0 for row in rows)
