@@ -9,8 +9,9 @@ each gateway's CPU time from outside it (the kernel's clock of the process: ever
 phase. tito's gateways run with ``TITO_SERVE_DEBUG_METRICS=1``: their event-loop lag p99 over the phase
 comes from ``GET /debug/metrics`` (the lag probe's own wake-ups, about 1% of a core, are in tito's CPU),
 and the same probe in an idle process (``serve.py --probe``) gives the machine's share of it.
-Reported: medians over ``--runs`` of CPU per turn and loop lag p99, and CPU per turn as a ratio to tito
-``chat``'s within each run (then the median of the ratios).
+Reported: medians over ``--runs`` of CPU per turn, loop lag p99 and what the clients waited for a turn
+through each gateway (p50, p99: the same workload through each, so comparable within a run), and CPU per
+turn as a ratio to tito ``chat``'s within each run (then the median of the ratios).
 """
 
 from __future__ import annotations
@@ -75,10 +76,22 @@ def start(
     return proc, url
 
 
+@dataclass(frozen=True)
+class Measured:
+    """One phase through one gateway (seconds)."""
+
+    cpu_per_turn: float
+    #: The gateway's loop lag p99 (tito only), and the idle probe's over the same phase.
+    lag_p99: float | None
+    idle_lag_p99: float | None
+    #: What the clients waited for a turn through the gateway, p50 and p99.
+    turn_p50: float
+    turn_p99: float
+
+
 def phase(tito: bool, proc: subprocess.Popen[bytes], url: str, sessions: int, args: argparse.Namespace,
-          tag: str, probe: str | None = None) -> tuple[float, float | None, float | None]:
-    """CPU seconds per turn, loop lag p99 (seconds; tito only) of one phase through one gateway, and the
-    idle probe's lag p99 over it."""
+          tag: str, probe: str | None = None) -> Measured:
+    """CPU per turn, loop lag p99 and turn latency of one phase through one gateway, and the idle probe's lag."""
     import httpx
 
     def lag_p99(base: str) -> float | None:
@@ -96,12 +109,15 @@ def phase(tito: bool, proc: subprocess.Popen[bytes], url: str, sessions: int, ar
     for base in ([url] if tito else []) + ([probe] if probe else []):
         httpx.get(f"{base}/debug/metrics", params={"reset": "1"}, timeout=10).raise_for_status()
     cpu0 = serve.proc_cpu_seconds(proc.pid)
-    asyncio.run(serve.run_phase(
+    done = asyncio.run(serve.run_phase(
         lambda s: f"{url}/sessions/{sids[s]}/v1/chat/completions",
         serve.chat_bodies(args.turns, args.prompt_tokens, direct=False), sessions, args.turns, finish,
     ))
     cpu = serve.proc_cpu_seconds(proc.pid) - cpu0
-    return cpu / (sessions * args.turns), lag_p99(url) if tito else None, lag_p99(probe) if probe else None
+    return Measured(
+        cpu / (sessions * args.turns), lag_p99(url) if tito else None, lag_p99(probe) if probe else None,
+        serve.quantile(done.latencies, 0.5), serve.quantile(done.latencies, 0.99),
+    )
 
 
 def peers(
@@ -124,6 +140,7 @@ def peers(
     lag: dict[tuple[str, int], list[float]] = {}
     idle: dict[tuple[str, int], list[float]] = {}
     ratio: dict[tuple[str, int], list[float]] = {}
+    waits: dict[tuple[str, int], list[tuple[float, float]]] = {}
     names = list(modes)
     try:
         serve.wait_ready(f"{up}/health", upstream)
@@ -143,8 +160,10 @@ def peers(
                 for mode in order:
                     tag = f"r{run}-c{sessions}-{names.index(mode)}"
                     tito = modes[mode].options is not None
-                    per_turn, p99, idle_p99 = phase(tito, *gateways[mode], sessions, args, tag, probe)
+                    got = phase(tito, *gateways[mode], sessions, args, tag, probe)
+                    per_turn, p99, idle_p99 = got.cpu_per_turn, got.lag_p99, got.idle_lag_p99
                     measured[mode] = per_turn
+                    waits.setdefault((mode, sessions), []).append((got.turn_p50, got.turn_p99))
                     cpu.setdefault((mode, sessions), []).append(per_turn)
                     if p99 is not None:
                         lag.setdefault((mode, sessions), []).append(p99)
@@ -160,18 +179,19 @@ def peers(
             serve.stop(proc)
         serve.stop(upstream)
         serve.stop(prober)
-    return table(args, names, reference, cpu, lag, idle, ratio)
+    return table(args, names, reference, cpu, lag, idle, ratio, waits)
 
 
 def table(args: argparse.Namespace, names: list[str], reference: str, cpu: dict[Any, list[float]],
-          lag: dict[Any, list[float]], idle: dict[Any, list[float]], ratio: dict[Any, list[float]]) -> str:
+          lag: dict[Any, list[float]], idle: dict[Any, list[float]], ratio: dict[Any, list[float]],
+          waits: dict[Any, list[tuple[float, float]]]) -> str:
     med = statistics.median
     against = "vs tito chat" if reference == REFERENCE else "vs first"
     lines = [
         f"CPU per turn side by side: {args.turns} turns a session, prompts growing to ~{args.prompt_tokens:,} "
         f"tokens, {args.runs} interleaved run(s), medians",
         f"{'gateway':<24}{'sessions':>9}{'cpu/turn ms':>12}{against:>13}{'loop lag p99 ms':>16}{'lag/cpu':>8}"
-        f"{'idle lag p99 ms':>16}",
+        f"{'idle lag p99 ms':>16}{'turn p50 ms':>12}{'turn p99 ms':>12}",
     ]
     for mode in names:
         for sessions in args.sessions:
@@ -179,5 +199,6 @@ def table(args: argparse.Namespace, names: list[str], reference: str, cpu: dict[
             c = med(cpu[key])
             lagged = f"{med(lag[key]) * 1000:>16.1f}{med(lag[key]) / c:>8.1f}" if key in lag else f"{'-':>16}{'-':>8}"
             machine = f"{med(idle[key]) * 1000:>16.1f}" if key in idle else f"{'-':>16}"
-            lines.append(f"{mode:<24}{sessions:>9}{c * 1000:>12.2f}{med(ratio[key]):>12.2f}x{lagged}{machine}")
+            waited = f"{med(w[0] for w in waits[key]) * 1000:>12.1f}{med(w[1] for w in waits[key]) * 1000:>12.1f}"
+            lines.append(f"{mode:<24}{sessions:>9}{c * 1000:>12.2f}{med(ratio[key]):>12.2f}x{lagged}{machine}{waited}")
     return "\n".join(lines)

@@ -1,14 +1,17 @@
 """Variants of one ``tito serve`` mode side by side: what each of the gateway's threading choices buys.
 
     python benchmarks/serve_variants.py threads   [--sessions 32] [--turns 16] [--runs 5]
-    python benchmarks/serve_variants.py loop | switch | inline | tokenizing
+    python benchmarks/serve_variants.py python | loop | switch | inline | tokenizing
 
 Each set is run by ``serve_peers.peers`` (the same instant upstream, agent-loop workload, CPU per turn read
 from outside the process and event-loop lag p99 from inside it, interleaved runs, medians) with tito
-gateways that differ in one choice, against the first of the set, which is ``tito serve`` as shipped:
+gateways that differ in one choice, against the first of the set, which is ``tito serve`` as shipped
+(besides CPU per turn and loop lag, the table gives what the clients waited for a turn: the price of a
+choice in latency):
 
 * ``threads``: ``--workers`` 1 (the default), 2 and 4 for ``generate`` with each history (the
   tokenizer threads; Python work always has one).
+* ``python``: the Python work in one thread (as shipped) and in four (``chat`` and ``render``).
 * ``loop``: ``chat`` on uvloop (the serve extra installs it) and on asyncio's own loop.
 * ``switch``: ``chat`` with the interpreter's switch interval of ``tito serve`` (2 ms), 1 ms and
   Python's default 5 ms.
@@ -41,6 +44,16 @@ INLINE_64K = (
     "               tito_cli.serve.upstreams.chat, tito_cli.serve.upstreams.generate):\n"
     "    module.INLINE_BYTES = 64 << 10\n"
 )
+#: The Python work in four threads (as before #38's threading round), the tokenizer's as shipped.
+PYTHON_4 = (
+    "from concurrent.futures import ThreadPoolExecutor\n"
+    "import tito_cli.serve.pools as pools\n"
+    "shipped = pools.Pools.__init__\n"
+    "def four(self, workers):\n"
+    "    shipped(self, workers)\n"
+    "    self.python = ThreadPoolExecutor(max_workers=4, thread_name_prefix='tito-serve')\n"
+    "pools.Pools.__init__ = four\n"
+)
 NO_TOKENIZING = (
     "import tito_cli.serve.template as template\n"
     "template.ChatTemplate.encode = lambda self, text: [len(word) for word in text.split(' ')]\n"
@@ -54,6 +67,12 @@ SETS: dict[str, dict[str, Gateway]] = {
         "canonical --workers 1": Gateway(CANONICAL),
         "canonical --workers 2": Gateway([*CANONICAL, "--workers", "2"]),
         "canonical --workers 4": Gateway([*CANONICAL, "--workers", "4"]),
+    },
+    "python": {
+        "chat python 1 thread": Gateway(CHAT),
+        "chat python 4 threads": Gateway(CHAT, PYTHON_4),
+        "render python 1 thread": Gateway(RENDER),
+        "render python 4 threads": Gateway(RENDER, PYTHON_4),
     },
     "loop": {
         "chat uvloop": Gateway(CHAT),

@@ -77,19 +77,20 @@ def test_peers_mode_measures_every_mode_and_the_rllm_gateway_side_by_side() -> N
     title, header, *rows = done.stdout.strip().splitlines()
     assert title.startswith("CPU per turn side by side: 2 turns a session, prompts growing to ~1,000 tokens, 1 inter")
     assert header.split() == ["gateway", "sessions", "cpu/turn", "ms", "vs", "tito", "chat", "loop", "lag", "p99", "ms",
-                              "lag/cpu", "idle", "lag", "p99", "ms"]
-    names = [" ".join(row.split()[:-6]) for row in rows]
+                              "lag/cpu", "idle", "lag", "p99", "ms", "turn", "p50", "ms", "turn", "p99", "ms"]
+    names = [" ".join(row.split()[:-8]) for row in rows]
     assert names == [name for name in ("tito chat", "tito generate render", "tito generate canonical", "rLLM gateway")
                      for _ in (1, 2)]
     for row in rows:
-        cells = row.split()[-6:]
+        cells = row.split()[-8:]
         assert cells[0] in ("1", "2") and float(cells[1]) > 0 and cells[2].endswith("x")
         if row.startswith("tito"):  # the loop lag is measured inside tito's gateways only
             assert float(cells[3]) >= 0 and float(cells[4]) >= 0
         else:
             assert cells[3:5] == ["-", "-"]
         assert float(cells[5]) >= 0  # the idle probe's, for every phase
-    ratios = {" ".join(row.split()[:-6]): row.split()[-4] for row in rows}
+        assert 0 < float(cells[6]) <= float(cells[7])  # the clients' waits: p50, p99
+    ratios = {" ".join(row.split()[:-8]): row.split()[-6] for row in rows}
     assert ratios["tito chat"] == "1.00x"
 
 
@@ -117,8 +118,8 @@ def test_variants_run_side_by_side_each_on_what_it_names(
     title, header, *rows = done.stdout.strip().splitlines()
     assert title.startswith("CPU per turn side by side: 2 turns a session")
     assert header.split()[4:6] == ["vs", "first"]
-    assert [" ".join(row.split()[:-6]) for row in rows] == list(setups)
-    assert rows[0].split()[-4] == "1.00x"
+    assert [" ".join(row.split()[:-8]) for row in rows] == list(setups)
+    assert rows[0].split()[-6] == "1.00x"
     for name, (loop, interval) in setups.items():  # each variant's prelude took, in its own gateway process
         assert f"  {name}: event loop {loop}, switch interval {interval} ms" in done.stderr.splitlines()
 
