@@ -10,7 +10,7 @@ gateways that differ in one choice, against the first of the set, which is ``tit
 choice in latency):
 
 * ``threads``: ``--workers`` 1 (the default), 2 and 4 for ``generate`` with each history (the
-  tokenizer threads; Python work always has one).
+  worker threads, which render and tokenize; Python work always has one).
 * ``python``: the Python work in one thread (as shipped) and in four (``chat`` and ``render``).
 * ``loop``: ``chat`` on uvloop (the serve extra installs it) and on asyncio's own loop.
 * ``switch``: ``chat`` with the interpreter's switch interval of ``tito serve`` (2 ms), 1 ms and

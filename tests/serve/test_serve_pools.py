@@ -11,7 +11,7 @@ from typing import Any
 from tito_cli.capture.writer import RecordedTurn
 from tito_cli.serve.canonical import CanonicalHistory
 from tito_cli.serve.history import RenderedHistory
-from tito_cli.serve.pools import HEAVY_BYTES, Pools, mark_request, releases_gil
+from tito_cli.serve.pools import HEAVY_BYTES, Pools, in_workers, mark_request
 from tito_cli.serve.recorder import Recorder
 from tito_cli.serve.template import ChatTemplate
 from tito_cli.serve.upstreams.base import Upstream, _prompt_ids
@@ -43,12 +43,12 @@ def test_python_work_never_runs_in_two_threads_at_once() -> None:
     assert len(names) == 1 and next(iter(names)).startswith("tito-serve_")
 
 
-def test_work_outside_the_gil_runs_in_as_many_threads_as_workers() -> None:
+def test_marked_work_runs_in_as_many_threads_as_workers() -> None:
     pools = Pools(3)
     # Three calls meet at the barrier only if three threads run them at once (else: BrokenBarrierError).
     barrier = threading.Barrier(3, timeout=20)
 
-    @releases_gil
+    @in_workers
     def tokenize() -> str:
         barrier.wait()
         return threading.current_thread().name
@@ -60,13 +60,13 @@ def test_work_outside_the_gil_runs_in_as_many_threads_as_workers() -> None:
         names = asyncio.run(main())
     finally:
         pools.shutdown()
-    assert len(set(names)) == 3 and all(name.startswith("tito-serve-tokenizer") for name in names)
+    assert len(set(names)) == 3 and all(name.startswith("tito-serve-worker") for name in names)
 
 
 def test_a_huge_request_runs_all_its_work_in_the_heavy_pool() -> None:
     pools = Pools(4)
 
-    @releases_gil
+    @in_workers
     def tokenize() -> str:
         return threading.current_thread().name
 
@@ -88,17 +88,19 @@ def test_a_huge_request_runs_all_its_work_in_the_heavy_pool() -> None:
         pools.shutdown()
     assert pools.heavy_workers == 2
     assert all(name.startswith("tito-serve-heavy") for name in huge)
-    assert small[0].startswith("tito-serve-tokenizer") and small[1].startswith("tito-serve_")
+    assert small[0].startswith("tito-serve-worker") and small[1].startswith("tito-serve_")
 
 
 def test_the_gateways_tokenizer_calls_are_marked_and_its_python_work_is_not() -> None:
     pools = Pools(2)
     try:
         for fn in (
-            RenderedHistory.prompt, CanonicalHistory.prompt, ChatTemplate.decode, ChatTemplate.configured,
+            RenderedHistory.prompt, CanonicalHistory.prompt, ChatTemplate.configured,
             Upstream.vocabulary, _prompt_ids,
         ):  # fmt: skip
-            assert pools.pool_for(fn) is pools.tokenizer, fn
+            assert pools.pool_for(fn) is pools.workers, fn
+        # The tokenizer's decode holds the GIL (unlike its encode): a long output's is Python thread work.
+        assert pools.pool_for(ChatTemplate.decode) is pools.python
     finally:
         pools.shutdown()
 
@@ -134,4 +136,4 @@ def test_a_turns_append_runs_in_the_python_thread_unless_it_waits_for_an_fsync(t
     assert {name.split("_")[0] for name in threads_of(False)} == {"tito-serve"}
     # An fsynced append waits for the disk: not in the one thread every request's Python work waits for.
     synced = threads_of(True)
-    assert any(name.startswith("tito-serve-tokenizer") for name in synced), synced
+    assert any(name.startswith("tito-serve-worker") for name in synced), synced

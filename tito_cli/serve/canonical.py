@@ -40,7 +40,7 @@ from typing import Any
 
 from ..capture.records import PromptMessages
 from .identity import continues
-from .pools import releases_gil
+from .pools import in_workers
 from .prompt import (
     CANONICAL,
     HISTORY_REWRITTEN,
@@ -124,7 +124,7 @@ class CanonicalHistory:
 
     # -- the gateway's calls ---------------------------------------------------
 
-    @releases_gil
+    @in_workers
     def prompt(self, session_id: str, messages: Sequence[Message], tools: Any) -> Prompt:
         """The prompt for ``messages``: continued from the most recent held turn it extends, else rendered."""
         with self._lock:

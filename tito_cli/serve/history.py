@@ -20,7 +20,7 @@ from typing import Any
 from .canonical import CanonicalHistory
 from .identity import same_message
 from .incremental import PieceEncoder
-from .pools import releases_gil
+from .pools import in_workers
 from .prompt import (
     CANONICAL,
     HISTORY_REWRITTEN,
@@ -71,7 +71,7 @@ class RenderedHistory:
         #: Tokenizes a session's prompt reusing its previous prompt's pieces (the same ids as whole).
         self.pieces = pieces
 
-    @releases_gil
+    @in_workers
     def prompt(self, session_id: str, messages: Sequence[Message], tools: Any) -> Prompt:
         text = self.renderer.render(list(messages), tools)
         if self.pieces is None:

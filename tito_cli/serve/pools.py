@@ -1,18 +1,17 @@
-"""The gateway's worker threads, by what their work holds: the GIL, or the tokenizer outside it.
+"""The gateway's worker threads: one for every request's Python work, ``workers`` for the tokenizer's.
 
 The event loop must get the GIL back quickly whenever it wants it; every thread running Python beside
 it takes the GIL for up to the interpreter's switch interval each time the loop lets go of it.  So:
 
 * **python** — one thread for the Python work of every request: reading large bodies, checking answers,
-  building and journaling rows.  More threads would not run it faster (one GIL) but would each take the
-  GIL from the loop: at 32 sessions, tito chat's loop lag p99 was 3-4x its CPU per turn with the four
-  threads of before, 2-3x with one (docs/notes/serve-benchmark-2026-12-06c.md).
-* **tokenizer** — ``workers`` threads (``--workers``, default 1) for the calls whose cost is mostly the
-  Rust tokenizer, which lets go of the GIL (rendering and tokenizing prompts, decoding long outputs,
-  loading the tokenizer), and for an fsynced journal append (the disk, not Python): a machine with cores
-  to spare tokenizes several prompts at once with more.  Rendering a prompt runs Python too, so each
-  thread more lengthens the loop's lag (``generate`` at 32 sessions: 1x the CPU per turn with one, 2x
-  with two).  A function says it is one of these with :func:`releases_gil`.
+  decoding long outputs, building and journaling rows.  More threads would not run it faster (one GIL)
+  but would each take the GIL from the loop, and the clients' p99 was higher with four
+  (docs/notes/serve-benchmark-2026-12-06c.md).
+* **workers** — ``workers`` threads (``--workers``, default 1) for what must not queue with that work
+  or wait behind it, marked with :func:`in_workers`: rendering and tokenizing prompts (the tokenizer's
+  ``encode_batch_fast`` lets go of the GIL: more threads use more cores), loading the tokenizer (once,
+  seconds) and an fsynced journal append (the disk).  Rendering is Python too, so each thread more
+  lengthens the loop's lag (``generate`` at 32 sessions: 1x the CPU per turn with one, 2x with two).
 * **heavy** — a request whose declared body is over :data:`HEAVY_BYTES` runs all its work here (half
   the workers, at least one): rendering, tokenizing and recording one of several MiB takes seconds, and
   a few such requests must not hold the threads a small request waits for (four 8 MiB requests once
@@ -28,7 +27,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-__all__ = ["HEAVY_BYTES", "Pools", "mark_request", "releases_gil"]
+__all__ = ["HEAVY_BYTES", "Pools", "in_workers", "mark_request"]
 
 #: Request bodies larger than this run their CPU work in the heavy pool.
 HEAVY_BYTES = 1 << 20
@@ -43,22 +42,19 @@ def mark_request(declared_bytes: int | None) -> None:
     _heavy.set(declared_bytes is not None and declared_bytes > HEAVY_BYTES)
 
 
-def releases_gil(fn: F) -> F:
-    """Mark ``fn`` as spending its time outside the GIL (the tokenizer, the disk): it runs in the tokenizer pool.
-
-    A bound method carries its function's mark, so methods may be marked where they are defined.
-    """
-    fn.releases_gil = True  # type: ignore[attr-defined]
+def in_workers(fn: F) -> F:
+    """Mark ``fn`` to run in the worker threads, not the python thread (a bound method carries the mark)."""
+    fn.in_workers = True  # type: ignore[attr-defined]
     return fn
 
 
 class Pools:
-    """One python thread, ``workers`` tokenizer threads, and the heavy pool (half the workers, at least one)."""
+    """One python thread, ``workers`` worker threads, and the heavy pool (half the workers, at least one)."""
 
     def __init__(self, workers: int) -> None:
         workers = max(1, workers)
         self.python = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tito-serve")
-        self.tokenizer = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tito-serve-tokenizer")
+        self.workers = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tito-serve-worker")
         #: Threads of the heavy pool.
         self.heavy_workers = max(1, workers // 2)
         self.heavy = ThreadPoolExecutor(max_workers=self.heavy_workers, thread_name_prefix="tito-serve-heavy")
@@ -67,7 +63,7 @@ class Pools:
         """Where ``fn`` runs for the current request."""
         if _heavy.get():
             return self.heavy
-        return self.tokenizer if getattr(fn, "releases_gil", False) else self.python
+        return self.workers if getattr(fn, "in_workers", False) else self.python
 
     async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)`` in its pool (the event loop only waits)."""
@@ -75,5 +71,5 @@ class Pools:
 
     def shutdown(self) -> None:
         self.heavy.shutdown(wait=True)
-        self.tokenizer.shutdown(wait=True)
+        self.workers.shutdown(wait=True)
         self.python.shutdown(wait=True)

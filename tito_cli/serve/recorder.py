@@ -34,7 +34,7 @@ from ..capture.records import sessions_row
 from ..capture.writer import RecordedTurn, TurnLogWriter
 from ..errors import OutputError
 from .exchange import ClientError, UpstreamError
-from .pools import releases_gil
+from .pools import in_workers
 from .recovery import Known, adopt_journals, known_sessions
 from .registry import DEFAULT_LIVE_SESSIONS, SessionRegistry
 from .segments import Segments, reason
@@ -186,7 +186,7 @@ class Recorder:
         self._summary(session_id)["turns"].append({"seq": seq, **summary})
         return seq
 
-    @releases_gil  # it waits for the disk: in the tokenizer pool, not the python thread other requests wait for
+    @in_workers  # it waits for the disk: not in the python thread every request's Python work waits for
     def _append_turn_fsynced(self, turn: RecordedTurn, seq: int) -> None:
         self._append_turn(turn, seq)
 

@@ -11,7 +11,7 @@ from ..families.render import render_prompt
 from ..tokenizer import TokenizerChoice, load, resolve
 from .exchange import ClientError
 from .incremental import PieceEncoder, batch_encoder
-from .pools import releases_gil
+from .pools import in_workers
 from .registry import DEFAULT_LIVE_SESSIONS
 
 if TYPE_CHECKING:
@@ -78,7 +78,7 @@ class ChatTemplate:
         self.pieces = PieceEncoder(self.backend, max_sessions=sessions)
 
     @classmethod
-    @releases_gil
+    @in_workers
     def configured(cls, config: ServeConfig) -> ChatTemplate:
         """The template ``tito serve`` renders with: ``--tokenizer`` (``NAME=PATH`` too), ``--parser``,
         ``--chat-template-kwargs``."""
@@ -111,6 +111,5 @@ class ChatTemplate:
     def prompt_ids(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[int]:
         return self.encode(self.render(messages, tools))
 
-    @releases_gil
     def decode(self, ids: list[int]) -> str:
         return str(self.backend.decode(ids, skip_special_tokens=False))

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 
 from ..exchange import ChatRequest, ClientError, Generation, UpstreamError
-from ..pools import releases_gil
+from ..pools import in_workers
 from .answers import ID_LIMIT, check_answer, loads_answer
 from .failures import FailureLog
 
@@ -82,7 +82,7 @@ class Upstream(ABC):
         ids = await self.offload(_prompt_ids, self.template, messages, tools)
         return len(ids)
 
-    @releases_gil  # (loads the tokenizer the first time)
+    @in_workers  # (loads the tokenizer the first time)
     def vocabulary(self) -> int | None:
         """How many ids the tokenizer has (``len(tokenizer)``, added tokens included), or None without one."""
         if self._vocabulary is None:
@@ -178,7 +178,7 @@ def with_arguments(messages: list[dict[str, Any]], form: Callable[[Any], Any]) -
     return out
 
 
-@releases_gil
+@in_workers
 def _prompt_ids(template: Callable[[], ChatTemplate], messages: list[dict[str, Any]], tools: Any) -> list[int]:
     """The prompt's ids, in a worker thread (a chat upstream's gateway loads its tokenizer on first use)."""
     return template().prompt_ids(messages, tools)
