@@ -38,6 +38,10 @@ class Gateway:
     #: Python run in tito's process before ``tito serve`` (``serve_variants.py``: a variant of the gateway).
     prelude: str = ""
 
+    @property
+    def tito(self) -> bool:
+        return self.options is not None
+
 
 MODES: dict[str, Gateway] = {
     "tito chat": Gateway(["--upstream-api", "chat"]),
@@ -55,7 +59,7 @@ def start(
 ) -> tuple[subprocess.Popen[bytes], str]:
     port = serve.free_port()
     slug = mode.replace(" ", "-")
-    if gateway.options is None:
+    if not gateway.tito:
         command = [
             sys.executable, "-m", "rllm_model_gateway", "--host", "127.0.0.1", "--port", str(port),
             "--worker", f"{upstream}/v1", "--db-path", str(work / f"{slug}.db"), "--store", "sqlite",
@@ -147,9 +151,9 @@ def peers(
         serve.wait_ready(f"{probe}/health", prober)
         for mode, gateway in modes.items():
             gateways[mode] = start(mode, gateway, up, work, args.gateway_option)
-            tito = gateway.options is not None
-            phase(tito, *gateways[mode], 2, argparse.Namespace(turns=2, prompt_tokens=200), f"warm-{len(gateways)}")
-            if tito:  # what the variant runs on (serve_variants.py checks its preludes took)
+            warm = argparse.Namespace(turns=2, prompt_tokens=200)
+            phase(gateway.tito, *gateways[mode], 2, warm, f"warm-{len(gateways)}")
+            if gateway.tito:  # what the variant runs on (serve_variants.py checks its preludes took)
                 metrics = httpx.get(f"{gateways[mode][1]}/debug/metrics", timeout=10).json()
                 print(f"  {mode}: event loop {metrics['event_loop']}, switch interval "
                       f"{metrics['switch_interval_ms']} ms", file=sys.stderr)
@@ -159,8 +163,7 @@ def peers(
                 measured = {}
                 for mode in order:
                     tag = f"r{run}-c{sessions}-{names.index(mode)}"
-                    tito = modes[mode].options is not None
-                    got = phase(tito, *gateways[mode], sessions, args, tag, probe)
+                    got = phase(modes[mode].tito, *gateways[mode], sessions, args, tag, probe)
                     per_turn, p99, idle_p99 = got.cpu_per_turn, got.lag_p99, got.idle_lag_p99
                     measured[mode] = per_turn
                     waits.setdefault((mode, sessions), []).append((got.turn_p50, got.turn_p99))

@@ -222,6 +222,18 @@ def test_a_turn_the_log_cannot_hold_is_refused_before_it_is_journaled(tmp_path: 
     assert journal_files(tmp_path) == []
 
 
+def _write_turns_file(journal: Journal, folder: Path, name: str) -> None:
+    """Write the journal's current segment's turns as the writer ``name``'s turns file, as a flush does."""
+    writer = TurnLogWriter(folder, name=name, max_age=None)
+    for row in decode_journal(journal.current.path).turns:
+        writer.record_turn(
+            row["session_id"], row["prompt_ids"], row["output_ids"], row["output_logprobs"], "stop",
+            row["prompt_messages"], row["response_message"], seq=row["seq"],
+        )
+    writer.write_rows(*writer.take_buffer(), 1)
+    writer.close()
+
+
 def _rows(count: int) -> list[dict[str, Any]]:
     rows = []
     for seq in range(count):
@@ -266,14 +278,7 @@ def test_a_crash_between_a_files_rename_and_its_segments_removal_writes_nothing_
     journal.append(encode_finish({**finish, "metadata": None, "rollout_id": None}))
     os.close(journal.current.fd)
     # The turns file of segment 1 was renamed into place, then the gateway died before the sessions file.
-    writer = TurnLogWriter(tmp_path, name="dead-0002", max_age=None)
-    for row in decode_journal(journal.current.path).turns:
-        writer.record_turn(
-            row["session_id"], row["prompt_ids"], row["output_ids"], row["output_logprobs"], "stop",
-            row["prompt_messages"], row["response_message"], seq=row["seq"],
-        )
-    writer.write_rows(*writer.take_buffer(), 1)
-    writer.close()
+    _write_turns_file(journal, tmp_path, "dead-0002")
 
     recorder = Recorder(tmp_path, tokenizer=None, flush_every=10.0)
     recorder.open()
@@ -329,14 +334,7 @@ def test_a_segment_whose_files_are_in_place_is_not_read_twice(tmp_path: Path) ->
     journal = Journal(tmp_path, "live-0003", tokenizer=None)
     for row in _rows(2):
         journal.append(encode_turn(row))
-    writer = TurnLogWriter(tmp_path, name="live-0003", max_age=None)
-    for row in decode_journal(journal.current.path).turns:
-        writer.record_turn(
-            row["session_id"], row["prompt_ids"], row["output_ids"], row["output_logprobs"], "stop",
-            row["prompt_messages"], row["response_message"], seq=row["seq"],
-        )
-    writer.write_rows(*writer.take_buffer(), 1)
-    writer.close()
+    _write_turns_file(journal, tmp_path, "live-0003")
     assert turns_in(tmp_path) == {"t": [0, 1]}  # the journal is still there, its rows read once
     journal.close()
 

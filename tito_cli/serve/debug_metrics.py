@@ -88,6 +88,7 @@ class LoopLagMonitor:
 
     def snapshot(self) -> dict[str, Any]:
         lags = sorted(self._lags)
+        loop = asyncio.get_running_loop()
 
         def quantile(q: float) -> float | None:
             if not lags:
@@ -104,10 +105,6 @@ class LoopLagMonitor:
             },
             "cpu_seconds": time.process_time(),
             "rss_bytes": rss_bytes(),
-            "event_loop": _qualified(type(asyncio.get_running_loop())),
+            "event_loop": f"{type(loop).__module__}.{type(loop).__qualname__}",
             "switch_interval_ms": round(sys.getswitchinterval() * 1000, 3),
         }
-
-
-def _qualified(kind: type) -> str:
-    return f"{kind.__module__}.{kind.__qualname__}"

@@ -30,8 +30,8 @@ __all__ = ["prepare", "serve"]
 
 _SIGNALS = (signal.SIGTERM, signal.SIGINT)
 #: The interpreter's switch interval while serving (Python's default is 5 ms): the longest the event loop
-#: waits for the GIL while the python worker thread holds it.  At 2 ms, tito chat's loop lag p99 at 32
-#: sessions fell from 10.8 to 7.5 ms for about the same CPU per turn (docs/notes/serve-benchmark-2026-12-06c.md).
+#: waits for the GIL while the python worker thread holds it.  tito chat's loop lag p99 at 32 sessions: 13.0 ms
+#: at 5 ms, 9.0 at 2 ms (``benchmarks/serve_variants.py switch``; docs/notes/serve-benchmark-2026-12-06c.md).
 SWITCH_INTERVAL = 0.002
 
 

@@ -31,6 +31,7 @@ __all__ = [
     "Offload",
     "Upstream",
     "check_answer",
+    "client_sampling",
     "dumps_body",
     "loads_answer",
     "tool_arguments_object",
@@ -41,9 +42,8 @@ __all__ = [
 T = TypeVar("T")
 
 #: Bodies up to this size are (de)serialised on the event loop; larger ones in a worker thread.  Small enough
-#: that no such piece of work holds the loop long (a 16 KiB parse is about 0.1 ms): at 64 KiB, tito chat's
-#: loop lag p99 at 32 sessions was 2.6x its CPU per turn, at 16 KiB with the switch interval below 1.8x
-#: (run.py; docs/notes/serve-benchmark-2026-12-06c.md).
+#: that no such piece of work holds the loop long: tito chat's loop lag p99 at 32 sessions was 9.3 ms with
+#: 64 KiB, 8.2 ms with 16 KiB (``benchmarks/serve_variants.py inline``; docs/notes/serve-benchmark-2026-12-06c.md).
 INLINE_BYTES = 16 << 10
 
 
@@ -125,6 +125,16 @@ class Upstream(ABC):
 def dumps_body(body: Any) -> bytes:
     """A request body as compact JSON bytes."""
     return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def client_sampling(request: ChatRequest) -> dict[str, Any]:
+    """The sampling settings the client gave (``temperature``, ``top_p``, ``top_k``, ``stop``), named as both
+    upstreams' wires name them."""
+    sampling = {key: getattr(request, key) for key in ("temperature", "top_p", "top_k")}
+    sampling = {key: value for key, value in sampling.items() if value is not None}
+    if request.stop:
+        sampling["stop"] = request.stop
+    return sampling
 
 
 def tool_arguments_object(value: Any) -> Any:

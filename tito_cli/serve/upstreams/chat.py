@@ -26,7 +26,7 @@ from ...capture.records import PromptMessages
 from ..exchange import ChatRequest, ClientError, Generation, OutputCall, UpstreamError, assistant_message
 from ..experts import weight_versions
 from .answers import ID_LIMIT, check_answer, compact_ids, loads_answer
-from .base import INLINE_BYTES, Upstream, dumps_body, tool_arguments_text, with_arguments
+from .base import INLINE_BYTES, Upstream, client_sampling, dumps_body, tool_arguments_text, with_arguments
 
 __all__ = ["ChatCall", "ChatUpstream", "chat_call", "chat_generation", "read_chat_answer"]
 
@@ -59,16 +59,9 @@ def chat_call(
     kwargs = {**chat_template_kwargs, **request.chat_template_kwargs}
     if kwargs:
         body["chat_template_kwargs"] = kwargs  # vLLM passes them to its render
-    if max_tokens is not None:
-        body["max_tokens"] = max_tokens
-    for key in ("temperature", "top_p", "top_k"):
-        value = getattr(request, key)
-        if value is not None:
-            body[key] = value
-    if request.stop:
-        body["stop"] = request.stop
-    sent = ("max_tokens", "temperature", "top_p", "top_k", "stop")
-    sampling: dict[str, Any] = {key: body[key] for key in sent if key in body}
+    sampling: dict[str, Any] = {"max_tokens": max_tokens} if max_tokens is not None else {}
+    sampling.update(client_sampling(request))
+    body.update(sampling)
     # The messages' texts as the log holds them, spliced in: the conversation is not serialized again.
     payload = b'{"messages":[' + ",".join(messages.texts).encode() + b"]," + dumps_body(body)[1:]
     return ChatCall(payload, messages, request.tools, sampling, kwargs)

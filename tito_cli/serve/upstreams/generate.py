@@ -22,7 +22,7 @@ from ..history import RENDERED, TEMPLATE_OPTIONS, CanonicalHistory, RenderedHist
 from ..prompt import ids_json as ids_text
 from ..template import ChatTemplate
 from .answers import check_answer, loads_answer
-from .base import INLINE_BYTES, Upstream, dumps_body, tool_arguments_object, with_arguments
+from .base import INLINE_BYTES, Upstream, client_sampling, dumps_body, tool_arguments_object, with_arguments
 
 __all__ = ["GenerateUpstream", "generate_payload", "generate_sampling", "read_generate_answer"]
 
@@ -151,19 +151,13 @@ class GenerateUpstream(Upstream):
 
 def generate_sampling(request: ChatRequest, max_new_tokens: int) -> dict[str, Any]:
     """The ``sampling_params`` of ``request`` (what the turn records as its sampling provenance)."""
-    sampling: dict[str, Any] = {
+    return {
         "max_new_tokens": max_new_tokens,
         "skip_special_tokens": False,
         "spaces_between_special_tokens": False,
         "no_stop_trim": True,
+        **client_sampling(request),
     }
-    for key in ("temperature", "top_p", "top_k"):
-        value = getattr(request, key)
-        if value is not None:
-            sampling[key] = value
-    if request.stop:
-        sampling["stop"] = request.stop
-    return sampling
 
 
 def generate_payload(
