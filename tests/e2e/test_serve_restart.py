@@ -48,7 +48,10 @@ def standin() -> Any:
 
 
 
-def test_sigkill_under_load_loses_no_answered_turn_and_a_restart_continues(standin: StandIn, tmp_path: Path) -> None:
+@pytest.mark.parametrize("api", ["chat", "generate"])  # generate: the gateway renders, holds and journals more
+def test_sigkill_under_load_loses_no_answered_turn_and_a_restart_continues(
+    standin: StandIn, tmp_path: Path, api: str
+) -> None:
     logs = tmp_path / "logs"
     conversations = {f"kill-{k}": [{"role": "user", "content": f"task {k}"}] for k in range(SESSIONS)}
     answered: dict[str, list[str]] = {sid: [] for sid in conversations}
@@ -56,7 +59,7 @@ def test_sigkill_under_load_loses_no_answered_turn_and_a_restart_continues(stand
     moment = random.Random(seed).uniform(0.3, 1.5)
     standin.delay = 0.02
     try:
-        with Gateway(standin.url, logs, api="chat") as gw:  # default flags: --flush-every 10, no --fsync
+        with Gateway(standin.url, logs, api=api) as gw:  # default flags: --flush-every 10, no --fsync
             threads = [
                 threading.Thread(target=converse, args=(gw.url, sid, conversations[sid], answered[sid], TURNS))
                 for sid in conversations
@@ -69,7 +72,7 @@ def test_sigkill_under_load_loses_no_answered_turn_and_a_restart_continues(stand
                 thread.join(timeout=60)
         before = {sid: len(a) for sid, a in answered.items()}
         assert sum(before.values()) < SESSIONS * TURNS, f"killed too late (seed {seed})"
-        with Gateway(standin.url, logs, api="chat") as gw:
+        with Gateway(standin.url, logs, api=api) as gw:
             threads = [
                 threading.Thread(target=converse, args=(gw.url, sid, conversations[sid], answered[sid], TURNS))
                 for sid in conversations
